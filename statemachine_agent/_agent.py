@@ -1,0 +1,675 @@
+"""`Agent`: the driver loop. It fires the machine's triggers and does all I/O between them.
+
+One pass of the loop per state: in ``awaiting_model`` it sends the projected history and streams the
+response, in ``executing_tools`` it runs the batch; terminal states end the run. Abort, cancellation,
+limits and queued input are handled here so that every history it leaves satisfies DESIGN section 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import Any
+
+from ._context import ContextProjector, project
+from ._errors import (
+    AgentBusyError,
+    InvalidHistoryError,
+    ModelError,
+    ModelRetryableError,
+    ToolDefinitionError,
+    UsageError,
+)
+from ._events import (
+    Event,
+    MessageDelta,
+    MessageEnd,
+    MessageStart,
+    ModelRetry,
+    RunEnd,
+    RunStart,
+    StateChanged,
+    TurnEnd,
+    TurnStart,
+)
+from ._execution import BatchRun, ToolExecution, resolve
+from ._hooks import AfterToolCall, BeforeToolCall, ShouldContinue, TransformContext, TurnInfo
+from ._machine import TERMINAL_STATES, Fired, LoopData, LoopMachine, MaxTokensPolicy, State
+from ._messages import (
+    AssistantMessage,
+    Message,
+    StopReason,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+    text_result,
+)
+from ._protocol import find_violations
+from ._result import RunResult
+from ._tools import AbortSignal, Tool, ToolFunction, tool_from_function
+from .models._base import (
+    Model,
+    ModelRequest,
+    ResponseComplete,
+    ResponseStart,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolDefinition,
+)
+
+logger = logging.getLogger("statemachine_agent")
+
+REFUSED = "Not executed: the model's response was a refusal."
+CONTINUE_PROMPT = (
+    "Your response was cut off by the output token limit. Continue exactly where you stopped."
+)
+_TRUNCATING = (StopReason.MAX_TOKENS, StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED)
+
+
+class _Partial:
+    """What a response has streamed so far: kept when it is aborted (text only)."""
+
+    __slots__ = ("model", "texts")
+
+    def __init__(self) -> None:
+        self.texts: dict[int, list[str]] = {}
+        self.model: str | None = None
+
+    def message(self, reason: str) -> AssistantMessage:
+        blocks = [TextBlock(text="".join(parts)) for _, parts in sorted(self.texts.items())]
+        return AssistantMessage(
+            content=[b for b in blocks if b.text.strip()],
+            stop_reason=StopReason.ABORTED,
+            model=self.model,
+            error=reason,
+        )
+
+
+class Agent:
+    """An agent: a model, tools and a history, driven by the loop's state machine.
+
+    Args:
+        model: the provider (`AnthropicModel`, `ScriptedModel`, `FunctionModel`, or any `Model`).
+        tools: `Tool` objects or typed functions (wrapped with `tool`).
+        system: the system prompt.
+        max_turns: the turn cap of a run (a turn is one model response plus its tool batch);
+            reaching it ends the run in ``max_turns``. A run continued without a prompt keeps
+            counting.
+        tool_execution: ``"parallel"`` (default; calls on one resource still queue) or
+            ``"sequential"``.
+        max_continuations: cap on ``pause_turn`` and ``max_tokens`` continuations in a run.
+        max_tokens_policy: ``"continue"`` asks the model to go on after a truncated answer;
+            ``"stop"`` ends ``done`` with the truncation reported in ``RunResult.error``.
+        abort_grace_seconds: how long running tools may take to stop after an abort before they
+            are cancelled.
+        model_retries: retries of a retryable model failure (overload, a dropped stream).
+        retry_backoff_seconds: the first retry delay; it doubles each retry.
+        before_tool_call, after_tool_call, should_continue, transform_context: hooks (see
+            `statemachine_agent._hooks`).
+        deps: any object; tools and hooks receive it.
+        messages: a history to start from.
+        model_settings: provider options sent with each request.
+
+    Raises:
+        ToolDefinitionError: two tools share a name.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        tools: Iterable[Tool | ToolFunction] = (),
+        system: str | None = None,
+        max_turns: int = 50,
+        tool_execution: ToolExecution = "parallel",
+        max_continuations: int = 3,
+        max_tokens_policy: MaxTokensPolicy = "continue",
+        abort_grace_seconds: float = 2.0,
+        model_retries: int = 2,
+        retry_backoff_seconds: float = 0.5,
+        before_tool_call: BeforeToolCall | None = None,
+        after_tool_call: AfterToolCall | None = None,
+        should_continue: ShouldContinue | None = None,
+        transform_context: TransformContext | None = None,
+        deps: Any = None,
+        messages: Sequence[Message] = (),
+        model_settings: dict[str, Any] | None = None,
+    ) -> None:
+        if tool_execution not in ("parallel", "sequential"):
+            raise UsageError("tool_execution must be 'parallel' or 'sequential'")
+        self.model = model
+        self.tools: dict[str, Tool] = {}
+        for item in tools:
+            t = item if isinstance(item, Tool) else tool_from_function(item)
+            if t.name in self.tools:
+                raise ToolDefinitionError(f"two tools are named {t.name!r}")
+            self.tools[t.name] = t
+        self.system = system
+        self.max_turns = max_turns
+        self.tool_execution: ToolExecution = tool_execution
+        self.abort_grace_seconds = abort_grace_seconds
+        self.model_retries = model_retries
+        self.retry_backoff_seconds = retry_backoff_seconds
+        self.before_tool_call = before_tool_call
+        self.after_tool_call = after_tool_call
+        self.should_continue = should_continue
+        self.transform_context = transform_context
+        self.deps = deps
+        self.model_settings = dict(model_settings or {})
+        self.machine = LoopMachine()
+        self._data = LoopData(
+            max_continuations=max_continuations, max_tokens_policy=max_tokens_policy
+        )
+        self._messages: list[Message] = list(messages)
+        self._projector = ContextProjector()
+        self._steering: deque[UserMessage] = deque()
+        self._follow_ups: deque[UserMessage] = deque()
+        self._subscribers: list[Callable[[Event], Any]] = []
+        self._signal = AbortSignal()
+        self._running = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        self._open_turn: int | None = None
+        self._call_ids = _call_ids(self._messages)
+        self._run_start = 0
+        self._usage = Usage()
+        self._error: str | None = None
+        self._tool_definitions = [
+            ToolDefinition(t.name, t.description, t.input_schema) for t in self.tools.values()
+        ]
+
+    # -- public state -------------------------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        """The machine's current state."""
+        return self.machine.state
+
+    @property
+    def messages(self) -> list[Message]:
+        """The history (do not mutate it; assign a new list between runs instead)."""
+        return self._messages
+
+    @messages.setter
+    def messages(self, messages: Sequence[Message]) -> None:
+        if self._running:
+            raise AgentBusyError("cannot replace the history while a run is in progress")
+        self._messages = list(messages)
+        self._call_ids = _call_ids(self._messages)
+
+    @property
+    def is_running(self) -> bool:
+        """A run is in progress."""
+        return self._running
+
+    # -- events -------------------------------------------------------------------------------
+
+    def subscribe(self, callback: Callable[[Event], Any]) -> Callable[[], None]:
+        """Call ``callback(event)`` for every event (synchronously, in order); returns an
+        unsubscribe function. A callback that raises is logged and does not stop the run."""
+        self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Iterate over events as they happen (until the iterator is closed)."""
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+        unsubscribe = self.subscribe(queue.put_nowait)
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            unsubscribe()
+
+    def _emit(self, event: Event) -> None:
+        for callback in self._subscribers:
+            try:
+                callback(event)
+            except Exception:
+                logger.exception("event subscriber %r failed on %s", callback, event.type)
+
+    # -- queued input and abort ---------------------------------------------------------------
+
+    def steer(self, message: str | UserMessage) -> None:
+        """Queue input delivered after the current tool batch's results, before the next model
+        request (or right after the current response when it has no tool calls)."""
+        self._steering.append(_as_user(message))
+
+    def follow_up(self, message: str | UserMessage) -> None:
+        """Queue input delivered when the model would otherwise stop (one per stop)."""
+        self._follow_ups.append(_as_user(message))
+
+    def abort(self, reason: str = "aborted by the caller") -> bool:
+        """Stop the current run: it ends in ``aborted`` with every issued call answered.
+
+        Safe to call from any thread and at any moment. Returns False when no run is in progress.
+        """
+        if not self._running:
+            return False
+        loop = self._loop
+        if loop is not None and threading.get_ident() != self._loop_thread:
+            loop.call_soon_threadsafe(self._signal.set, reason)
+        else:
+            self._signal.set(reason)
+        return True
+
+    # -- running ------------------------------------------------------------------------------
+
+    def run_sync(self, prompt: str | UserMessage | None = None, **kwargs: Any) -> RunResult:
+        """`run` in a new event loop (``asyncio.run``).
+
+        Raises:
+            UsageError: called from inside a running event loop (``await agent.run`` there).
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.run(prompt, **kwargs))
+        raise UsageError("run_sync() cannot run inside an event loop; use 'await agent.run()'")
+
+    async def run(
+        self, prompt: str | UserMessage | None = None, *, max_turns: int | None = None
+    ) -> RunResult:
+        """Run until a terminal state and return how it ended.
+
+        Args:
+            prompt: the user input; None continues from the current history (after ``aborted``
+                or ``max_turns``, or with queued input) and keeps counting turns.
+            max_turns: change the turn cap (it stays changed).
+
+        Returns:
+            The `RunResult`; its ``state`` is the agent's state.
+
+        Raises:
+            AgentBusyError: a run is already in progress.
+            UsageError: nothing to continue from (no prompt, no queued input, and the history ends
+                with the model's complete answer).
+            asyncio.CancelledError: the task was cancelled; the history is recorded as aborted
+                first.
+        """
+        if self._running:
+            raise AgentBusyError("this agent is already running; await that run or abort it")
+        if max_turns is not None:
+            self.max_turns = max_turns
+        if prompt is None and not (self._steering or self._follow_ups):
+            self._check_can_continue()
+        self._running = True
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._open_turn = None
+        self._signal = AbortSignal()
+        self._run_start = len(self._messages)
+        self._usage = Usage()
+        self._error = None
+        data = self._data
+        data.continuations = 0
+        data.keep_going, data.terminate, data.response = True, False, None
+        data.max_turns = self.max_turns
+        if prompt is not None:
+            data.turns = 0
+        try:
+            user = None if prompt is None else _as_user(prompt)
+            self._emit(RunStart(user))
+            if user is not None:
+                self._append(user)
+            else:
+                self._inject(self._steering) or self._inject(self._follow_ups, one=True)
+            self._fire("start")
+            await self._drive()
+        except asyncio.CancelledError:
+            if self.state not in TERMINAL_STATES:
+                self._error = self._signal.reason or "the task running the agent was cancelled"
+                self._fire("abort")
+            self._end_turn(None)
+            self._emit(RunEnd(self._result()))
+            raise
+        finally:
+            self._running = False
+        result = self._result()
+        self._emit(RunEnd(result))
+        return result
+
+    def _check_can_continue(self) -> None:
+        last = self._last()
+        if last is None:
+            raise UsageError("nothing to continue: the history is empty; pass a prompt")
+        if (
+            isinstance(last, AssistantMessage)
+            and last.stop_reason
+            not in (StopReason.ABORTED, StopReason.ERROR, StopReason.PAUSE_TURN)
+            and not last.tool_calls
+        ):
+            raise UsageError(
+                "nothing to continue: the history ends with the model's answer; pass a prompt"
+            )
+
+    def _last(self) -> Message | None:
+        return self._messages[-1] if self._messages else None
+
+    def _result(self) -> RunResult:
+        new = self._messages[self._run_start :]
+        last = next((m for m in reversed(new) if isinstance(m, AssistantMessage)), None)
+        refusal = None
+        if last is not None and last.stop_reason == StopReason.REFUSAL:
+            refusal = dict(last.stop_details or {})
+        return RunResult(
+            state=self.state,
+            messages=list(self._messages),
+            new_messages=list(new),
+            turns=self._data.turns,
+            usage=self._usage,
+            stop_reason=None if last is None else last.stop_reason,
+            error=self._error,
+            refusal=refusal,
+        )
+
+    def _append(self, message: Message) -> None:
+        self._messages.append(message)
+        if isinstance(message, AssistantMessage):
+            self._call_ids.update(call.id for call in message.tool_calls)
+        self._emit(MessageEnd(message))
+
+    def _inject(self, queue: deque[UserMessage], *, one: bool = False) -> bool:
+        if not queue:
+            return False
+        while queue:
+            self._append(queue.popleft())
+            if one:
+                break
+        return True
+
+    def _fire(self, trigger: str) -> Fired:
+        fired = self.machine.fire(trigger, self._data)
+        self._emit(StateChanged(fired.source.value, fired.dest.value, trigger, fired.label))
+        return fired
+
+    def _end_turn(
+        self, message: AssistantMessage | None, results: Sequence[ToolResultMessage] = ()
+    ) -> None:
+        if self._open_turn is not None:
+            turn, self._open_turn = self._open_turn, None
+            self._emit(TurnEnd(turn, message, tuple(results)))
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def _drive(self) -> None:
+        data = self._data
+        while True:
+            state = self.state
+            if state is State.AWAITING_MODEL:
+                if self._signal.aborted:  # aborted between two steps: send nothing more
+                    self._error = self._signal.reason
+                    self._fire("abort")
+                    return
+                turn = data.turns + 1
+                self._open_turn = turn
+                self._emit(TurnStart(turn))
+                response = await self._request()
+                if response is None:  # aborted or failed; the state says which
+                    self._end_turn(None)
+                    return
+                data.turns = turn
+                self._usage = self._usage + response.usage
+                self._append(response)
+                data.response = response
+                data.queued_input = bool(self._steering or self._follow_ups)
+                label = self._fire("model_replied").label
+                if label == "tool_calls":
+                    continue  # the turn ends after its batch
+                refused: list[ToolResultMessage] = []
+                if label == "refusal":
+                    refused = [text_result(c, REFUSED, is_error=True) for c in response.tool_calls]
+                    for result in refused:
+                        self._append(result)
+                    self._error = _refusal_text(response)
+                elif label in ("pause_turn", "max_tokens"):
+                    data.continuations += 1
+                    if label == "max_tokens":
+                        self._append(UserMessage(CONTINUE_PROMPT))
+                elif label == "queued_input":
+                    self._inject(self._steering) or self._inject(self._follow_ups, one=True)
+                elif response.stop_reason in _TRUNCATING:
+                    self._error = (
+                        f"The response was truncated (stop reason {response.stop_reason}) and "
+                        "was not continued (max_tokens_policy or max_continuations)."
+                    )
+                elif response.stop_reason == StopReason.TOOL_USE:
+                    self._error = "The model stopped for tool use but sent no tool call."
+                self._end_turn(response, refused)
+            elif state is State.EXECUTING_TOOLS:
+                await self._run_tools()
+            else:
+                return
+
+    async def _run_tools(self) -> None:
+        data = self._data
+        response = data.response
+        assert response is not None
+        batch = BatchRun(
+            response.tool_calls,
+            self.tools,
+            mode=self.tool_execution,
+            signal=self._signal,
+            abort_grace_seconds=self.abort_grace_seconds,
+            emit=self._emit,
+            before=self.before_tool_call,
+            after=self.after_tool_call,
+            deps=self.deps,
+        )
+        try:
+            await batch.run()
+        finally:
+            # Every call gets its result, even when the task is being cancelled.
+            results = batch.results()
+            for result in results:
+                self._append(result)
+        if self._signal.aborted:
+            self._error = self._signal.reason
+            self._fire("abort")
+            self._end_turn(response, results)
+            return
+        hook_error = None
+        if self.should_continue is not None:
+            info = TurnInfo(data.turns, response, tuple(results), self._usage, self._messages)
+            try:
+                data.keep_going = bool(await resolve(self.should_continue(info)))
+            except Exception as exc:
+                hook_error = f"The should_continue hook failed: {type(exc).__name__}: {exc}"
+        data.terminate = batch.terminate_reason is not None
+        data.max_turns = self.max_turns
+        dest = self._fire("tools_finished").dest
+        self._end_turn(response, results)
+        if hook_error is not None:
+            self._error = hook_error
+            if dest is State.AWAITING_MODEL:
+                self._fire("fail")
+        elif dest is State.MAX_TURNS:
+            self._error = self._limit_text(response)
+        elif dest is State.ABORTED:
+            self._error = f"A tool call was denied and ended the run: {batch.terminate_reason}"
+        else:
+            self._inject(self._steering)
+
+    def _limit_text(self, response: AssistantMessage) -> str:
+        names = ", ".join(call.name for call in response.tool_calls) or "none"
+        if not self._data.keep_going:
+            why = "the should_continue hook returned False"
+        else:
+            why = f"the max_turns limit ({self.max_turns}) was reached"
+        return (
+            f"Stopped after {self._data.turns} turn(s): {why}. The last action was a tool batch "
+            f"({names}) whose results are recorded. To continue, call run() again without a "
+            f"prompt and a higher limit, e.g. await agent.run(max_turns={self._data.turns + 10})."
+        )
+
+    # -- model requests -----------------------------------------------------------------------
+
+    async def _build_request(self) -> ModelRequest:
+        if self.transform_context is not None:
+            messages = await resolve(self.transform_context(list(self._messages)))
+            projected = project(messages)
+            problems = find_violations(projected, request=True)
+            if problems:
+                raise InvalidHistoryError(problems)
+        else:
+            projected = self._projector.project(self._messages)
+        return ModelRequest(projected, self.system, self._tool_definitions, self.model_settings)
+
+    async def _request(self) -> AssistantMessage | None:
+        """One response, with retries. None when the run was aborted or failed meanwhile."""
+        try:
+            request = await self._build_request()
+        except InvalidHistoryError as exc:
+            self._fail(f"The request was not sent: {exc}")
+            return None
+        except Exception as exc:
+            self._fail(f"The transform_context hook failed: {type(exc).__name__}: {exc}")
+            return None
+        attempt = 0
+        while True:
+            attempt += 1
+            partial = _Partial()
+            task = asyncio.ensure_future(self._consume(self.model.stream(request), partial))
+            abort = self._signal.future()
+            try:
+                await asyncio.wait((task, abort), return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                self._append(partial.message("the task running the agent was cancelled"))
+                raise
+            finally:
+                abort.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                self._record_abort(partial)
+                return None
+            error = task.exception()
+            if error is None:
+                return task.result()
+            if isinstance(error, ModelRetryableError) and attempt <= self.model_retries:
+                delay = self.retry_backoff_seconds * 2 ** (attempt - 1)
+                self._emit(ModelRetry(attempt, delay, str(error)))
+                if await self._sleep_or_abort(delay):
+                    self._record_abort(_Partial())
+                    return None
+                continue
+            if isinstance(error, ModelError):
+                status = f", HTTP {error.status_code}" if error.status_code else ""
+                attempts = max(error.attempts, attempt)
+                self._fail(
+                    f"Model request failed ({error.kind}{status}) after {attempts} attempt(s): "
+                    f"{error.message}"
+                )
+                return None
+            logger.error("model %r raised", self.model, exc_info=error)
+            self._fail(f"Model request failed: {type(error).__name__}: {error}")
+            return None
+
+    async def _sleep_or_abort(self, seconds: float) -> bool:
+        abort = self._signal.future()
+        try:
+            await asyncio.wait_for(asyncio.shield(abort), seconds)
+        except TimeoutError:
+            return False
+        finally:
+            abort.cancel()
+        return True
+
+    def _record_abort(self, partial: _Partial) -> None:
+        reason = self._signal.reason or "aborted"
+        self._append(partial.message(reason))
+        self._error = reason
+        self._fire("abort")
+
+    def _fail(self, error: str) -> None:
+        self._append(AssistantMessage(content=[], stop_reason=StopReason.ERROR, error=error))
+        self._error = error
+        self._fire("fail")
+
+    async def _consume(
+        self, stream: AsyncIterator[StreamEvent], partial: _Partial
+    ) -> AssistantMessage:
+        try:
+            async for event in stream:
+                if isinstance(event, TextDelta):
+                    partial.texts.setdefault(event.index, []).append(event.text)
+                    self._emit(MessageDelta(event.index, "text", event.text))
+                elif isinstance(event, ResponseComplete):
+                    return _normalize(event.message, self._call_ids)
+                elif isinstance(event, ToolCallDelta):
+                    self._emit(MessageDelta(event.index, "tool_call", event.arguments, event.name))
+                elif isinstance(event, ThinkingDelta):
+                    self._emit(MessageDelta(event.index, "thinking", event.thinking))
+                elif isinstance(event, ResponseStart):
+                    partial.model = event.model
+                    self._emit(MessageStart(event.model))
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        raise ModelRetryableError(
+            "the response stream ended before its stop event (incomplete response)",
+            kind="incomplete_stream",
+        )
+
+
+def _as_user(message: str | UserMessage) -> UserMessage:
+    if isinstance(message, UserMessage):
+        return message
+    if not isinstance(message, str) or not message.strip():
+        raise UsageError("a prompt must be a non-empty string or a UserMessage")
+    return UserMessage(message)
+
+
+def _refusal_text(response: AssistantMessage) -> str:
+    details = response.stop_details or {}
+    parts = [str(details[k]) for k in ("category", "explanation") if details.get(k)]
+    return "The model refused" + (f": {'; '.join(parts)}" if parts else ".")
+
+
+def _normalize(message: AssistantMessage, used_ids: set[str]) -> AssistantMessage:
+    """Make a response safe to act on: drop blank text blocks and mark a trailing tool call cut
+    off by the token limit as truncated.
+
+    Raises:
+        ModelError: the response reuses a tool-call id (invariant 3); acting on it would corrupt
+            the history.
+    """
+    content = message.content
+    changed = False
+    if any(isinstance(b, TextBlock) and not b.text.strip() for b in content):
+        content = [b for b in content if not (isinstance(b, TextBlock) and not b.text.strip())]
+        changed = True
+    last = content[-1] if content else None
+    if (
+        message.stop_reason in _TRUNCATING
+        and isinstance(last, ToolCallBlock)
+        and not last.truncated
+    ):
+        content = [*content[:-1], last.model_copy(update={"truncated": True})]
+        changed = True
+    ids = [b.id for b in content if isinstance(b, ToolCallBlock)]
+    clash = sorted({i for i in ids if i in used_ids or ids.count(i) > 1})
+    if clash:
+        raise ModelError(
+            f"the response reuses tool-call id(s) {', '.join(clash)}", kind="invalid_response"
+        )
+    return message.model_copy(update={"content": content}) if changed else message
+
+
+def _call_ids(messages: Sequence[Message]) -> set[str]:
+    return {c.id for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls}

@@ -1,0 +1,160 @@
+"""Context projection: the one place a history becomes what a provider may receive (invariant 4).
+
+The stored history records what happened; the projection repairs what a provider would reject:
+- whitespace-only text blocks and then-empty messages are dropped;
+- an aborted or errored assistant message keeps only its text (never a partial tool call), and is
+  dropped when it is the last message;
+- a call without a result gets a synthetic error result, results are put in declaration order, and
+  results answering no call of the assistant message before them are dropped;
+- consecutive assistant messages (a ``pause_turn`` continuation) are joined into one.
+
+`ContextProjector` does this incrementally: a prefix that ended on the user side with every call
+answered never changes, so each request projects and checks only the new tail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ._errors import InvalidHistoryError
+from ._messages import (
+    AssistantMessage,
+    Message,
+    StopReason,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultMessage,
+    UserMessage,
+    text_result,
+)
+from ._protocol import find_violations, is_user_side
+
+NO_RESULT = (
+    "No result recorded: the run ended before this call finished; it may or may not have run; "
+    "check before retrying."
+)
+
+_INCOMPLETE = (StopReason.ABORTED, StopReason.ERROR)
+
+
+def _is_blank(block: object) -> bool:
+    return isinstance(block, TextBlock) and not block.text.strip()
+
+
+def _clean_assistant(message: AssistantMessage) -> AssistantMessage | None:
+    content = message.content
+    if message.stop_reason in _INCOMPLETE:
+        content = [b for b in content if isinstance(b, TextBlock) and b.text.strip()]
+    elif any(_is_blank(b) for b in content):
+        content = [b for b in content if not _is_blank(b)]
+    else:
+        return message if content else None
+    if not content:
+        return None
+    return message.model_copy(update={"content": content})
+
+
+def _clean_user(message: UserMessage) -> UserMessage | None:
+    if not any(_is_blank(b) for b in message.content):
+        return message if message.content else None
+    content = [b for b in message.content if not _is_blank(b)]
+    return message.model_copy(update={"content": content}) if content else None
+
+
+def _clean_result(message: ToolResultMessage) -> ToolResultMessage:
+    if not any(_is_blank(b) for b in message.content):
+        return message
+    content = [b for b in message.content if not _is_blank(b)] or [TextBlock(text="(empty)")]
+    return message.model_copy(update={"content": content})
+
+
+def _join(first: AssistantMessage, second: AssistantMessage) -> AssistantMessage:
+    return second.model_copy(
+        update={"content": [*first.content, *second.content], "usage": first.usage + second.usage}
+    )
+
+
+def project(messages: Sequence[Message], start: int = 0) -> list[Message]:
+    """Project ``messages[start:]`` (``messages[:start]`` must end on the user side with every
+    call answered) to what a provider may receive. Unchanged messages are the same objects."""
+    out: list[Message] = []
+    n = len(messages)
+    i = start
+    while i < n:
+        message = messages[i]
+        i += 1
+        if isinstance(message, ToolResultMessage):
+            continue  # an orphan: its call is not in the assistant message before its batch
+        if isinstance(message, UserMessage):
+            cleaned_user = _clean_user(message)
+            if cleaned_user is not None:
+                out.append(cleaned_user)
+            continue
+        cleaned = _clean_assistant(message)
+        if cleaned is None or (i == n and message.stop_reason in _INCOMPLETE):
+            continue
+        if out and isinstance(out[-1], AssistantMessage):
+            cleaned = _join(out.pop(), cleaned)  # type: ignore[arg-type]
+        out.append(cleaned)
+        calls = cleaned.tool_calls
+        if not calls:
+            continue
+        wanted = {call.id for call in calls}
+        found: dict[str, ToolResultMessage] = {}
+        while i < n and isinstance(messages[i], ToolResultMessage):
+            result = messages[i]
+            assert isinstance(result, ToolResultMessage)
+            if result.tool_call_id in wanted and result.tool_call_id not in found:
+                found[result.tool_call_id] = _clean_result(result)
+            i += 1
+        out.extend(found.get(call.id) or _missing(call) for call in calls)
+    return out
+
+
+def _missing(call: ToolCallBlock) -> ToolResultMessage:
+    return text_result(call, NO_RESULT, is_error=True)
+
+
+class ContextProjector:
+    """Projects and checks a growing history, doing the work once per message.
+
+    ``project(history)`` returns the request's messages; the returned list is valid until the next
+    call and must not be changed.
+    """
+
+    def __init__(self) -> None:
+        self._source: Sequence[Message] | None = None
+        self._done = 0  # source messages whose projection is final
+        self._last: Message | None = None
+        self._out: list[Message] = []
+        self._ids: set[str] = set()
+
+    def _reset(self, history: Sequence[Message]) -> None:
+        self._source, self._done, self._last = history, 0, None
+        self._out, self._ids = [], set()
+
+    def project(self, history: Sequence[Message]) -> list[Message]:
+        """Project ``history`` for a request.
+
+        Raises:
+            InvalidHistoryError: the projection still breaks the protocol (e.g. a tool-call id used
+                twice), naming every problem, instead of a 400 from the provider.
+        """
+        if (
+            history is not self._source
+            or len(history) < self._done
+            or (self._done and history[self._done - 1] is not self._last)
+        ):
+            self._reset(history)
+        tail = project(history, self._done)
+        problems = find_violations(tail, request=True, prior_ids=self._ids, offset=len(self._out))
+        if problems:
+            raise InvalidHistoryError(problems)
+        if history and is_user_side(history[-1]):
+            self._out.extend(tail)
+            for message in tail:
+                if isinstance(message, AssistantMessage):
+                    self._ids.update(call.id for call in message.tool_calls)
+            self._done, self._last = len(history), history[-1]
+            return self._out
+        return [*self._out, *tail]

@@ -1,0 +1,352 @@
+"""Running one tool batch: checks, permission hooks, parallel or sequential execution, abort.
+
+Every call of the batch gets exactly one result, in declaration order, whatever happens: the five
+failure paths (unknown tool, invalid arguments, exception, denial, abort) and truncated calls all
+drain into a `ToolResultMessage` with ``is_error=True`` (DESIGN section 3). End events fire in
+completion order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import inspect
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from ._errors import ToolError
+from ._events import Event, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
+from ._hooks import AfterToolCall, Allow, BeforeToolCall, Deny, ToolCallInfo
+from ._messages import ImageBlock, TextBlock, ToolCallBlock, ToolResultMessage, text_result
+from ._tools import AbortSignal, Tool, ToolContext, ToolResult, format_validation_error, repr_json
+
+ToolExecution = Literal["parallel", "sequential"]
+
+RAW_ARGUMENTS_CAP = 200
+
+NOT_RUN = "Not run: the run was aborted before this call started."
+INTERRUPTED = (
+    "Interrupted while running: the run was aborted. The call may have partly completed; "
+    "check its effects before retrying."
+)
+TRUNCATED = (
+    "Not run: the arguments of this call were truncated because the response hit its token "
+    "limit (max_tokens). Call the tool again with complete arguments, or split the work into "
+    "smaller calls."
+)
+
+
+async def resolve(value: Any) -> Any:
+    """Await ``value`` if it is awaitable (hooks may be sync or async)."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def _cap(text: str, limit: int = RAW_ARGUMENTS_CAP) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
+
+
+def check_call(call: ToolCallBlock, tools: dict[str, Tool]) -> str | dict[str, Any]:
+    """The checks that need no I/O: the error text of a call that must not run, or its arguments.
+
+    Covers truncated calls, unknown tools (naming the available ones and the closest), arguments
+    that are not valid JSON or not a JSON object (quoting the parse problem and the raw text).
+    """
+    if call.truncated:
+        return TRUNCATED
+    tool = tools.get(call.name)
+    if tool is None:
+        names = sorted(tools)
+        text = f"Unknown tool {call.name!r}."
+        text += f" Available tools: {', '.join(names)}." if names else " No tools are available."
+        close = difflib.get_close_matches(call.name, names, n=1)
+        if close:
+            text += f" Did you mean {close[0]!r}?"
+        return text
+    if call.raw_arguments is not None:
+        try:
+            json.loads(call.raw_arguments)
+        except ValueError as exc:
+            problem = str(exc)
+        else:
+            problem = "the arguments were incomplete"
+        return (
+            f"Invalid arguments for tool {call.name!r}: not valid JSON ({problem}). "
+            f"Raw arguments: {_cap(call.raw_arguments)!r}. Send the arguments as one JSON object."
+        )
+    if not isinstance(call.input, dict):
+        kind = "null" if call.input is None else type(call.input).__name__
+        kind = {"list": "array", "str": "string", "int": "number", "float": "number"}.get(
+            kind, kind
+        )
+        return (
+            f"Invalid arguments for tool {call.name!r}: expected a JSON object, got {kind}: "
+            f"{_cap(repr_json(call.input))}. Send the arguments as one JSON object."
+        )
+    return call.input
+
+
+def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
+    """Turn what a tool returned into its result message."""
+    is_error = False
+    details = None
+    if isinstance(value, ToolResultMessage):
+        return value.model_copy(update={"tool_call_id": call.id, "tool_name": call.name})
+    if isinstance(value, ToolResult):
+        is_error, details, value = value.is_error, value.details, value.content
+    if value is None:
+        blocks: list[TextBlock | ImageBlock] = [TextBlock(text="(no output)")]
+    elif isinstance(value, str):
+        blocks = [TextBlock(text=value if value.strip() else "(empty output)")]
+    elif isinstance(value, TextBlock | ImageBlock):
+        blocks = [value]
+    elif isinstance(value, list) and all(isinstance(b, TextBlock | ImageBlock) for b in value):
+        blocks = [b for b in value if not (isinstance(b, TextBlock) and not b.text.strip())]
+        blocks = blocks or [TextBlock(text="(empty output)")]
+    else:
+        blocks = [TextBlock(text=repr_json(value))]
+    return ToolResultMessage(
+        tool_call_id=call.id,
+        tool_name=call.name,
+        content=blocks,
+        is_error=is_error,
+        details=details,
+    )
+
+
+@dataclass(slots=True)
+class _Slot:
+    call: ToolCallBlock
+    started: bool = False  # the tool function was invoked
+    announced: bool = False  # a start event was emitted
+    result: ToolResultMessage | None = None
+    terminate: str | None = None
+
+
+class BatchRun:
+    """One tool batch. ``results()`` is complete after `run` returns or raises.
+
+    Args:
+        calls: the tool calls of the assistant message, in declaration order.
+        tools: the registered tools by name.
+        mode: ``"parallel"`` (calls on one resource still queue) or ``"sequential"``.
+        signal: the run's abort signal.
+        abort_grace_seconds: how long running tools may take to stop after an abort before they
+            are cancelled.
+        emit: receives the tool-execution events.
+    """
+
+    def __init__(
+        self,
+        calls: Sequence[ToolCallBlock],
+        tools: dict[str, Tool],
+        *,
+        mode: ToolExecution,
+        signal: AbortSignal,
+        abort_grace_seconds: float,
+        emit: Callable[[Event], None],
+        before: BeforeToolCall | None = None,
+        after: AfterToolCall | None = None,
+        deps: Any = None,
+    ) -> None:
+        self._slots = [_Slot(call) for call in calls]
+        self._tools = tools
+        self._mode = mode
+        self._signal = signal
+        self._grace = abort_grace_seconds
+        self._emit = emit
+        self._before = before
+        self._after = after
+        self._deps = deps
+        self._terminated = False
+        self._resource_tails: dict[str, asyncio.Future[None]] = {}
+
+    @property
+    def terminate_reason(self) -> str | None:
+        """The reason of the first terminating denial, if any."""
+        return next((s.terminate for s in self._slots if s.terminate), None)
+
+    def results(self) -> list[ToolResultMessage]:
+        """One result per call in declaration order; calls never reached get "not run"."""
+        out = []
+        for slot in self._slots:
+            if slot.result is None:
+                if self._terminated and not self._signal.aborted:
+                    text = "Not run: an earlier call of this batch ended the run."
+                else:
+                    text = INTERRUPTED if slot.started else NOT_RUN
+                self._finish(slot, text_result(slot.call, text, is_error=True))
+            assert slot.result is not None
+            out.append(slot.result)
+        return out
+
+    def _finish(self, slot: _Slot, result: ToolResultMessage) -> None:
+        if slot.result is not None:
+            return
+        slot.result = result
+        if slot.announced:
+            self._emit(ToolExecutionEnd(slot.call, result))
+
+    async def run(self) -> None:
+        """Run the batch until every call has a result, or until abort (plus the grace period).
+
+        Raises:
+            asyncio.CancelledError: the task running the batch was cancelled; running calls are
+                cancelled and recorded as interrupted before it propagates.
+        """
+        if not self._slots:
+            return
+        if self._mode == "sequential" or len(self._slots) == 1:
+            for slot in self._slots:
+                if self._signal.aborted or self._terminated:
+                    return
+                await self._watch([asyncio.ensure_future(self._process(slot))])
+        else:
+            tasks = [asyncio.ensure_future(self._process(slot)) for slot in self._slots]
+            await self._watch(tasks)
+
+    async def _watch(self, tasks: Sequence[asyncio.Future[None]]) -> None:
+        abort = self._signal.future()
+        try:
+            pending = set(tasks)
+            while pending and not abort.done():
+                _done, pending = await asyncio.wait(
+                    [*pending, abort], return_when=asyncio.FIRST_COMPLETED
+                )
+                pending.discard(abort)
+            if pending:
+                # Aborted: running tools saw the signal; give them the grace period to stop.
+                _done, pending = await asyncio.wait(pending, timeout=self._grace)
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    await asyncio.wait(pending)
+        except asyncio.CancelledError:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        finally:
+            abort.cancel()
+
+    async def _process(self, slot: _Slot) -> None:
+        call = slot.call
+        slot.announced = True
+        self._emit(ToolExecutionStart(call))
+        try:
+            checked = check_call(call, self._tools)
+            if isinstance(checked, str):
+                self._finish(slot, text_result(call, checked, is_error=True))
+                return
+            tool = self._tools[call.name]
+            result = await self._invoke(slot, tool, checked)
+            self._finish(slot, result)
+        except asyncio.CancelledError:
+            text = INTERRUPTED if slot.started else NOT_RUN
+            self._finish(slot, text_result(call, text, is_error=True))
+            raise
+
+    async def _invoke(
+        self, slot: _Slot, tool: Tool, arguments: dict[str, Any]
+    ) -> ToolResultMessage:
+        call = slot.call
+        try:
+            kwargs = tool.validate(arguments)
+        except ValidationError as exc:
+            return text_result(
+                call, format_validation_error(call.name, exc, arguments), is_error=True
+            )
+        info = ToolCallInfo(call, tool, kwargs, self._deps)
+        if self._before is not None:
+            try:
+                decision = await resolve(self._before(info))
+            except Exception as exc:
+                return _hook_failed("before_tool_call", call, exc)
+            if isinstance(decision, Deny):
+                if decision.terminate:
+                    slot.terminate = decision.reason
+                    self._terminated = True
+                return text_result(call, f"Denied: {decision.reason}", is_error=True)
+            changed = decision.arguments if isinstance(decision, Allow) else decision
+            if isinstance(changed, dict):
+                try:
+                    kwargs = tool.validate(changed)
+                except ValidationError as exc:
+                    return text_result(
+                        call, format_validation_error(call.name, exc, changed), is_error=True
+                    )
+                info = ToolCallInfo(call, tool, kwargs, self._deps)
+        result = await self._execute(slot, tool, kwargs)
+        if self._after is not None:
+            try:
+                replaced = await resolve(self._after(info, result))
+            except Exception as exc:
+                return _hook_failed("after_tool_call", call, exc)
+            if isinstance(replaced, ToolResultMessage):
+                # A hook may rewrite a result, never re-address it: the protocol pairs by id.
+                result = replaced.model_copy(
+                    update={"tool_call_id": call.id, "tool_name": call.name}
+                )
+        return result
+
+    async def _execute(self, slot: _Slot, tool: Tool, kwargs: dict[str, Any]) -> ToolResultMessage:
+        call = slot.call
+        resource = tool.resource_of(kwargs) if self._mode == "parallel" else None
+        turn: asyncio.Future[None] | None = None
+        if resource is not None:
+            # The write queue: calls on one resource run in declaration order.
+            previous = self._resource_tails.get(resource)
+            turn = asyncio.get_running_loop().create_future()
+            self._resource_tails[resource] = turn
+            if previous is not None:
+                await asyncio.shield(previous)
+        try:
+            if self._signal.aborted:
+                return text_result(call, NOT_RUN, is_error=True)
+            ctx = ToolContext(
+                call.id,
+                call.name,
+                self._signal,
+                lambda update: self._emit(ToolExecutionUpdate(call.id, update)),
+                self._deps,
+            )
+            slot.started = True
+            try:
+                async with asyncio.timeout(tool.timeout_seconds) as deadline:
+                    value = await tool.call(kwargs, ctx)
+            except TimeoutError:
+                if deadline.expired():
+                    return text_result(
+                        call,
+                        f"Timed out: tool {call.name!r} ran longer than "
+                        f"{tool.timeout_seconds:g} s and was cancelled; it may have partly "
+                        "completed.",
+                        is_error=True,
+                    )
+                return text_result(call, "TimeoutError: the tool timed out", is_error=True)
+            except ToolError as exc:
+                return text_result(call, str(exc) or type(exc).__name__, is_error=True)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if (task is not None and task.cancelling()) or not self._signal.aborted:
+                    raise
+                return text_result(call, INTERRUPTED, is_error=True)
+            except Exception as exc:
+                return text_result(call, f"{type(exc).__name__}: {exc}", is_error=True)
+            return to_result(call, value)
+        finally:
+            if turn is not None and not turn.done():
+                turn.set_result(None)
+
+
+def _hook_failed(hook: str, call: ToolCallBlock, exc: Exception) -> ToolResultMessage:
+    return text_result(
+        call,
+        f"The {hook} hook failed ({type(exc).__name__}: {exc}); the call was not completed.",
+        is_error=True,
+    )

@@ -1,0 +1,332 @@
+"""Tool definitions: `@tool` turns a typed function into a `Tool` with a JSON schema (pydantic).
+
+A parameter annotated `ToolContext` is not part of the schema; it receives the abort signal, the call
+id and a progress callback. Google-style ``Args:`` sections of the docstring describe the parameters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, get_type_hints, overload
+
+import docstring_parser
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic.fields import FieldInfo
+
+from ._errors import ToolDefinitionError
+from ._messages import ImageBlock, TextBlock
+
+_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+class AbortSignal:
+    """Set when the run is aborted. Tools should check it and stop early.
+
+    Readable from any thread (sync tools run in a worker thread).
+    """
+
+    def __init__(self) -> None:
+        self._aborted = False
+        self.reason: str | None = None
+        self._waiters: list[asyncio.Future[None]] = []
+        self._callbacks: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def aborted(self) -> bool:
+        """True once the run has been aborted."""
+        return self._aborted
+
+    def set(self, reason: str | None = None) -> None:
+        """Abort (idempotent). Call from the event loop's thread."""
+        if self._aborted:
+            return
+        self._aborted = True
+        self.reason = reason
+        with self._lock:
+            waiters, self._waiters = self._waiters, []
+            callbacks = list(self._callbacks)
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        for callback in callbacks:
+            callback()
+
+    def add_callback(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` on abort; returns a function that removes it."""
+        with self._lock:
+            self._callbacks.append(callback)
+
+        def remove() -> None:
+            with self._lock:
+                if callback in self._callbacks:
+                    self._callbacks.remove(callback)
+
+        return remove
+
+    def future(self) -> asyncio.Future[None]:
+        """A future resolved on abort (already resolved if aborted)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._aborted:
+            fut.set_result(None)
+        else:
+            with self._lock:
+                self._waiters.append(fut)
+        return fut
+
+    async def wait(self) -> None:
+        """Return once the run is aborted."""
+        await self.future()
+
+    def raise_if_aborted(self) -> None:
+        """Raise `asyncio.CancelledError` if the run was aborted (for cooperative tools)."""
+        if self._aborted:
+            raise asyncio.CancelledError(self.reason or "aborted")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What a tool may receive besides its arguments (annotate a parameter with this type).
+
+    Attributes:
+        call_id: the id of the tool call being run.
+        tool_name: the tool's name.
+        signal: the run's abort signal.
+        progress: ``progress(update)`` emits a tool-execution update event.
+        deps: the ``deps`` object given to the `Agent`.
+    """
+
+    call_id: str
+    tool_name: str
+    signal: AbortSignal
+    progress: Callable[[Any], None]
+    deps: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool may return when plain text is not enough.
+
+    Attributes:
+        content: text or blocks the model reads.
+        is_error: report a failure the model should act on.
+        details: structured data for the application, not sent to the model.
+    """
+
+    content: str | list[TextBlock | ImageBlock]
+    is_error: bool = False
+    details: Any = None
+
+
+ToolFunction = Callable[..., Any]
+ResourceKey = Callable[[dict[str, Any]], str | None]
+
+
+@dataclass(eq=False)
+class Tool:
+    """A tool the model can call.
+
+    Args:
+        name: 1-64 characters of letters, digits, ``_`` or ``-`` (Anthropic tool-name rule).
+        description: what the tool does, for the model.
+        function: sync or async; called with the validated arguments as keywords (plus the
+            `ToolContext` parameter when it has one).
+        args_model: the pydantic model that validates the arguments and gives the JSON schema.
+        timeout_seconds: cancel a call that runs longer; its result says so.
+        resource: names the resource a call mutates, from the validated arguments (a parameter name
+            or a function); calls on the same resource run one after another in declaration order.
+        run_in_thread: run a sync function in a worker thread (default) so it does not block the loop.
+
+    Raises:
+        ToolDefinitionError: the name is invalid.
+    """
+
+    name: str
+    description: str
+    function: ToolFunction
+    args_model: type[BaseModel]
+    timeout_seconds: float | None = None
+    resource: str | ResourceKey | None = None
+    run_in_thread: bool = True
+    context_param: str | None = None
+    is_async: bool = field(init=False)
+    input_schema: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not _NAME_RE.match(self.name):
+            raise ToolDefinitionError(
+                f"tool name {self.name!r} must be 1-64 letters, digits, '_' or '-'"
+            )
+        self.is_async = inspect.iscoroutinefunction(self.function)
+        schema = self.args_model.model_json_schema()
+        schema.pop("title", None)
+        schema.setdefault("properties", {})
+        self.input_schema = schema
+
+    def resource_of(self, args: dict[str, Any]) -> str | None:
+        """The resource a call with ``args`` mutates, or None."""
+        if self.resource is None:
+            return None
+        if isinstance(self.resource, str):
+            value = args.get(self.resource)
+            return None if value is None else f"{self.name}:{value}"
+        return self.resource(args)
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Validate ``arguments``; returns the keywords to call the function with.
+
+        Raises:
+            pydantic.ValidationError: with every field error.
+        """
+        model = self.args_model.model_validate(arguments)
+        return {name: getattr(model, name) for name in type(model).model_fields}
+
+    def call(self, kwargs: dict[str, Any], ctx: ToolContext) -> Awaitable[Any]:
+        """Start the function; returns an awaitable of its return value."""
+        if self.context_param is not None:
+            kwargs = {**kwargs, self.context_param: ctx}
+        if self.is_async:
+            return self.function(**kwargs)  # type: ignore[no-any-return]
+        if self.run_in_thread:
+            return asyncio.to_thread(self.function, **kwargs)
+        return _completed(self.function(**kwargs))
+
+
+async def _completed(value: Any) -> Any:
+    return value
+
+
+class _ArgsBase(BaseModel):
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+
+def tool_from_function(
+    function: ToolFunction,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_seconds: float | None = None,
+    resource: str | ResourceKey | None = None,
+    run_in_thread: bool = True,
+) -> Tool:
+    """Build a `Tool` from a typed function (see `tool`).
+
+    Raises:
+        ToolDefinitionError: a parameter has no annotation, or ``*args``/``**kwargs`` are used.
+    """
+    tool_name = name or function.__name__
+    doc = docstring_parser.parse(inspect.getdoc(function) or "")
+    param_docs = {p.arg_name: p.description for p in doc.params}
+    try:
+        hints = get_type_hints(function)
+    except Exception as exc:
+        raise ToolDefinitionError(f"tool {tool_name!r}: cannot resolve annotations: {exc}") from exc
+    fields: dict[str, Any] = {}
+    context_param = None
+    for param in inspect.signature(function).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ToolDefinitionError(f"tool {tool_name!r}: *args and **kwargs are not supported")
+        annotation = hints.get(param.name, inspect.Parameter.empty)
+        if annotation is ToolContext:
+            context_param = param.name
+            continue
+        if annotation is inspect.Parameter.empty:
+            raise ToolDefinitionError(
+                f"tool {tool_name!r}: parameter {param.name!r} needs a type annotation"
+            )
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (
+            annotation,
+            FieldInfo(default=default, description=param_docs.get(param.name)),
+        )
+    args_model = create_model(f"{tool_name}_arguments", __base__=_ArgsBase, **fields)
+    text = description
+    if text is None:
+        text = "\n\n".join(part for part in (doc.short_description, doc.long_description) if part)
+    return Tool(
+        name=tool_name,
+        description=text or tool_name,
+        function=function,
+        args_model=args_model,
+        timeout_seconds=timeout_seconds,
+        resource=resource,
+        run_in_thread=run_in_thread,
+        context_param=context_param,
+    )
+
+
+@overload
+def tool(function: ToolFunction, /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_seconds: float | None = None,
+    resource: str | ResourceKey | None = None,
+    run_in_thread: bool = True,
+) -> Callable[[ToolFunction], Tool]: ...
+
+
+def tool(
+    function: ToolFunction | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_seconds: float | None = None,
+    resource: str | ResourceKey | None = None,
+    run_in_thread: bool = True,
+) -> Tool | Callable[[ToolFunction], Tool]:
+    """Turn a typed function into a `Tool`: ``@tool`` or ``@tool(timeout_seconds=5)``.
+
+    The name is the function's, the description its docstring, the JSON schema comes from the
+    annotated parameters (pydantic), parameter descriptions from the docstring's ``Args:``.
+
+    Raises:
+        ToolDefinitionError: a parameter lacks an annotation or the name is invalid.
+    """
+
+    def wrap(fn: ToolFunction) -> Tool:
+        return tool_from_function(
+            fn,
+            name=name,
+            description=description,
+            timeout_seconds=timeout_seconds,
+            resource=resource,
+            run_in_thread=run_in_thread,
+        )
+
+    return wrap(function) if function is not None else wrap
+
+
+def format_validation_error(tool_name: str, error: ValidationError, arguments: Any) -> str:
+    """Every field error of ``error`` on its own line, then the arguments received."""
+    lines = [f"Invalid arguments for tool {tool_name!r} ({error.error_count()} error(s)):"]
+    for item in error.errors(include_url=False):
+        where = ".".join(str(part) for part in item["loc"]) or "(arguments)"
+        lines.append(f"- {where}: {item['msg']}")
+    lines.append(f"Arguments received: {_cap(repr_json(arguments), 500)}")
+    lines.append("Fix the arguments and call the tool again.")
+    return "\n".join(lines)
+
+
+def repr_json(value: Any) -> str:
+    """Compact JSON text of ``value`` (falls back to repr)."""
+    import json
+
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _cap(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
