@@ -40,6 +40,16 @@ TRUNCATED = (
 )
 
 
+_JSON_KINDS = {
+    "NoneType": "null",
+    "list": "array",
+    "str": "string",
+    "int": "number",
+    "float": "number",
+    "bool": "boolean",
+}
+
+
 async def resolve(value: Any) -> Any:
     """Await ``value`` if it is awaitable (hooks may be sync or async)."""
     if inspect.isawaitable(value):
@@ -68,27 +78,23 @@ def check_call(call: ToolCallBlock, tools: dict[str, Tool]) -> str | dict[str, A
         if close:
             text += f" Did you mean {close[0]!r}?"
         return text
+    value = call.input
     if call.raw_arguments is not None:
         try:
-            json.loads(call.raw_arguments)
+            value = json.loads(call.raw_arguments)
         except ValueError as exc:
-            problem = str(exc)
-        else:
-            problem = "the arguments were incomplete"
-        return (
-            f"Invalid arguments for tool {call.name!r}: not valid JSON ({problem}). "
-            f"Raw arguments: {_cap(call.raw_arguments)!r}. Send the arguments as one JSON object."
-        )
-    if not isinstance(call.input, dict):
-        kind = "null" if call.input is None else type(call.input).__name__
-        kind = {"list": "array", "str": "string", "int": "number", "float": "number"}.get(
-            kind, kind
-        )
+            return (
+                f"Invalid arguments for tool {call.name!r}: not valid JSON ({exc}). "
+                f"Raw arguments: {_cap(call.raw_arguments)}. Send the arguments as one JSON object."
+            )
+    if not isinstance(value, dict):
+        kind = _JSON_KINDS.get(type(value).__name__, type(value).__name__)
+        shown = call.raw_arguments if call.raw_arguments is not None else repr_json(value)
         return (
             f"Invalid arguments for tool {call.name!r}: expected a JSON object, got {kind}: "
-            f"{_cap(repr_json(call.input))}. Send the arguments as one JSON object."
+            f"{_cap(shown)}. Send the arguments as one JSON object."
         )
-    return call.input
+    return value
 
 
 def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:

@@ -232,12 +232,12 @@ def validate_definition(
         raise MachineDefinitionError("invalid state machine:\n" + "\n".join(problems))
 
 
-@dataclass(slots=True)
 class _Holder:
     """The object `transitions` drives; its ``state`` attribute is the agent's state."""
 
-    state: str = State.IDLE.value
-    fired: str = ""
+    def __init__(self) -> None:
+        self.state = State.IDLE.value
+        self.fired = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +275,6 @@ class LoopMachine:
             initial=State.IDLE.value,
             auto_transitions=False,
             ignore_invalid_triggers=False,
-            model_override=True,
         )
         for spec in self.specs:
             self._add(spec)

@@ -115,7 +115,8 @@ class ToolCallBlock(_Model):
         name: the tool's name.
         input: the parsed arguments. Normally a JSON object; kept as sent when it is another JSON
             value (the engine then answers with an error result instead of running the tool).
-        raw_arguments: the argument text as received, set only when it did not parse as JSON.
+        raw_arguments: the argument text as received, set only when it did not parse as a JSON
+            object.
         truncated: the response ended (``max_tokens``) before this call was complete; it is never
             executed.
     """

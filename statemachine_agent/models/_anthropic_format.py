@@ -28,16 +28,19 @@ AUTH_ERROR_TYPES = frozenset({"authentication_error", "permission_error"})
 
 
 def parse_tool_arguments(raw: str) -> tuple[Any, str | None]:
-    """Parse streamed argument text: ``(value, None)``, or ``(None, raw)`` when it is not JSON.
+    """Parse streamed argument text: ``(object, None)``; ``(None, raw)`` when it is not JSON;
+    ``(value, raw)`` when it is JSON but not an object.
 
     Empty text means no arguments (``{}``), as the Anthropic API streams a call without input.
     """
     if not raw.strip():
         return {}, None
     try:
-        return json.loads(raw), None
+        value = json.loads(raw)
     except ValueError:
         return None, raw
+    # Keep the text of a value that is not an object: the error result quotes it as received.
+    return value, (None if isinstance(value, dict) else raw)
 
 
 def parse_block(data: dict[str, Any]) -> ContentBlock:
