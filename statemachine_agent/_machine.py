@@ -364,3 +364,9 @@ class LoopMachine:
     def on_exit(self, state: State, callback: Callable[[LoopData], None]) -> None:
         """Call ``callback(data)`` each time ``state`` is left (synchronously; no I/O)."""
         self._machine.get_state(state.value).add_callback("exit", callback)
+
+    # Added for the diagram renderer (issue 5): user callbacks are drawn by name.
+    def state_callbacks(self, state: State) -> tuple[list[Any], list[Any]]:
+        """The callbacks added with `on_enter` and `on_exit` for ``state``: ``(enter, exit)``."""
+        machine_state = self._machine.get_state(state.value)
+        return list(machine_state.on_enter), list(machine_state.on_exit)

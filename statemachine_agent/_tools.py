@@ -223,7 +223,8 @@ def tool_from_function(
     doc = docstring_parser.parse(inspect.getdoc(function) or "")
     param_docs = {p.arg_name: p.description for p in doc.params}
     try:
-        hints = get_type_hints(function)
+        # ToolContext resolves even where it was imported locally (string annotations).
+        hints = get_type_hints(function, localns={"ToolContext": ToolContext})
     except Exception as exc:
         raise ToolDefinitionError(f"tool {tool_name!r}: cannot resolve annotations: {exc}") from exc
     fields: dict[str, Any] = {}

@@ -14,7 +14,6 @@ from statemachine_agent import (
     Deny,
     State,
     ToolCallInfo,
-    ToolContext,
     ToolExecutionEnd,
     ToolExecutionStart,
     ToolResultMessage,
@@ -155,7 +154,7 @@ async def test_case06_invalid_or_non_object_arguments_never_run(raw: str, expect
     calls: list[object] = []
 
     @tool
-    def tag(tagIds: list[int] | None = None) -> str:  # noqa: N803 - the model's field name
+    def tag(tagIds: list[int] | None = None) -> str:
         """Tag things."""
         calls.append(tagIds)
         return "tagged"

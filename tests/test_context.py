@@ -1,0 +1,85 @@
+"""Context projection: what a provider may receive, incrementally."""
+
+from __future__ import annotations
+
+import pytest
+
+from statemachine_agent import (
+    AssistantMessage,
+    InvalidHistoryError,
+    StopReason,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultMessage,
+    UserMessage,
+)
+from statemachine_agent._context import NO_RESULT, ContextProjector, project
+from statemachine_agent.testing import find_violations
+
+
+def calls(*ids: str) -> AssistantMessage:
+    return AssistantMessage(
+        content=[ToolCallBlock(id=i, name="f", input={}) for i in ids], stop_reason="tool_use"
+    )
+
+
+def result(i: str) -> ToolResultMessage:
+    return ToolResultMessage(tool_call_id=i, tool_name="f", content=[TextBlock(text=i)])
+
+
+def test_repairs() -> None:
+    history = [
+        UserMessage(content=[TextBlock(text=" "), TextBlock(text="q")]),
+        AssistantMessage(
+            content=[TextBlock(text=""), *calls("a", "b").content], stop_reason="tool_use"
+        ),
+        result("b"),
+        result("x"),  # orphan
+        UserMessage("steer"),
+        AssistantMessage(
+            content=[TextBlock(text="partial"), ToolCallBlock(id="p", name="f", input={})],
+            stop_reason=StopReason.ABORTED,
+        ),
+        UserMessage("again"),
+        AssistantMessage(content=[TextBlock(text="cut")], stop_reason=StopReason.ABORTED),
+    ]
+    out = project(history)
+    assert [m.role for m in out] == [
+        "user",
+        "assistant",
+        "tool_result",
+        "tool_result",
+        "user",
+        "assistant",
+        "user",
+    ]
+    assert out[0].content == [TextBlock(text="q")]
+    assert [r.tool_call_id for r in out[2:4]] == ["a", "b"]
+    assert out[2].text == NO_RESULT and out[2].is_error
+    assert out[5].content == [TextBlock(text="partial")]  # text only; trailing aborted one dropped
+    assert not find_violations(out, request=True)
+
+
+def test_pause_turn_continuation_is_joined() -> None:
+    first = AssistantMessage(content=[TextBlock(text="a")], stop_reason="pause_turn")
+    second = AssistantMessage(content=[TextBlock(text="b")], stop_reason="end_turn")
+    out = project([UserMessage("q"), first, second, UserMessage("next")])
+    assert [m.role for m in out] == ["user", "assistant", "user"]
+    assert out[1].text == "ab"
+
+
+def test_projector_is_incremental_and_detects_replacement() -> None:
+    history: list = [UserMessage("q"), calls("a"), result("a")]
+    projector = ContextProjector()
+    first = projector.project(history)
+    assert len(first) == 3
+    history += [calls("b"), result("b")]
+    second = projector.project(history)
+    assert len(second) == 5 and second[0] is history[0]
+    assert projector.project(list(history[:3])) == history[:3]  # a new list starts over
+
+
+def test_projector_raises_on_duplicate_ids() -> None:
+    history = [UserMessage("q"), calls("a"), result("a"), calls("a"), result("a")]
+    with pytest.raises(InvalidHistoryError, match="appears twice"):
+        ContextProjector().project(history)

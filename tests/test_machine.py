@@ -1,0 +1,112 @@
+"""The machine: DESIGN section 1 as data, validated up front."""
+
+from __future__ import annotations
+
+import pytest
+
+from statemachine_agent import (
+    TERMINAL_STATES,
+    AssistantMessage,
+    LoopData,
+    LoopMachine,
+    MachineDefinitionError,
+    State,
+    TextBlock,
+    ToolCallBlock,
+    TransitionSpec,
+)
+from statemachine_agent._machine import TRANSITIONS, validate_definition
+
+
+def reply(stop_reason: str, *, calls: int = 0) -> AssistantMessage:
+    content = [TextBlock(text="t")] + [
+        ToolCallBlock(id=f"c{i}", name="f", input={}) for i in range(calls)
+    ]
+    return AssistantMessage(content=content, stop_reason=stop_reason)
+
+
+def machine_at(state: State) -> LoopMachine:
+    machine = LoopMachine()
+    machine._holder.state = state.value  # test set-up only
+    return machine
+
+
+@pytest.mark.parametrize(
+    ("response", "queued", "dest", "label"),
+    [
+        (reply("refusal", calls=1), False, State.DONE, "refusal"),
+        (reply("end_turn", calls=1), False, State.EXECUTING_TOOLS, "tool_calls"),
+        (reply("max_tokens", calls=1), False, State.EXECUTING_TOOLS, "tool_calls"),
+        (reply("pause_turn"), False, State.AWAITING_MODEL, "pause_turn"),
+        (reply("max_tokens"), False, State.AWAITING_MODEL, "max_tokens"),
+        (reply("end_turn"), True, State.AWAITING_MODEL, "queued_input"),
+        (reply("end_turn"), False, State.DONE, "final_answer"),
+        (reply("stop_sequence"), False, State.DONE, "final_answer"),
+        (reply("unknown_reason"), False, State.DONE, "final_answer"),
+    ],
+)
+def test_model_replied_branches(
+    response: AssistantMessage, queued: bool, dest: State, label: str
+) -> None:
+    fired = machine_at(State.AWAITING_MODEL).fire(
+        "model_replied", LoopData(response=response, queued_input=queued)
+    )
+    assert (fired.dest, fired.label) == (dest, label)
+
+
+def test_continuation_cap_falls_through_to_done() -> None:
+    data = LoopData(response=reply("pause_turn"), continuations=3, max_continuations=3)
+    assert machine_at(State.AWAITING_MODEL).fire("model_replied", data).dest is State.DONE
+
+
+@pytest.mark.parametrize(
+    ("data", "dest"),
+    [
+        (LoopData(turns=5, max_turns=5), State.MAX_TURNS),
+        (LoopData(keep_going=False), State.MAX_TURNS),
+        (LoopData(terminate=True), State.ABORTED),
+        (LoopData(), State.AWAITING_MODEL),
+    ],
+)
+def test_tools_finished_branches(data: LoopData, dest: State) -> None:
+    assert machine_at(State.EXECUTING_TOOLS).fire("tools_finished", data).dest is dest
+
+
+def test_start_from_idle_and_every_terminal_state() -> None:
+    for state in (State.IDLE, *TERMINAL_STATES):
+        assert machine_at(state).fire("start", LoopData()).dest is State.AWAITING_MODEL
+
+
+def test_abort_and_fail_sources() -> None:
+    for state in (State.AWAITING_MODEL, State.EXECUTING_TOOLS):
+        assert machine_at(state).fire("abort", LoopData()).dest is State.ABORTED
+    assert machine_at(State.AWAITING_MODEL).fire("fail", LoopData()).dest is State.FAILED
+    with pytest.raises(MachineDefinitionError):
+        machine_at(State.DONE).fire("abort", LoopData())
+
+
+def test_definition_is_valid_and_invalid_ones_are_refused() -> None:
+    validate_definition(State, TRANSITIONS)
+    without_fail = [t for t in TRANSITIONS if t.trigger != "fail"]
+    with pytest.raises(MachineDefinitionError, match="'failed' is unreachable"):
+        validate_definition(State, without_fail)
+    without_start = [t for t in TRANSITIONS if t.trigger != "start"]
+    with pytest.raises(MachineDefinitionError, match="dead end"):
+        validate_definition(State, without_start)
+
+
+def test_user_guards_callbacks_and_transitions() -> None:
+    machine = LoopMachine()
+    entered: list[str] = []
+    machine.on_enter(State.EXECUTING_TOOLS, lambda data: entered.append("tools"))
+    machine.add_guard("tools_finished", State.AWAITING_MODEL, lambda data: data.turns < 2)
+    machine.fire("start", LoopData())
+    machine.fire("model_replied", LoopData(response=reply("tool_use", calls=1)))
+    assert entered == ["tools"]
+    # The added guard fails, so no tools_finished transition passes: a hole is reported.
+    with pytest.raises(MachineDefinitionError, match="no guard"):
+        machine.fire("tools_finished", LoopData(turns=3))
+    machine.add_transition(
+        TransitionSpec("tools_finished", (State.EXECUTING_TOOLS,), State.DONE, label="budget")
+    )
+    assert machine.fire("tools_finished", LoopData(turns=3)).label == "budget"

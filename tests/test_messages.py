@@ -1,0 +1,85 @@
+"""Messages: discriminated pydantic models that round-trip through one TypeAdapter."""
+
+from __future__ import annotations
+
+from statemachine_agent import (
+    HISTORY_ADAPTER,
+    AssistantMessage,
+    ImageBlock,
+    ProviderBlock,
+    StopReason,
+    TextBlock,
+    ThinkingBlock,
+    ToolCallBlock,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+
+
+def sample_history() -> list:
+    return [
+        UserMessage("hello"),
+        UserMessage(
+            content=[TextBlock(text="see"), ImageBlock(media_type="image/png", data="aGk=")]
+        ),
+        AssistantMessage(
+            content=[
+                ThinkingBlock(thinking="hmm", signature="sig"),
+                TextBlock(text="Calling."),
+                ToolCallBlock(id="c1", name="f", input={"a": 1}),
+                ToolCallBlock(id="c2", name="g", input=None, raw_arguments='{"a":'),
+                ProviderBlock(data={"type": "server_tool_use", "id": "s", "input": {}}),
+            ],
+            stop_reason="tool_use",
+            usage=Usage(input_tokens=3, output_tokens=4, cache_write_tokens=5, cache_read_tokens=6),
+            model="claude",
+        ),
+        ToolResultMessage(tool_call_id="c1", tool_name="f", content=[TextBlock(text="ok")]),
+        ToolResultMessage(
+            tool_call_id="c2", tool_name="g", content=[TextBlock(text="bad")], is_error=True
+        ),
+        AssistantMessage(content=[TextBlock(text="?")], stop_reason="some_future_reason"),
+    ]
+
+
+def test_history_round_trips_unchanged() -> None:
+    history = sample_history()
+    data = HISTORY_ADAPTER.dump_json(history)
+    back = HISTORY_ADAPTER.validate_json(data)
+    assert back == history
+    assert HISTORY_ADAPTER.dump_json(back) == data
+
+
+def test_stop_reasons_known_and_unknown() -> None:
+    known = AssistantMessage(stop_reason="end_turn")
+    assert known.stop_reason is StopReason.END_TURN
+    unknown = AssistantMessage(stop_reason="brand_new")
+    assert unknown.stop_reason == "brand_new" and not isinstance(unknown.stop_reason, StopReason)
+    assert {r.value for r in StopReason} >= {
+        "end_turn",
+        "tool_use",
+        "max_tokens",
+        "stop_sequence",
+        "pause_turn",
+        "refusal",
+        "model_context_window_exceeded",
+        "aborted",
+        "error",
+    }
+
+
+def test_usage_adds() -> None:
+    total = Usage(input_tokens=1, cache_read_tokens=2) + Usage(
+        output_tokens=3, cache_write_tokens=4
+    )
+    assert total == Usage(
+        input_tokens=1, output_tokens=3, cache_write_tokens=4, cache_read_tokens=2
+    )
+    assert total.total_tokens == 10
+
+
+def test_message_helpers() -> None:
+    message = sample_history()[2]
+    assert [c.id for c in message.tool_calls] == ["c1", "c2"]
+    assert message.text == "Calling."

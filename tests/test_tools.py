@@ -1,0 +1,84 @@
+"""Tool definitions from typed functions."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from pydantic import BaseModel
+
+from statemachine_agent import Tool, ToolContext, ToolDefinitionError, tool
+from statemachine_agent._execution import to_result
+from statemachine_agent._messages import TextBlock, ToolCallBlock
+
+
+def test_schema_and_descriptions_from_signature_and_docstring() -> None:
+    @tool
+    def get_weather(city: str, ctx: ToolContext, days: int = 1) -> str:
+        """Get the weather forecast.
+
+        Args:
+            city: the city name.
+            days: how many days ahead.
+        """
+        return city
+
+    assert get_weather.name == "get_weather"
+    assert get_weather.description == "Get the weather forecast."
+    schema = get_weather.input_schema
+    assert set(schema["properties"]) == {"city", "days"}
+    assert schema["required"] == ["city"]
+    assert schema["properties"]["city"]["description"] == "the city name."
+    assert get_weather.context_param == "ctx"
+
+
+class Point(BaseModel):
+    x: int
+    y: int
+
+
+def test_nested_pydantic_argument() -> None:
+    @tool(name="move", timeout_seconds=3)
+    async def move_to(point: Point) -> str:
+        """Move."""
+        return f"{point.x},{point.y}"
+
+    assert isinstance(move_to, Tool) and move_to.name == "move" and move_to.timeout_seconds == 3
+    assert move_to.validate({"point": {"x": 1, "y": 2}})["point"] == Point(x=1, y=2)
+
+
+def test_definition_errors() -> None:
+    with pytest.raises(ToolDefinitionError, match="annotation"):
+        tool(lambda x: x)
+    with pytest.raises(ToolDefinitionError, match="name"):
+
+        @tool(name="has space")
+        def f() -> None: ...
+
+
+def test_return_values_become_results() -> None:
+    call = ToolCallBlock(id="c", name="f", input={})
+    assert to_result(call, "hi").text == "hi"
+    assert to_result(call, None).text == "(no output)"
+    assert to_result(call, {"a": 1}).text == '{"a": 1}'
+    assert to_result(call, [TextBlock(text="x")]).text == "x"
+
+
+def test_sync_tools_run_in_a_thread() -> None:
+    import threading
+
+    main = threading.get_ident()
+
+    @tool
+    def where() -> int:
+        """Which thread."""
+        return threading.get_ident()
+
+    from statemachine_agent._tools import AbortSignal
+
+    ctx = ToolContext("c", "where", AbortSignal(), lambda u: None)
+    assert asyncio.run(_await(where.call({}, ctx))) != main
+
+
+async def _await(awaitable: object) -> object:
+    return await awaitable  # type: ignore[misc]
