@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Self
 
 from ._context import ContextProjector, project
 from ._errors import (
@@ -64,6 +65,7 @@ from .models._base import (
     ToolCallDelta,
     ToolDefinition,
 )
+from .session import SessionLog, attach_session
 
 logger = logging.getLogger("statemachine_agent")
 
@@ -117,6 +119,8 @@ class Agent:
         deps: any object; tools and hooks receive it.
         messages: a history to start from.
         model_settings: provider options sent with each request.
+        session: a `SessionLog`, or a path for a new append-only JSONL log of this agent's
+            messages, tool results, states and runs (see `Agent.resume`).
 
     Raises:
         ToolDefinitionError: two tools share a name.
@@ -142,6 +146,7 @@ class Agent:
         deps: Any = None,
         messages: Sequence[Message] = (),
         model_settings: dict[str, Any] | None = None,
+        session: str | os.PathLike[str] | SessionLog | None = None,
     ) -> None:
         if tool_execution not in ("parallel", "sequential"):
             raise UsageError("tool_execution must be 'parallel' or 'sequential'")
@@ -185,6 +190,35 @@ class Agent:
         self._tool_definitions = [
             ToolDefinition(t.name, t.description, t.input_schema) for t in self.tools.values()
         ]
+        self.session: SessionLog | None = None
+        if session is not None:
+            self.session = attach_session(self, session)
+
+    @classmethod
+    def resume(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        model: Model,
+        tools: Iterable[Tool | ToolFunction] = (),
+        strict: bool = True,
+        fsync: bool = False,
+        **kwargs: Any,
+    ) -> Self:
+        """Continue the session logged at ``path``: its history (dangling calls answered with an
+        error result, written to the log) and state, logging on to the same file.
+
+        Args:
+            path: the JSONL session log (a missing or empty file starts a new one).
+            model, tools, kwargs: as for `Agent` (the log holds no model client or key).
+            strict: see `read_session`; False skips unreadable lines with a warning.
+            fsync: see `SessionLog`.
+
+        Raises:
+            SessionCorruptError: ``strict`` and a line before the end of the log is unreadable.
+        """
+        log = SessionLog.open(path, fsync=fsync, strict=strict)
+        return cls(model, tools=tools, session=log, **kwargs)
 
     # -- public state -------------------------------------------------------------------------
 

@@ -30,9 +30,10 @@ from ._messages import (
 from ._protocol import find_violations, is_user_side
 
 NO_RESULT = (
-    "No result recorded: the run ended before this call finished; it may or may not have run; "
-    "check before retrying."
+    "no result recorded: the run ended before this call finished; it may or may not have run; "
+    "check before retrying"
 )
+"""The result of a call that has none (the session-log repair uses the same text)."""
 
 _INCOMPLETE = (StopReason.ABORTED, StopReason.ERROR)
 

@@ -357,6 +357,17 @@ class LoopMachine:
             for s in self.specs
         ]
 
+    def restore(self, state: State) -> None:
+        """Put the machine in ``state`` without a transition (resuming a saved session).
+
+        Raises:
+            MachineDefinitionError: ``state`` is not ``idle`` or terminal (a run cannot be resumed
+                mid-flight).
+        """
+        if state is not State.IDLE and state not in TERMINAL_STATES:
+            raise MachineDefinitionError(f"cannot restore the mid-run state {state.value!r}")
+        self._machine.set_state(state.value, model=self._holder)
+
     def on_enter(self, state: State, callback: Callable[[LoopData], None]) -> None:
         """Call ``callback(data)`` each time ``state`` is entered (synchronously; no I/O)."""
         self._machine.get_state(state.value).add_callback("enter", callback)

@@ -1,0 +1,49 @@
+"""Session logs: append-only JSONL persistence, crash-safe resume, dangling-call repair, and
+compaction at turn boundaries.
+
+``Agent(model, session="run.jsonl")`` logs a new session; ``Agent.resume("run.jsonl", model=...,
+tools=...)`` continues one after a crash or a normal exit. See the README section "Persisting and
+resuming a session".
+"""
+
+from __future__ import annotations
+
+from ._compaction import (
+    SUMMARY_PREFIX,
+    Summarize,
+    compact,
+    compact_history,
+    find_cut_points,
+    kept_window_start,
+)
+from ._log import RECOVERED, SessionLog, attach_session
+from ._read import (
+    FORMAT,
+    NO_RESULT_RECORDED,
+    VERSION,
+    Record,
+    SessionCorruptError,
+    SessionData,
+    load_history,
+    read_session,
+)
+
+__all__ = [
+    "FORMAT",
+    "NO_RESULT_RECORDED",
+    "RECOVERED",
+    "SUMMARY_PREFIX",
+    "VERSION",
+    "Record",
+    "SessionCorruptError",
+    "SessionData",
+    "SessionLog",
+    "Summarize",
+    "attach_session",
+    "compact",
+    "compact_history",
+    "find_cut_points",
+    "kept_window_start",
+    "load_history",
+    "read_session",
+]

@@ -1,0 +1,287 @@
+"""`SessionLog`: the append-only JSONL writer, attached to an agent by subscribing to its events.
+
+One JSON object per line, each written whole and flushed (``fsync=True`` also syncs it to disk):
+
+- ``header``: ``format``, ``version``, ``created_at`` (ISO 8601, UTC), ``model`` (its name only,
+  never its client or key), ``tools`` (names);
+- ``message``: a message appended to the history (prompt, response, result, injected input);
+- ``tool_result``: a result the moment its call finished (completion order, before the batch
+  completes); the same result appended later is not logged again. ``"repair": true`` marks the
+  error result a resume gave a call the log had no result for;
+- ``state``: ``source``, ``dest``, ``trigger``, ``label`` of each transition;
+- ``run_start`` / ``run_end`` (``state``, ``turns``, ``usage``, ``stop_reason``, ``error``);
+- ``history``: the whole history replaced (``reason``: ``initial``, ``compaction``, ``replaced``).
+
+Every line after the header carries ``time`` (Unix seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from .._errors import UsageError
+from .._events import (
+    Event,
+    MessageEnd,
+    RunEnd,
+    RunStart,
+    StateChanged,
+    ToolExecutionEnd,
+)
+from .._machine import TERMINAL_STATES, State
+from .._messages import HISTORY_ADAPTER, MESSAGE_ADAPTER, Message, ToolResultMessage
+from ._read import FORMAT, VERSION, SessionData, read_session
+
+if TYPE_CHECKING:
+    from .._agent import Agent
+
+logger = logging.getLogger("statemachine_agent.session")
+
+RECOVERED = "the process ended during this run; recovered from the session log"
+
+
+class SessionLog:
+    """An append-only session log.
+
+    ``SessionLog(path)`` starts a new log (the file must not hold one yet);
+    `SessionLog.open` continues an existing one. Pass either to ``Agent(..., session=...)``, or a
+    path (a new log). `Agent.resume` opens and attaches in one step.
+
+    Args:
+        path: the JSONL file.
+        fsync: ``os.fsync`` after each line (survives power loss, slower); flushing each line
+            already survives the process being killed.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
+        self.path = Path(path)
+        self.fsync = fsync
+        self.data: SessionData | None = None
+        self._file: BinaryIO | None = None
+        self._has_header = False
+        self._logged_results: set[str] = set()
+        self._lock = threading.Lock()
+        self._unsubscribe: Callable[[], None] | None = None
+
+    # -- opening ------------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike[str], *, fsync: bool = False, strict: bool = True
+    ) -> SessionLog:
+        """Open a log to continue it: read it, drop a torn last line, and write the repairs.
+
+        Each call with no recorded result gets the `NO_RESULT_RECORDED` error result, and a run
+        the process died in is closed as ``aborted``; both are written to the log, so opening it
+        again adds nothing. A missing or empty file is a new log.
+
+        Raises:
+            SessionCorruptError: ``strict`` and a line before the end is unreadable (see
+                `read_session`).
+            AgentError: the file is not a session log.
+        """
+        log = cls(path, fsync=fsync)
+        data = read_session(path, strict=strict)
+        log.data = data
+        log._has_header = data.header is not None
+        if log.path.exists():
+            # Cut a torn tail so the next line does not glue onto it and corrupt the middle.
+            with log.path.open("r+b") as file:
+                file.truncate(data.valid_bytes)
+                if data.valid_bytes:
+                    file.seek(data.valid_bytes - 1)
+                    if file.read(1) != b"\n":
+                        file.write(b"\n")
+        log._open_file()
+        for repair in data.repairs:
+            log._write({"type": "tool_result", "repair": True, "message": _dump(repair)})
+        if data.run_open:
+            source = data.state or State.IDLE
+            log._write(
+                {
+                    "type": "state",
+                    "source": source.value,
+                    "dest": State.ABORTED.value,
+                    "trigger": "resume",
+                    "label": "recovered",
+                }
+            )
+            log._write({"type": "run_end", "state": State.ABORTED.value, "error": RECOVERED})
+            data.state, data.run_open = State.ABORTED, False
+        return log
+
+    @property
+    def messages(self) -> list[Message]:
+        """The history the log held when opened, repaired (empty for a new log)."""
+        return list(self.data.messages) if self.data is not None else []
+
+    @property
+    def state(self) -> State:
+        """The state to resume in: the last one recorded (``aborted`` for a run the process died
+        in; ``idle`` for a new log)."""
+        state = self.data.state if self.data is not None else None
+        if state is None or (state is not State.IDLE and state not in TERMINAL_STATES):
+            return State.IDLE if state is None else State.ABORTED
+        return state
+
+    def _open_file(self) -> None:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("ab")
+
+    # -- attaching ----------------------------------------------------------------------------
+
+    def attach(self, agent: Agent) -> None:
+        """Write the header (for a new log) and log the agent's events from now on.
+
+        An agent constructed with no history takes the log's (and its state); one constructed
+        with a history different from the log's has it written as a ``history`` line.
+
+        Raises:
+            UsageError: a new `SessionLog` on a file that already holds a log, or the log is
+                already attached to an agent.
+        """
+        if self._unsubscribe is not None:
+            raise UsageError(f"session log {self.path} is already attached to an agent")
+        if self.data is None and self.path.exists() and self.path.stat().st_size > 0:
+            raise UsageError(
+                f"session log {self.path} already exists; continue it with "
+                "Agent.resume(path, model=..., tools=...) or choose a new path"
+            )
+        self._open_file()
+        if not self._has_header:
+            self._write_header(agent)
+        logged = self.messages
+        if not agent.messages and logged:
+            agent.messages = logged
+            if self.state is not State.IDLE:
+                agent.machine.restore(self.state)
+        elif list(agent.messages) != logged:
+            reason = "replaced" if logged else "initial"
+            self.record_history(agent.messages, reason=reason)
+        self._unsubscribe = agent.subscribe(self.record)
+
+    def detach(self) -> None:
+        """Stop logging the agent's events."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+    def close(self) -> None:
+        """Detach and close the file (lines recorded afterwards are dropped with a warning)."""
+        self.detach()
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def __enter__(self) -> SessionLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _write_header(self, agent: Agent) -> None:
+        name = getattr(agent.model, "name", None)
+        self._write(
+            {
+                "type": "header",
+                "format": FORMAT,
+                "version": VERSION,
+                "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                # The name only: the model object may hold a client and its API key.
+                "model": name if isinstance(name, str) else None,
+                "model_class": type(agent.model).__name__,
+                "tools": sorted(agent.tools),
+            },
+            stamp=False,
+        )
+        self._has_header = True
+
+    def record(self, event: Event) -> None:
+        """Log ``event`` if it matters (the subscriber `attach` installs)."""
+        if isinstance(event, MessageEnd):
+            message = event.message
+            if (
+                isinstance(message, ToolResultMessage)
+                and message.tool_call_id in self._logged_results
+            ):
+                self._logged_results.discard(message.tool_call_id)  # logged when it finished
+                return
+            self._write({"type": "message", "message": _dump(message)})
+        elif isinstance(event, ToolExecutionEnd):
+            self._write({"type": "tool_result", "message": _dump(event.result)})
+            self._logged_results.add(event.result.tool_call_id)
+        elif isinstance(event, StateChanged):
+            self._write(
+                {
+                    "type": "state",
+                    "source": event.source,
+                    "dest": event.dest,
+                    "trigger": event.trigger,
+                    "label": event.label,
+                }
+            )
+        elif isinstance(event, RunStart):
+            self._write({"type": "run_start"})
+        elif isinstance(event, RunEnd):
+            result = event.result
+            self._write(
+                {
+                    "type": "run_end",
+                    "state": result.state.value,
+                    "turns": result.turns,
+                    "usage": result.usage.model_dump(mode="json"),
+                    "stop_reason": None if result.stop_reason is None else str(result.stop_reason),
+                    "error": result.error,
+                }
+            )
+
+    def record_history(
+        self, messages: Sequence[Message], *, reason: str, summary: str | None = None
+    ) -> None:
+        """Log that the history was replaced by ``messages`` (a compaction, or a new start)."""
+        body: dict[str, Any] = {
+            "type": "history",
+            "reason": reason,
+            "messages": HISTORY_ADAPTER.dump_python(list(messages), mode="json"),
+        }
+        if summary is not None:
+            body["summary"] = summary
+        self._write(body)
+
+    def _write(self, body: dict[str, Any], *, stamp: bool = True) -> None:
+        if stamp:
+            body["time"] = round(time.time(), 6)
+        line = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        with self._lock:
+            if self._file is None:
+                logger.warning(
+                    "session log %s is closed; dropped a %s line", self.path, body["type"]
+                )
+                return
+            self._file.write(line)  # one whole line per write: a crash tears at most the last
+            self._file.flush()
+            if self.fsync:
+                os.fsync(self._file.fileno())
+
+
+def _dump(message: Message) -> Any:
+    return MESSAGE_ADAPTER.dump_python(message, mode="json")
+
+
+def attach_session(agent: Agent, session: str | os.PathLike[str] | SessionLog) -> SessionLog:
+    """Attach ``session`` (a `SessionLog`, or a path for a new log) to ``agent``; return it."""
+    log = session if isinstance(session, SessionLog) else SessionLog(session)
+    log.attach(agent)
+    return log

@@ -1,0 +1,310 @@
+"""Reading a session log back: parse its lines, rebuild the history, find the calls to repair.
+
+Rebuilding is by tool-call id, not by line order: results are logged in completion order (the moment
+each call finishes), so they are put back in declaration order directly after their assistant
+message, before anything logged later (DESIGN invariant 1). Reading never writes; `SessionLog.open`
+writes the repairs this module finds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .._context import NO_RESULT
+from .._errors import AgentError
+from .._machine import State
+from .._messages import (
+    HISTORY_ADAPTER,
+    MESSAGE_ADAPTER,
+    AssistantMessage,
+    Message,
+    StopReason,
+    ToolResultMessage,
+    Usage,
+    text_result,
+)
+
+logger = logging.getLogger("statemachine_agent.session")
+
+FORMAT = "statemachine-agent-session"
+VERSION = 1
+
+# The error text of a call whose result the log does not hold (the process died first); the same
+# text the context projection gives any call without a result.
+NO_RESULT_RECORDED = NO_RESULT
+
+RECORD_TYPES = frozenset(
+    {"header", "message", "tool_result", "state", "run_start", "run_end", "history"}
+)
+_INCOMPLETE = (StopReason.ABORTED, StopReason.ERROR)
+
+
+class SessionCorruptError(AgentError):
+    """A line in the middle of a session log cannot be read.
+
+    Attributes:
+        path: the log.
+        problems: ``(line number, what is wrong)`` for each unreadable line (1-based).
+        data: everything the other lines hold, rebuilt (`SessionData`): nothing else is lost.
+    """
+
+    def __init__(self, path: Path, problems: list[tuple[int, str]], data: SessionData) -> None:
+        self.path = path
+        self.problems = problems
+        self.data = data
+        lines = "; ".join(f"line {n}: {why}" for n, why in problems)
+        super().__init__(
+            f"session log {path} has {len(problems)} unreadable line(s) before its end: {lines}. "
+            "The other lines were read (see .data); pass strict=False to resume without them."
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One readable line: its 1-based ``line`` number, ``type`` and parsed ``body`` (the JSON
+    object), plus ``message`` for ``message`` and ``tool_result`` lines and ``messages`` for
+    ``history`` lines."""
+
+    line: int
+    type: str
+    body: dict[str, Any]
+    message: Message | None = None
+    messages: tuple[Message, ...] = ()
+
+
+@dataclass(slots=True)
+class SessionData:
+    """What a session log holds.
+
+    Attributes:
+        path: the log.
+        header: the header line's object (None for an empty log).
+        records: every readable line after the header, in file order.
+        history: the rebuilt history in protocol order, without repairs (dangling calls unanswered).
+        repairs: the error results the dangling calls need, in history order.
+        messages: ``history`` with ``repairs`` in place: what a resumed agent starts from.
+        state: the last state recorded (None when none was).
+        run_open: a run started and never ended (the process died during it).
+        corrupt: ``(line, reason)`` of unreadable lines before the end.
+        torn_tail: ``(line, reason)`` of the unreadable lines at the end (a crash mid-write),
+            dropped.
+        valid_bytes: the file length up to the end of the last readable line.
+        notes: other problems found while rebuilding (a result for an unknown call, a duplicate
+            result, an unknown record type), each naming its line.
+    """
+
+    path: Path
+    header: dict[str, Any] | None = None
+    records: list[Record] = field(default_factory=list)
+    history: list[Message] = field(default_factory=list)
+    repairs: list[ToolResultMessage] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+    state: State | None = None
+    run_open: bool = False
+    corrupt: list[tuple[int, str]] = field(default_factory=list)
+    torn_tail: list[tuple[int, str]] = field(default_factory=list)
+    valid_bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def usage(self) -> Usage:
+        """Tokens of every response in the log (compacted ones included)."""
+        total = Usage()
+        seen: set[int] = set()
+        for record in self.records:
+            message = record.message
+            if isinstance(message, AssistantMessage) and id(message) not in seen:
+                seen.add(id(message))
+                total = total + message.usage
+        return total
+
+    @property
+    def state_path(self) -> list[str]:
+        """The states the log went through, in order (``idle`` first when any is recorded)."""
+        path: list[str] = []
+        for record in self.records:
+            if record.type == "state":
+                if not path:
+                    path.append(str(record.body.get("source")))
+                path.append(str(record.body.get("dest")))
+        return path
+
+
+def _parse(line: int, raw: bytes) -> Record:
+    """Parse one line. Raises ValueError saying what is wrong."""
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not valid JSON ({exc})") from None
+    if not isinstance(body, dict) or not isinstance(body.get("type"), str):
+        raise ValueError("not a JSON object with a 'type'")
+    kind = body["type"]
+    try:
+        if kind in ("message", "tool_result"):
+            message = MESSAGE_ADAPTER.validate_python(body.get("message"))
+            if kind == "tool_result" and not isinstance(message, ToolResultMessage):
+                raise ValueError("a 'tool_result' line holds no tool result")
+            return Record(line, kind, body, message=message)
+        if kind == "history":
+            return Record(
+                line, kind, body, messages=tuple(HISTORY_ADAPTER.validate_python(body["messages"]))
+            )
+    except (ValidationError, KeyError) as exc:
+        raise ValueError(f"not a valid {kind!r} line ({_short(exc)})") from None
+    return Record(line, kind, body)
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def read_session(path: str | os.PathLike[str], *, strict: bool = True) -> SessionData:
+    """Read a session log without changing it.
+
+    Unreadable lines at the end (a crash mid-write) are dropped with a warning. Unreadable lines
+    before the end are corruption.
+
+    Args:
+        path: the JSONL log.
+        strict: raise on corruption; with False, log a warning and keep everything else.
+
+    Returns:
+        The `SessionData` (empty when the file does not exist or is empty).
+
+    Raises:
+        SessionCorruptError: ``strict`` and a line before the end is unreadable; it names each
+            line and carries everything else, rebuilt.
+        AgentError: the file is not a session log, or a newer format version.
+    """
+    data = SessionData(Path(path))
+    try:
+        raw = data.path.read_bytes()
+    except FileNotFoundError:
+        return data
+    offset = 0
+    bad: list[tuple[int, str]] = []  # unreadable lines since the last readable one
+    for number, chunk in enumerate(raw.splitlines(keepends=True), start=1):
+        end = offset + len(chunk)
+        offset = end
+        if not chunk.strip():
+            continue
+        try:
+            record = _parse(number, chunk)
+        except ValueError as exc:
+            bad.append((number, str(exc)))
+            continue
+        data.corrupt.extend(bad)
+        bad = []
+        data.valid_bytes = end
+        if record.type == "header":
+            if data.header is not None or data.records:
+                data.notes.append(f"line {number}: a second header")
+                continue
+            _check_header(data.path, record.body)
+            data.header = record.body
+            continue
+        if data.header is None:
+            raise AgentError(
+                f"{data.path} is not a session log: line {number} comes before any header"
+            )
+        data.records.append(record)
+    if bad:
+        data.torn_tail = bad
+        logger.warning(
+            "session log %s: dropped %d unreadable line(s) at its end (line %s; a crash "
+            "mid-write): %s",
+            data.path,
+            len(bad),
+            bad[0][0],
+            bad[0][1],
+        )
+    _rebuild(data)
+    if data.corrupt:
+        if strict:
+            raise SessionCorruptError(data.path, data.corrupt, data)
+        for number, why in data.corrupt:
+            logger.warning("session log %s: line %d skipped: %s", data.path, number, why)
+    return data
+
+
+def _check_header(path: Path, header: dict[str, Any]) -> None:
+    if header.get("format") != FORMAT:
+        raise AgentError(f"{path} is not a session log (header format {header.get('format')!r})")
+    version = header.get("version")
+    if not isinstance(version, int) or version > VERSION:
+        raise AgentError(
+            f"{path} is session log format version {version!r}; this library reads up to "
+            f"{VERSION}. Upgrade statemachine-agent."
+        )
+
+
+def _rebuild(data: SessionData) -> None:
+    """Fill ``history``, ``repairs``, ``messages``, ``state`` and ``run_open`` from the records."""
+    spine: list[Message] = []  # user and assistant messages in log order
+    results: dict[str, ToolResultMessage] = {}
+    result_lines: dict[str, int] = {}
+    for record in data.records:
+        message = record.message
+        if record.type == "history":
+            spine = [m for m in record.messages if not isinstance(m, ToolResultMessage)]
+            for m in record.messages:
+                if isinstance(m, ToolResultMessage):
+                    results[m.tool_call_id] = m
+                    result_lines[m.tool_call_id] = record.line
+        elif isinstance(message, ToolResultMessage):
+            known = result_lines.get(message.tool_call_id)
+            if known is None:
+                results[message.tool_call_id] = message
+                result_lines[message.tool_call_id] = record.line
+            elif results[message.tool_call_id] != message:
+                data.notes.append(
+                    f"line {record.line}: a second, different result for call "
+                    f"{message.tool_call_id!r} (line {known} kept)"
+                )
+        elif message is not None:
+            spine.append(message)
+        elif record.type == "state":
+            try:
+                data.state = State(str(record.body.get("dest")))
+            except ValueError:
+                data.notes.append(f"line {record.line}: unknown state {record.body.get('dest')!r}")
+        elif record.type == "run_start":
+            data.run_open = True
+        elif record.type == "run_end":
+            data.run_open = False
+        elif record.type not in RECORD_TYPES:
+            data.notes.append(f"line {record.line}: unknown record type {record.type!r}")
+    used: set[str] = set()
+    for message in spine:
+        data.history.append(message)
+        data.messages.append(message)
+        if not isinstance(message, AssistantMessage) or message.stop_reason in _INCOMPLETE:
+            continue
+        for call in message.tool_calls:
+            result = results.get(call.id)
+            if result is not None:
+                used.add(call.id)
+                data.history.append(result)
+                data.messages.append(result)
+            else:
+                repair = text_result(call, NO_RESULT_RECORDED, is_error=True)
+                data.repairs.append(repair)
+                data.messages.append(repair)
+    for call_id in sorted(set(results) - used, key=lambda i: result_lines[i]):
+        data.notes.append(
+            f"line {result_lines[call_id]}: result for call {call_id!r}, which no logged "
+            "assistant message holds (dropped)"
+        )
+
+
+def load_history(path: str | os.PathLike[str], *, strict: bool = True) -> list[Message]:
+    """The repaired history of a session log (read only; see `read_session`)."""
+    return read_session(path, strict=strict).messages
