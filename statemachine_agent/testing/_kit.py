@@ -1,0 +1,329 @@
+"""The pieces of the property-test kit: the kit's tools and model, one run driven with aborts and
+queued input at chosen events, and the DESIGN section 2 checks of what that run left.
+
+`AgentKit` is what a user's factory receives: ``kit.agent(**their_options)`` builds an `Agent` on the
+kit's model and tools (adding their tools and hooks). `drive_run` runs it once; `check_run` lists
+every invariant it broke (empty when all hold).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._agent import Agent
+from .._errors import ToolError, UsageError
+from .._events import (
+    Event,
+    RunEnd,
+    RunStart,
+    ToolExecutionEnd,
+    ToolExecutionStart,
+    TurnEnd,
+    TurnStart,
+)
+from .._execution import ToolExecution, resolve
+from .._hooks import BeforeToolCall, Deny, ToolCallInfo
+from .._machine import TERMINAL_STATES
+from .._messages import UserMessage
+from .._protocol import find_violations
+from .._result import RunResult
+from .._tools import Tool, ToolContext, tool
+from ..models._base import ModelRequest, StreamEvent
+from ..models._offline import ScriptedModel
+from .strategies import AbortPoint, Behaviour, QueuedInput
+
+
+@tool
+async def act(
+    behaviour: Behaviour, ctx: ToolContext, seconds: float = 0.0, text: str = "ok"
+) -> str:
+    """Do what the arguments say (the kit's test tool).
+
+    Args:
+        behaviour: return, raise, tool_error, sleep, ignore_abort, deny or deny_stop.
+        seconds: how long sleep and ignore_abort take.
+        text: what to return (or the error message).
+    """
+    if behaviour == "raise":
+        raise RuntimeError(f"act raised: {text}")
+    if behaviour == "tool_error":
+        raise ToolError(f"act failed: {text}")
+    if behaviour == "sleep":
+        try:
+            await asyncio.wait_for(ctx.signal.wait(), seconds)
+        except TimeoutError:
+            return text
+        return "stopped early: the run was aborted"
+    if behaviour == "ignore_abort":
+        await asyncio.sleep(seconds)
+    return text
+
+
+@tool(resource="key")
+def lookup(key: str) -> str:
+    """Look a key up (a sync tool run in a worker thread; calls on one key queue).
+
+    Args:
+        key: what to look up.
+    """
+    return f"value of {key}"
+
+
+KIT_TOOLS: tuple[Tool, ...] = (act, lookup)
+"""The kit's tools: ``act`` (does what its arguments say) and ``lookup`` (sync, keyed resource)."""
+
+
+def kit_before_tool_call(info: ToolCallInfo) -> Deny | None:
+    """Deny ``act`` calls whose behaviour is ``deny`` (or ``deny_stop``: ``terminate=True``)."""
+    behaviour = info.arguments.get("behaviour") if info.tool.name == "act" else None
+    if behaviour == "deny":
+        return Deny("the kit denies this call")
+    if behaviour == "deny_stop":
+        return Deny("the kit denies this call and stops the run", terminate=True)
+    return None
+
+
+def _chain(first: BeforeToolCall, then: BeforeToolCall | None) -> BeforeToolCall:
+    if then is None:
+        return first
+
+    async def chained(info: ToolCallInfo) -> Any:
+        decision = await resolve(first(info))
+        return decision if decision is not None else await resolve(then(info))
+
+    chained.__name__ = getattr(then, "__name__", "before_tool_call")
+    return chained
+
+
+class ScriptPlayer:
+    """A `Model` that plays the script loaded last (a `ScriptedModel` per run) and keeps every
+    request it received."""
+
+    def __init__(self) -> None:
+        self._current = ScriptedModel([])
+        self.requests: list[ModelRequest] = []
+
+    @property
+    def name(self) -> str:
+        """The model name reported."""
+        return "kit-script"
+
+    def load(self, steps: Sequence[dict[str, Any]]) -> None:
+        """Play ``steps`` from now on (an exhausted script fails the request)."""
+        self._current = ScriptedModel(list(steps), record_requests=False)
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Record the request and play the next step."""
+        self.requests.append(request)
+        return self._current.stream(request)
+
+
+@dataclass(slots=True)
+class AgentKit:
+    """What a factory receives to build the agent under test.
+
+    Attributes:
+        model: the kit's model; each run plays its own script.
+        tool_execution: ``"parallel"`` or ``"sequential"`` (drawn per example).
+        tools: the kit's tools.
+        abort_grace_seconds: short, so tools that ignore an abort are cancelled quickly.
+    """
+
+    model: ScriptPlayer
+    tool_execution: ToolExecution = "parallel"
+    tools: tuple[Tool, ...] = KIT_TOOLS
+    abort_grace_seconds: float = 0.002
+
+    def agent(
+        self,
+        *,
+        tools: Sequence[Tool | Callable[..., Any]] = (),
+        before_tool_call: BeforeToolCall | None = None,
+        **options: Any,
+    ) -> Agent:
+        """An `Agent` on the kit's model and tools plus ``tools``; ``before_tool_call`` runs after
+        the kit's own (which denies ``deny`` calls); other ``options`` go to `Agent` as they are."""
+        options.setdefault("abort_grace_seconds", self.abort_grace_seconds)
+        options.setdefault("tool_execution", self.tool_execution)
+        options.setdefault("model_retries", 1)
+        options.setdefault("retry_backoff_seconds", 0.001)
+        return Agent(
+            self.model,
+            tools=[*self.tools, *tools],
+            before_tool_call=_chain(kit_before_tool_call, before_tool_call),
+            **options,
+        )
+
+
+@dataclass(slots=True)
+class RunReport:
+    """What one driven run left.
+
+    Attributes:
+        started: False when ``run`` refused to start (nothing to continue).
+        result: the `RunResult` (from ``RunEnd`` when the task was cancelled).
+        cancelled: the task running the agent was cancelled.
+        events: every event of the run, in order.
+        requests: the requests the model received in the run.
+        history_before: the history's length before the run.
+    """
+
+    started: bool = True
+    result: RunResult | None = None
+    cancelled: bool = False
+    events: list[Event] = field(default_factory=list)
+    requests: list[ModelRequest] = field(default_factory=list)
+    history_before: int = 0
+
+
+def prefix_ids(script: Sequence[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
+    """``script`` with every tool-call id prefixed (ids stay unique across several runs)."""
+    out = []
+    for step in script:
+        content = step.get("content")
+        if isinstance(content, list):
+            step = {
+                **step,
+                "content": [
+                    {**b, "id": f"{prefix}{b['id']}"} if b.get("type") == "tool_use" else b
+                    for b in content
+                ],
+            }
+        out.append(step)
+    return out
+
+
+async def drive_run(
+    agent: Agent,
+    prompt: str | None,
+    *,
+    abort: AbortPoint | None = None,
+    inputs: Sequence[QueuedInput] = (),
+) -> RunReport:
+    """Run ``agent`` once (``prompt=None`` continues), aborting and queueing input when the run's
+    n-th event is emitted. A cancelled run's `asyncio.CancelledError` is caught and reported.
+
+    Returns:
+        The `RunReport`; ``started`` is False when ``run`` raised `UsageError` up front.
+    """
+    model = agent.model
+    first_request = len(model.requests) if isinstance(model, ScriptPlayer) else 0
+    report = RunReport(history_before=len(agent.messages))
+    task: asyncio.Future[RunResult] | None = None
+    for item in inputs:
+        if item.after_events == 0:
+            _queue(agent, item)
+
+    def on_event(event: Event) -> None:
+        report.events.append(event)
+        count = len(report.events)
+        for item in inputs:
+            if item.after_events == count:
+                _queue(agent, item)
+        if abort is not None and abort.after_events == count:
+            if abort.how == "abort" or task is None:
+                agent.abort("aborted by the property-test kit")
+            else:
+                task.cancel()
+
+    unsubscribe = agent.subscribe(on_event)
+    try:
+        task = asyncio.ensure_future(agent.run(prompt))
+        try:
+            report.result = await task
+        except UsageError:
+            report.started = False
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # the kit's own task was cancelled, not the run
+            report.cancelled = True
+            ends = [e for e in report.events if isinstance(e, RunEnd)]
+            report.result = ends[-1].result if ends else None
+    finally:
+        unsubscribe()
+    if isinstance(model, ScriptPlayer):
+        report.requests = model.requests[first_request:]
+    return report
+
+
+def _queue(agent: Agent, item: QueuedInput) -> None:
+    message = UserMessage(item.text)
+    if item.kind == "steer":
+        agent.steer(message)
+    else:
+        agent.follow_up(message)
+
+
+def check_history(agent: Agent) -> list[str]:
+    """Invariants 1-4 on the agent's whole history."""
+    return [f"history: {p}" for p in find_violations(agent.messages)]
+
+
+def check_run(agent: Agent, report: RunReport) -> list[str]:
+    """Every DESIGN section 2 invariant the run broke (empty when all hold).
+
+    1-4 on the history and on each request sent; 5: one ``run_end``, whose result's state is the
+    agent's state and terminal; 6: tool-execution starts and ends pair up by call id, turn starts
+    and ends alternate with matching numbers.
+    """
+    problems = check_history(agent)
+    if not report.started:
+        return problems
+    for n, request in enumerate(report.requests, 1):
+        problems += [f"request {n}: {p}" for p in find_violations(request.messages, request=True)]
+    problems += _check_ending(agent, report)
+    problems += _check_pairs(report.events)
+    return problems
+
+
+def _check_ending(agent: Agent, report: RunReport) -> list[str]:
+    problems = []
+    starts = sum(isinstance(e, RunStart) for e in report.events)
+    ends = [e for e in report.events if isinstance(e, RunEnd)]
+    if starts != 1 or len(ends) != 1:
+        problems.append(f"invariant 5: {starts} run_start and {len(ends)} run_end events")
+    if agent.state not in TERMINAL_STATES:
+        problems.append(f"invariant 5: the run ended in non-terminal state {agent.state.value!r}")
+    if report.result is not None and report.result.state != agent.state:
+        problems.append(
+            f"invariant 5: RunResult.state {report.result.state.value!r} != agent.state "
+            f"{agent.state.value!r}"
+        )
+    if agent.is_running:
+        problems.append("invariant 5: the agent still says it is running")
+    return problems
+
+
+def _check_pairs(events: Sequence[Event]) -> list[str]:
+    problems = []
+    started: Counter[str] = Counter()
+    ended: Counter[str] = Counter()
+    open_turn: int | None = None
+    for event in events:
+        if isinstance(event, ToolExecutionStart):
+            started[event.call.id] += 1
+        elif isinstance(event, ToolExecutionEnd):
+            if not started[event.call.id]:
+                problems.append(f"invariant 6: tool {event.call.id!r} ended before it started")
+            ended[event.call.id] += 1
+        elif isinstance(event, TurnStart):
+            if open_turn is not None:
+                problems.append(f"invariant 6: turn {event.turn} started inside turn {open_turn}")
+            open_turn = event.turn
+        elif isinstance(event, TurnEnd):
+            if open_turn != event.turn:
+                problems.append(f"invariant 6: turn_end {event.turn} without its turn_start")
+            open_turn = None
+    if open_turn is not None:
+        problems.append(f"invariant 6: turn {open_turn} never ended")
+    for call_id in sorted(set(started) | set(ended)):
+        if started[call_id] != 1 or ended[call_id] != 1:
+            problems.append(
+                f"invariant 6: tool {call_id!r} started {started[call_id]}x, "
+                f"ended {ended[call_id]}x"
+            )
+    return problems

@@ -1,0 +1,47 @@
+"""The stateful kit on the library itself: a plain agent and agents with correct hooks of every
+kind (issue 5, deliverable 6)."""
+
+from __future__ import annotations
+
+from statemachine_agent import Agent, Allow, LoopData, State, ToolCallInfo, TransitionSpec, TurnInfo
+from statemachine_agent.testing import AgentKit, agent_state_machine
+
+
+def plain(kit: AgentKit) -> Agent:
+    return kit.agent()
+
+
+def with_hooks(kit: AgentKit) -> Agent:
+    def before(info: ToolCallInfo) -> Allow | None:
+        # Rewrite lookups to one key (arguments are validated again by the engine).
+        return Allow({"key": "a"}) if info.tool.name == "lookup" else None
+
+    def keep_going(info: TurnInfo) -> bool:
+        return info.turn < 3
+
+    def quiet_guard(data: LoopData) -> bool:
+        return data.continuations < 2
+
+    agent = kit.agent(before_tool_call=before, should_continue=keep_going, max_turns=4)
+    agent.machine.add_guard("model_replied", State.AWAITING_MODEL, quiet_guard)
+    agent.machine.on_exit(State.EXECUTING_TOOLS, lambda data: None)
+    return agent
+
+
+def with_added_transition(kit: AgentKit) -> Agent:
+    def refuse_unknown_stop(data: LoopData) -> bool:
+        reason = None if data.response is None else data.response.stop_reason
+        return reason == "brand_new_reason" and not data.response.tool_calls  # type: ignore[union-attr]
+
+    agent = kit.agent()
+    agent.machine.add_transition(
+        TransitionSpec("model_replied", (State.AWAITING_MODEL,), State.DONE, (refuse_unknown_stop,))
+    )
+    return agent
+
+
+TestPlainAgent = agent_state_machine(plain, name="PlainAgent").TestCase
+TestAgentWithHooks = agent_state_machine(with_hooks, name="AgentWithHooks").TestCase
+TestAgentWithAddedTransition = agent_state_machine(
+    with_added_transition, name="AgentWithAddedTransition"
+).TestCase

@@ -1,0 +1,175 @@
+"""The kit catches broken hooks with a short shrunk example, and passes correct ones (issue 5,
+case 1)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from hypothesis import Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from statemachine_agent import (
+    Agent,
+    AssistantMessage,
+    LoopData,
+    MessageEnd,
+    State,
+    ToolCallInfo,
+    ToolResultMessage,
+    TransitionSpec,
+)
+from statemachine_agent.testing import AgentKit, agent_state_machine
+
+# Fixed settings: these tests are about what the kit finds, not about the profile in use.
+FIND = settings(
+    max_examples=100,
+    stateful_step_count=4,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    phases=[Phase.explicit, Phase.generate, Phase.shrink],
+)
+STEP = re.compile(r"^state\.(run|continue_run|queue_between_runs)\(", re.MULTILINE)
+
+
+def kit_failure(factory: Any) -> str:
+    """Run the kit on ``factory``'s agent, expect it to fail, return the shrunk example."""
+    with pytest.raises(AssertionError) as caught:
+        run_state_machine_as_test(agent_state_machine(factory), settings=FIND)
+    example = "\n".join(getattr(caught.value, "__notes__", []))
+    assert "Failing test case" in example, example
+    assert 1 <= len(STEP.findall(example)) <= 3, f"not shrunk to a short script:\n{example}"
+    return f"{caught.value}\n{example}"
+
+
+# -- broken hooks -------------------------------------------------------------------------------
+
+
+def drops_second_result(kit: AgentKit) -> Agent:
+    """An after_tool_call hook that drops the result of the batch's second call.
+
+    The engine re-addresses any result a hook returns to the call it ran for, so the only way a
+    hook can lose a result is by editing the history, which is what this one does.
+    """
+    dropping: set[str] = set()
+
+    def after_tool_call(info: ToolCallInfo, result: ToolResultMessage) -> None:
+        batch = next(m for m in reversed(agent.messages) if isinstance(m, AssistantMessage))
+        if len(batch.tool_calls) > 1 and info.call.id == batch.tool_calls[1].id:
+            dropping.add(info.call.id)
+
+    def drop(event: object) -> None:
+        message = getattr(event, "message", None) if isinstance(event, MessageEnd) else None
+        if isinstance(message, ToolResultMessage) and message.tool_call_id in dropping:
+            agent.messages.remove(message)
+
+    agent = kit.agent(after_tool_call=after_tool_call)
+    agent.subscribe(drop)
+    return agent
+
+
+def reorders_tool_calls(kit: AgentKit) -> Agent:
+    """A callback on entering executing_tools that reverses the response's content (so its tool
+    calls run, and are answered, in reverse order)."""
+
+    def reverse(data: LoopData) -> None:
+        if data.response is not None:
+            content = list(reversed(data.response.content))
+            data.response = data.response.model_copy(update={"content": content})
+
+    agent = kit.agent()
+    agent.machine.on_enter(State.EXECUTING_TOOLS, reverse)
+    return agent
+
+
+def skips_tool_results(kit: AgentKit) -> Agent:
+    """A guard that sends the run back to awaiting_model when the response has tool calls, so
+    they never get results."""
+
+    def has_calls(data: LoopData) -> bool:
+        return data.response is not None and bool(data.response.tool_calls)
+
+    agent = kit.agent()
+    agent.machine.add_transition(
+        TransitionSpec(
+            "model_replied", (State.AWAITING_MODEL,), State.AWAITING_MODEL, (has_calls,), "skip"
+        )
+    )
+    return agent
+
+
+def test_kit_catches_after_tool_call_dropping_the_second_result() -> None:
+    report = kit_failure(drops_second_result)
+    assert "have no result" in report or "before the results of" in report
+
+
+def test_kit_catches_enter_callback_reordering_tool_calls() -> None:
+    report = kit_failure(reorders_tool_calls)
+    assert "out of order" in report
+
+
+def test_kit_catches_guard_returning_to_awaiting_model_without_results() -> None:
+    report = kit_failure(skips_tool_results)
+    assert "before the results of" in report or "have no result" in report
+
+
+# -- correct hooks ------------------------------------------------------------------------------
+
+
+def over_budget(data: LoopData) -> bool:
+    """The budget: two turns per run."""
+    return data.turns >= 2
+
+
+def budget_and_audit(kit: AgentKit, audit: list[str]) -> Agent:
+    agent = kit.agent()
+    agent.machine.add_transition(
+        TransitionSpec("tools_finished", (State.EXECUTING_TOOLS,), State.MAX_TURNS, (over_budget,))
+    )
+    for state in State:
+        agent.machine.on_enter(state, lambda _data, s=state: audit.append(s.value))
+    return agent
+
+
+def test_kit_passes_a_budget_guard_and_an_audit_log() -> None:
+    audits: list[list[str]] = []
+
+    def factory(kit: AgentKit) -> Agent:
+        audits.append([])
+        return budget_and_audit(kit, audits[-1])
+
+    def check(agent: Agent) -> None:
+        log = audits[-1]
+        # The audit log saw every state the agent entered, ending where the agent is.
+        assert not log or log[-1] == agent.state.value, (log, agent.state)
+
+    run_state_machine_as_test(agent_state_machine(factory, check=check), settings=FIND)
+    assert any("max_turns" in log for log in audits), "the budget never ended a run"
+
+
+def test_budget_guard_ends_a_long_run_in_max_turns() -> None:
+    from statemachine_agent.testing import drive_run
+    from statemachine_agent.testing._kit import ScriptPlayer, check_run
+
+    audit: list[str] = []
+    kit = AgentKit(ScriptPlayer())
+    agent = budget_and_audit(kit, audit)
+    call = {"type": "tool_use", "name": "act", "input": {"behaviour": "return"}}
+    kit.model.load(
+        [{"content": [{**call, "id": f"c{i}"}], "stop_reason": "tool_use"} for i in range(4)]
+    )
+    import asyncio
+
+    report = asyncio.run(drive_run(agent, "go"))
+    assert report.result is not None and report.result.state is State.MAX_TURNS
+    assert report.result.turns == 2
+    assert check_run(agent, report) == []
+    assert audit == [
+        "awaiting_model",
+        "executing_tools",
+        "awaiting_model",
+        "executing_tools",
+        "max_turns",
+    ]
