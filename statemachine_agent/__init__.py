@@ -6,6 +6,7 @@ The public names are listed in ``__all__``; modules whose names start with ``_``
 from __future__ import annotations
 
 from ._agent import Agent
+from ._diagram import GraphvizNotFoundError, render_diagram
 from ._errors import (
     AgentBusyError,
     AgentError,
@@ -67,6 +68,7 @@ __all__ = [
     "AssistantMessage",
     "Deny",
     "Event",
+    "GraphvizNotFoundError",
     "ImageBlock",
     "InvalidHistoryError",
     "LoopData",
@@ -109,5 +111,6 @@ __all__ = [
     "UsageError",
     "UserMessage",
     "event_to_dict",
+    "render_diagram",
     "tool",
 ]

@@ -1,0 +1,320 @@
+"""``statemachine-agent run``: an agent working in a folder with the built-in workspace tools.
+
+Exit codes by terminal state (`EXIT_CODES`): ``done`` 0, ``failed`` 1, ``max_turns`` 3,
+``aborted`` 130 (Ctrl-C, as a shell reports an interrupted command); 2 is a usage error (click).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from .._agent import Agent
+from .._errors import UsageError
+from .._machine import State
+from .._result import RunResult
+from ..models._base import Model
+from ..models._offline import ScriptedModel
+from ..workspace import Permissions, Workspace, workspace_tools
+from ._view import JsonLinesView, LiveView, final_line
+
+EXIT_CODES = {State.DONE: 0, State.FAILED: 1, State.MAX_TURNS: 3, State.ABORTED: 130}
+"""The process exit code of each terminal state."""
+
+SYSTEM_PROMPT = """\
+You are a careful software agent working in the folder {root} (the workspace). Use the tools to \
+look around before you change anything: list_files, read_file, then edit_file or write_file, and \
+run_command to run tests or other commands. Paths are relative to the workspace; nothing outside \
+it can be read or changed. When the task is done, answer with a short summary of what you did \
+and how you checked it."""
+
+ABORT_REASON = "interrupted by the user (Ctrl-C)"
+
+
+def load_model(spec: str) -> Model:
+    """The model for ``--model``: ``script:FILE`` (a JSON list of `ScriptedModel` steps, or an
+    object with a ``steps`` list) or an Anthropic model name.
+
+    Raises:
+        click.BadParameter: the script cannot be read.
+        click.UsageError: a model name is given but ``ANTHROPIC_API_KEY`` is not set.
+    """
+    if spec.startswith("script:"):
+        path = Path(spec.removeprefix("script:")).expanduser()
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise click.BadParameter(
+                f"cannot read the script {path}: {exc}", param_hint="--model"
+            ) from exc
+        steps = data.get("steps") if isinstance(data, dict) else data
+        if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
+            raise click.BadParameter(
+                f"{path} must hold a JSON list of steps (Anthropic-shaped responses), or an "
+                'object {"steps": [...]}',
+                param_hint="--model",
+            )
+        return ScriptedModel(steps, name=f"script:{path.name}")
+    if not os.environ.get("ANTHROPIC_API_KEY"):
+        raise click.UsageError(
+            f"--model {spec} needs an Anthropic API key, and ANTHROPIC_API_KEY is not set.\n"
+            "Set it first (export ANTHROPIC_API_KEY=sk-ant-...; get a key at "
+            "console.anthropic.com), or run offline with --model script:FILE."
+        )
+    from ..models import AnthropicModel  # imported on use: it loads the anthropic SDK
+
+    model: Model = AnthropicModel(spec)
+    return model
+
+
+class Interrupts:
+    """Ctrl-C (SIGINT) while a run is in progress, and the confirmation prompts.
+
+    The first Ctrl-C aborts the run cleanly (the engine answers every open call; a prompt that
+    is waiting counts as "no"); a second one quits at once. The handler is installed with
+    ``loop.add_signal_handler``, so it wakes the loop whichever thread the signal lands on; for
+    the same reason prompts read the terminal through the loop instead of a blocking ``input``.
+
+    Args:
+        agent: the running agent.
+        view: paused during prompts and told when an abort is on its way (may be None).
+        console: where prompts are written.
+    """
+
+    def __init__(self, agent: Agent, view: LiveView | None, console: Console) -> None:
+        self.agent = agent
+        self.view = view
+        self.console = console
+        self.count = 0
+        self._answer: asyncio.Future[str | None] | None = None
+        self._prompting: asyncio.Lock | None = None
+
+    def _on_sigint(self) -> None:
+        self.count += 1
+        if self.count > 1:
+            raise KeyboardInterrupt
+        if self._answer is not None and not self._answer.done():
+            self._answer.set_result(None)
+        self.agent.abort(ABORT_REASON)
+        if self.view is not None:
+            self.view.note("Aborting… (press Ctrl-C again to quit at once)")
+
+    @contextmanager
+    def installed(self, loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+        """Handle SIGINT inside the block (where the loop can: its main thread, not Windows)."""
+        try:
+            loop.add_signal_handler(signal.SIGINT, self._on_sigint)
+        except (NotImplementedError, RuntimeError, ValueError):
+            yield
+            return
+        try:
+            yield
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+
+    async def confirm(self, question: str) -> bool:
+        """Ask the person at the terminal; no answer, EOF or Ctrl-C mean no. One prompt at a
+        time; the live view holds its output meanwhile."""
+        if self._prompting is None:
+            self._prompting = asyncio.Lock()
+        async with self._prompting:
+            if self.count:  # Ctrl-C came already: the run is being aborted
+                return False
+            with self.view.paused() if self.view is not None else nullcontext():
+                return await self._ask(question)
+
+    async def _ask(self, question: str) -> bool:
+        # rich's Confirm blocks in input(); this is its prompt, read without blocking the loop.
+        loop = asyncio.get_running_loop()
+        fd = sys.stdin.fileno()
+        while True:
+            self.console.print(f"{question} [bold magenta]\\[y/n][/] [cyan](n)[/]: ", end="")
+            answer: asyncio.Future[str | None] = loop.create_future()
+            self._answer = answer
+
+            def on_readable(answer: asyncio.Future[str | None] = answer) -> None:
+                if not answer.done():
+                    answer.set_result(os.read(fd, 4096).decode(errors="replace"))
+
+            loop.add_reader(fd, on_readable)
+            try:
+                line = await answer
+            finally:
+                loop.remove_reader(fd)
+                self._answer = None
+            if not line:  # Ctrl-C or end of input
+                self.console.print()
+                return False
+            reply = line.strip().lower()
+            if reply in ("y", "yes"):
+                return True
+            if reply in ("", "n", "no"):
+                return False
+            self.console.print("[prompt.invalid]Please enter Y or N")
+
+
+def build_agent(
+    workspace: Workspace,
+    model: Model,
+    *,
+    permissions: Permissions,
+    system: str | None = None,
+    max_turns: int = 50,
+    session: Path | None = None,
+    **kwargs: Any,
+) -> Agent:
+    """An agent with the workspace tools and the permission hook; with ``session``, it continues
+    (or starts) that session log."""
+    system_prompt = system if system is not None else SYSTEM_PROMPT.format(root=workspace.root)
+    options: dict[str, Any] = {
+        "tools": workspace_tools(workspace),
+        "system": system_prompt,
+        "max_turns": max_turns,
+        "before_tool_call": permissions,
+        **kwargs,
+    }
+    if session is not None:
+        return Agent.resume(session, model=model, **options)
+    return Agent(model, **options)
+
+
+def execute(
+    agent: Agent,
+    prompt: str,
+    *,
+    console: Console,
+    json_lines: bool = False,
+    interactive: bool = False,
+) -> RunResult:
+    """Run ``prompt`` on ``agent`` with a live view (or JSON lines on stdout) and Ctrl-C handling.
+
+    Args:
+        interactive: ask at the terminal for calls the permission hook does not allow already
+            (sets the hook's ``confirm``).
+
+    Returns:
+        The run's result; the final line has been printed (not in JSON mode).
+    """
+    view = None if json_lines else LiveView(console)
+    interrupts = Interrupts(agent, view, console)
+    if interactive and isinstance(agent.before_tool_call, Permissions):
+        agent.before_tool_call.confirm = interrupts.confirm
+    handler = view.handle if view is not None else JsonLinesView(sys.stdout).handle
+    unsubscribe = agent.subscribe(handler)
+
+    async def main() -> RunResult:
+        with interrupts.installed(asyncio.get_running_loop()):
+            return await agent.run(prompt)
+
+    try:
+        with view if view is not None else nullcontext():
+            result = asyncio.run(main())
+    finally:
+        unsubscribe()
+    if view is not None:
+        console.print(final_line(result))
+    return result
+
+
+def _interactive(console: Console) -> bool:
+    return console.is_terminal and sys.stdin.isatty()
+
+
+@click.command("run")
+@click.argument("prompt")
+@click.option(
+    "--workspace",
+    "-w",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=".",
+    show_default=True,
+    help="The folder the agent works in; its tools cannot reach outside it.",
+)
+@click.option(
+    "--model",
+    "-m",
+    "model_spec",
+    required=True,
+    metavar="NAME|script:FILE",
+    help="An Anthropic model name (needs ANTHROPIC_API_KEY), or script:FILE for an offline "
+    "run that plays back a JSON list of responses.",
+)
+@click.option("--max-turns", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option(
+    "--session",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A JSONL session log: continued when it exists, created otherwise.",
+)
+@click.option(
+    "--system",
+    "system_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A file holding the system prompt (the default describes the workspace).",
+)
+@click.option("--yes", "-y", is_flag=True, help="Allow every command and write without asking.")
+@click.option(
+    "--allow",
+    multiple=True,
+    metavar="RULE",
+    help="Allow without asking: run_command, write_file, edit_file, writes (both write tools), "
+    "or run_command:PREFIX (e.g. 'run_command:python3 -m unittest'). Repeatable.",
+)
+@click.option("--json", "json_lines", is_flag=True, help="Print events as JSON lines on stdout.")
+def run_command(
+    prompt: str,
+    workspace: Path,
+    model_spec: str,
+    max_turns: int,
+    session: Path | None,
+    system_file: Path | None,
+    yes: bool,
+    allow: Sequence[str],
+    json_lines: bool,
+) -> None:
+    """Run an agent on PROMPT in a workspace folder, showing the state machine as it goes.
+
+    Reading and listing files is always allowed. Commands and writes ask for confirmation in an
+    interactive terminal; --yes or --allow permit them up front; without a terminal (or with
+    --json) they are otherwise denied, and the model is told why. Ctrl-C aborts the run cleanly.
+
+    Exit codes: 0 done, 1 failed, 3 max_turns, 130 aborted, 2 usage error.
+    """
+    console = Console(stderr=json_lines)
+    try:
+        permissions = Permissions(allow_all=yes, allow=allow)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc), param_hint="--allow") from exc
+    model = load_model(model_spec)
+    system = system_file.read_text(encoding="utf-8") if system_file is not None else None
+    agent = build_agent(
+        Workspace(workspace),
+        model,
+        permissions=permissions,
+        system=system,
+        max_turns=max_turns,
+        session=session,
+    )
+    interactive = not json_lines and _interactive(console)
+    try:
+        result = execute(
+            agent, prompt, console=console, json_lines=json_lines, interactive=interactive
+        )
+    except KeyboardInterrupt:
+        console.print("[red]Interrupted: quit without waiting for the run to end.[/red]")
+        sys.exit(130)
+    finally:
+        if agent.session is not None:
+            agent.session.close()
+    if session is not None and not json_lines:
+        console.print(f"[dim]Session log: {session}[/dim]", soft_wrap=True)
+    sys.exit(EXIT_CODES.get(result.state, 1))

@@ -1,0 +1,282 @@
+"""The terminal views of a run: `LiveView` (rich) and `JsonLinesView` (one JSON event a line).
+
+`LiveView` keeps finished things (streamed answers, tool results, state transitions) in the
+scrollback and shows what is happening now below them in a rich ``Live`` region: the machine's
+state, turn and token counters, the text being streamed, and a spinner per running tool call.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import IO, Any
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.table import Table
+from rich.text import Text
+
+from .._events import (
+    Event,
+    MessageDelta,
+    MessageEnd,
+    MessageStart,
+    ModelRetry,
+    RunEnd,
+    StateChanged,
+    ToolExecutionEnd,
+    ToolExecutionStart,
+    TurnEnd,
+    TurnStart,
+    event_to_dict,
+)
+from .._machine import State
+from .._messages import AssistantMessage, ToolCallBlock, ToolResultMessage, Usage
+from .._result import RunResult
+
+STATE_STYLES = {
+    "idle": "dim",
+    "awaiting_model": "bold cyan",
+    "executing_tools": "bold yellow",
+    "done": "bold green",
+    "aborted": "bold red",
+    "max_turns": "bold magenta",
+    "failed": "bold red",
+}
+_ARG_KEYS = ("command", "path")
+_LINE = 100
+
+
+def _short(text: str, limit: int = _LINE) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def call_summary(call: ToolCallBlock) -> str:
+    """``name arg`` for a tool call: its command or path, else its arguments as JSON."""
+    args = call.input if isinstance(call.input, dict) else {}
+    for key in _ARG_KEYS:
+        if isinstance(args.get(key), str):
+            extra = ""
+            if call.name == "read_file" and ("start_line" in args or "end_line" in args):
+                extra = f" [{args.get('start_line', 1)}-{args.get('end_line', 'end')}]"
+            return f"{call.name} {_short(args[key], 70)}{extra}"
+    raw = json.dumps(call.input, ensure_ascii=False) if call.input else ""
+    return f"{call.name} {_short(raw, 70)}".rstrip()
+
+
+def result_summary(result: ToolResultMessage) -> str:
+    """One line about a tool result: the tool's own summary, else its first line."""
+    summary = result.details.get("summary") if isinstance(result.details, dict) else None
+    if isinstance(summary, str):
+        return summary
+    first = next((line for line in result.text.splitlines() if line.strip()), "")
+    return _short(first)
+
+
+def _mark(result: ToolResultMessage) -> tuple[str, str]:
+    if result.is_error:
+        return "✗", "red"
+    code = result.details.get("exit_code") if isinstance(result.details, dict) else None
+    if code not in (None, 0):  # the command ran, and failed: worth a look, not a tool error
+        return "!", "yellow"
+    return "✓", "green"
+
+
+def usage_text(usage: Usage) -> str:
+    """``1,234 in / 56 out tokens`` (cache reads and writes added when present)."""
+    text = f"{usage.input_tokens:,} in / {usage.output_tokens:,} out tokens"
+    if usage.cache_read_tokens or usage.cache_write_tokens:
+        text += f" (cache {usage.cache_read_tokens:,} read / {usage.cache_write_tokens:,} written)"
+    return text
+
+
+def final_line(result: RunResult) -> Text:
+    """The last line of a run: terminal state, turns, usage, and the error when there is one."""
+    state = result.state.value
+    line = Text.assemble(
+        (state, STATE_STYLES.get(state, "bold")),
+        f" · {result.turns} turn{'s' if result.turns != 1 else ''} · {usage_text(result.usage)}",
+    )
+    if result.error and result.state is not State.DONE:
+        line.append(f"\n{result.error}", style="red" if result.state is State.FAILED else "")
+    return line
+
+
+class LiveView:
+    """Renders an agent's events on a rich console (subscribe `handle` to the agent).
+
+    Args:
+        console: where to draw.
+        show_transitions: print each state transition as a dim line.
+    """
+
+    def __init__(self, console: Console, *, show_transitions: bool = True) -> None:
+        self.console = console
+        self.show_transitions = show_transitions
+        self.state = "idle"
+        self.turn = 0
+        self.usage = Usage()
+        self.streaming = ""
+        self.preparing: str | None = None
+        self.running: dict[str, tuple[ToolCallBlock, Spinner]] = {}
+        self.notice: str | None = None
+        self.started = time.monotonic()
+        self._paused = False
+        self._held: list[RenderableType] = []
+        self._live = Live(
+            console=console,
+            get_renderable=self._render,
+            refresh_per_second=12,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def __enter__(self) -> LiveView:
+        self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._live.stop()
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stop drawing (e.g. while a prompt waits for an answer); what events print meanwhile
+        is held and printed after."""
+        self._paused = True
+        self._live.stop()
+        try:
+            yield
+        finally:
+            self._live.start()
+            self._paused = False
+            for renderable in self._held:
+                self._live.console.print(renderable)
+            self._held.clear()
+
+    def note(self, text: str) -> None:
+        """Show ``text`` under the status line (e.g. "aborting...")."""
+        self.notice = text
+        self._refresh()
+
+    def _print(self, renderable: RenderableType) -> None:
+        if self._paused:
+            self._held.append(renderable)
+        else:
+            self._live.console.print(renderable)
+
+    def _refresh(self) -> None:
+        if not self._paused:
+            self._live.refresh()
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def handle(self, event: Event) -> None:
+        """Update the view with one event."""
+        print_ = self._print
+        if isinstance(event, StateChanged):
+            self.state = event.dest
+            if self.show_transitions:
+                print_(
+                    Text.assemble(
+                        ("  ", ""),
+                        (event.source, "dim"),
+                        (" → ", "dim"),
+                        (event.dest, STATE_STYLES.get(event.dest, "")),
+                        (f"  ({event.trigger}: {event.label})", "dim"),
+                    )
+                )
+        elif isinstance(event, TurnStart):
+            self.turn = event.turn
+        elif isinstance(event, MessageStart):
+            self.streaming, self.preparing = "", None
+        elif isinstance(event, MessageDelta):
+            if event.kind == "text":
+                self.streaming += event.delta
+            elif event.kind == "tool_call":
+                self.preparing = event.tool_name or self.preparing
+        elif isinstance(event, MessageEnd) and isinstance(event.message, AssistantMessage):
+            message = event.message
+            self.usage = self.usage + message.usage
+            text = message.text.strip()
+            if text:
+                print_(Text(text))
+            self.streaming, self.preparing = "", None
+        elif isinstance(event, ToolExecutionStart):
+            spinner = Spinner("dots", text=Text(call_summary(event.call), style="yellow"))
+            self.running[event.call.id] = (event.call, spinner)
+        elif isinstance(event, ToolExecutionEnd):
+            self.running.pop(event.call.id, None)
+            mark, style = _mark(event.result)
+            print_(
+                Text.assemble(
+                    (f"{mark} ", style),
+                    (call_summary(event.call), "bold"),
+                    (" — ", "dim"),
+                    (result_summary(event.result), "dim" if mark == "✓" else style),
+                )
+            )
+        elif isinstance(event, TurnEnd):
+            self.turn = event.turn
+        elif isinstance(event, ModelRetry):
+            print_(
+                Text(
+                    f"model request failed ({event.error}); retry {event.attempt} in "
+                    f"{event.delay_seconds:g} s",
+                    style="yellow",
+                )
+            )
+        elif isinstance(event, RunEnd):
+            self.state = event.result.state.value
+        self._refresh()
+
+    # -- drawing --------------------------------------------------------------------------------
+
+    def _status(self) -> Table:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_row(
+            Text(self.state, style=STATE_STYLES.get(self.state, "bold")),
+            Text(f"turn {self.turn}", style="dim"),
+            Text(usage_text(self.usage), style="dim"),
+            Text(f"{time.monotonic() - self.started:.0f} s", style="dim"),
+        )
+        return grid
+
+    def _render(self) -> RenderableType:
+        parts: list[RenderableType] = []
+        if self.streaming.strip():
+            parts.append(Text(self.streaming))
+        if self.preparing:
+            parts.append(Spinner("dots", text=Text(f"writing a {self.preparing} call", "dim")))
+        parts.extend(spinner for _, spinner in self.running.values())
+        if self.state == "awaiting_model" and not self.streaming and not self.preparing:
+            parts.append(Spinner("dots", text=Text("waiting for the model", style="dim")))
+        parts.append(self._status())
+        if self.notice:
+            parts.append(Text(self.notice, style="yellow"))
+        return Group(*parts)
+
+
+class JsonLinesView:
+    """Writes each event as one JSON line (``event_to_dict``) for scripts.
+
+    Args:
+        stream: where to write (flushed after each line).
+    """
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def handle(self, event: Event) -> None:
+        """Write ``event`` as a JSON line."""
+        self.stream.write(json.dumps(event_to_dict(event), ensure_ascii=False, default=str) + "\n")
+        self.stream.flush()
+
+
+EventHandler = Callable[[Event], Any]

@@ -1,0 +1,208 @@
+"""The ``run_command`` tool: a shell command in the workspace, with a timeout and an output cap.
+
+The command runs in a new session (its own process group), so on abort, timeout or cancellation
+the whole group is killed: background children included. Its standard input is empty, so it never
+reads the terminal the agent runs in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+from dataclasses import dataclass, field
+
+from .._tools import Tool, ToolContext, ToolResult, tool
+from ._paths import Workspace
+
+DEFAULT_TIMEOUT_SECONDS = 120.0
+MAX_TIMEOUT_SECONDS = 600.0
+MAX_OUTPUT_CHARS = 30_000
+"""Output shown to the model: the first third and the last two thirds of this are kept."""
+TERM_GRACE_SECONDS = 0.5
+"""After SIGTERM to the group, how long to wait before SIGKILL."""
+DRAIN_SECONDS = 1.0
+"""After the shell exits, how long background children may keep its output open."""
+_READ_CHUNK = 65536
+
+
+@dataclass
+class _Output:
+    """Head and tail of a stream of bytes, never more than ``keep`` bytes of each."""
+
+    keep: int
+    head: bytearray = field(default_factory=bytearray)
+    tail: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.keep - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            del self.tail[: max(len(self.tail) - self.keep, 0)]
+
+    def text(self) -> str:
+        """The output, cut in the middle (with a note) when longer than ``MAX_OUTPUT_CHARS``."""
+        first = MAX_OUTPUT_CHARS // 3
+        last = MAX_OUTPUT_CHARS - first
+        if self.total == len(self.head) + len(self.tail):
+            whole = bytes(self.head + self.tail).decode("utf-8", errors="replace")
+            if len(whole) <= MAX_OUTPUT_CHARS:
+                return whole
+            head, tail = whole[:first], whole[-last:]
+        else:
+            head = bytes(self.head).decode("utf-8", errors="replace")[:first]
+            tail = bytes(self.tail).decode("utf-8", errors="replace")[-last:]
+        omitted = max(self.total - len(head.encode()) - len(tail.encode()), 0)
+        return (
+            f"{head}\n[... output cut: {omitted} of {self.total} bytes omitted. Redirect the "
+            f"output to a file and read parts of it to see more ...]\n{tail}"
+        )
+
+
+async def _pump(stream: asyncio.StreamReader, output: _Output) -> None:
+    while chunk := await stream.read(_READ_CHUNK):
+        output.add(chunk)
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """Also tells when the shell itself exited: ``Process.wait`` waits for the pipes to close
+    too, which background children holding the output can delay forever."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=2**16, loop=loop)
+        self.exited: asyncio.Future[None] = loop.create_future()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+async def _kill_group(pgid: int, exited: asyncio.Future[None]) -> None:
+    """SIGTERM the command's group, give it a moment, then SIGKILL whatever is left."""
+    _signal_group(pgid, signal.SIGTERM)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(exited), TERM_GRACE_SECONDS)
+    _signal_group(pgid, signal.SIGKILL)
+    await asyncio.shield(exited)
+
+
+async def run_shell(
+    command: str, cwd: str, ctx: ToolContext | None, timeout_seconds: float
+) -> ToolResult:
+    """Run ``command`` with ``sh`` in ``cwd``; see the module docstring.
+
+    Returns:
+        A `ToolResult` whose text holds the (capped) output and the exit code; ``details`` has
+        ``exit_code``, ``pid`` (= the process group id), ``timed_out``, ``aborted``, ``summary``.
+    """
+    output = _Output(keep=MAX_OUTPUT_CHARS * 4)
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.subprocess_shell(
+        lambda: _Protocol(loop),
+        command,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    pgid = transport.get_pid()
+    assert protocol.stdout is not None
+    reader = asyncio.ensure_future(_pump(protocol.stdout, output))
+    exited = protocol.exited
+    abort = ctx.signal.future() if ctx is not None else loop.create_future()
+    outcome = "exited"
+    try:
+        done, _ = await asyncio.wait(
+            (exited, abort), timeout=timeout_seconds, return_when=asyncio.FIRST_COMPLETED
+        )
+        if exited in done and ctx is not None and ctx.signal.aborted:
+            # Ctrl-C reaching the command while it was being started ends it as well.
+            outcome = "aborted"
+            await _kill_group(pgid, exited)
+        elif exited in done:
+            # Background children may still hold the output open: give them a moment.
+            _, pending = await asyncio.wait((reader,), timeout=DRAIN_SECONDS)
+            if pending:
+                outcome = "lingering"
+                await _kill_group(pgid, exited)
+        else:
+            outcome = "aborted" if abort in done else "timed_out"
+            await _kill_group(pgid, exited)
+        # The group is gone: what is left in the pipe is read at once.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(reader), DRAIN_SECONDS)
+    finally:
+        # Cancelled: no time to be polite. Otherwise: background processes the command left
+        # behind (e.g. `server &`) die with it, so no run leaves processes running.
+        _signal_group(pgid, signal.SIGKILL)
+        reader.cancel()
+        abort.cancel()
+        transport.close()
+    code = transport.get_returncode()
+    text = output.text().rstrip("\n") or "(no output)"
+    details: dict[str, object] = {
+        "exit_code": code,
+        "pid": pgid,
+        "timed_out": outcome == "timed_out",
+        "aborted": outcome == "aborted",
+    }
+    if outcome == "aborted":
+        details["summary"] = "interrupted, process group killed"
+        return ToolResult(
+            f"{text}\n[Interrupted: the run was aborted; the command's whole process group was "
+            "killed. It may have partly completed.]",
+            is_error=True,
+            details=details,
+        )
+    if outcome == "timed_out":
+        details["summary"] = f"timed out after {timeout_seconds:g} s"
+        return ToolResult(
+            f"{text}\n[Timed out after {timeout_seconds:g} s: the command's whole process group "
+            "was killed. Run long tasks with a larger timeout_seconds, or in smaller steps.]",
+            is_error=True,
+            details=details,
+        )
+    note = ""
+    if outcome == "lingering":
+        note = (
+            "\n[Background processes still held the output open after the command exited; "
+            "they were stopped.]"
+        )
+    details["summary"] = f"exit code {code}"
+    return ToolResult(f"{text}{note}\n[exit code {code}]", details=details)
+
+
+def command_tool(workspace: Workspace) -> Tool:
+    """The ``run_command`` tool bound to ``workspace``."""
+
+    @tool(name="run_command")
+    async def run_command(
+        command: str, ctx: ToolContext, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    ) -> ToolResult:
+        """Run a shell command (sh) in the workspace root and return its output and exit code.
+
+        Standard output and error are merged; long output is cut in the middle. The command
+        cannot read input. It is stopped, with everything it started, after timeout_seconds.
+
+        Args:
+            command: the shell command line, e.g. "python3 -m unittest -v".
+            timeout_seconds: stop the command after this long (at most 600).
+        """
+        timeout = min(max(timeout_seconds, 0.1), MAX_TIMEOUT_SECONDS)
+        return await run_shell(command, str(workspace.root), ctx, timeout)
+
+    return run_command

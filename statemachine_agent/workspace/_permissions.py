@@ -1,0 +1,112 @@
+"""`Permissions`: the ``before_tool_call`` hook that guards commands and writes.
+
+Reading and listing are always allowed. ``run_command``, ``write_file`` and ``edit_file`` run when
+everything is allowed (``--yes``), when an allow rule covers the call, or when the person at the
+terminal says yes; otherwise they are denied with a reason the model reads.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from .._errors import UsageError
+from .._hooks import Allow, Deny, ToolCallInfo
+
+GUARDED = ("run_command", "write_file", "edit_file")
+"""The tools that need permission."""
+WRITE_TOOLS = ("write_file", "edit_file")
+_SHELL_CONTROL = (";", "&", "|", "`", "$(", ">", "<", "\n")
+
+Confirm = Callable[[str], "bool | Awaitable[bool]"]
+"""Ask the person: ``confirm(question) -> bool`` (sync or async)."""
+
+
+def describe_call(name: str, arguments: dict[str, Any]) -> str:
+    """A short description of a guarded call, for a confirmation prompt."""
+    if name == "run_command":
+        return f"run the command: {arguments.get('command')}"
+    if name == "write_file":
+        lines = len(str(arguments.get("content", "")).splitlines())
+        return f"write {arguments.get('path')} ({lines} line{'' if lines == 1 else 's'})"
+    if name == "edit_file":
+        lines = len(str(arguments.get("old_text", "")).splitlines()) or 1
+        return f"edit {arguments.get('path')} (replace {lines} line{'' if lines == 1 else 's'})"
+    return f"call {name}"
+
+
+class Permissions:
+    """Decides whether a guarded tool call may run (use as ``Agent(before_tool_call=...)``).
+
+    Args:
+        allow_all: allow every call (``--yes``).
+        allow: allow rules: a tool name (``run_command``, ``write_file``, ``edit_file``),
+            ``writes`` for both write tools, or ``run_command:PREFIX`` for commands that are
+            ``PREFIX`` or start with ``PREFIX`` and a space, and contain no shell control
+            characters (``; & | ` $( > <``).
+        confirm: asks the person at the terminal; None when there is nobody to ask.
+
+    Raises:
+        UsageError: an allow rule names no guarded tool.
+    """
+
+    def __init__(
+        self,
+        *,
+        allow_all: bool = False,
+        allow: Iterable[str] = (),
+        confirm: Confirm | None = None,
+    ) -> None:
+        self.allow_all = allow_all
+        self.confirm = confirm
+        self.tools: set[str] = set()
+        self.command_prefixes: list[str] = []
+        for rule in allow:
+            rule = rule.strip()
+            if rule == "writes":
+                self.tools.update(WRITE_TOOLS)
+            elif rule in GUARDED:
+                self.tools.add(rule)
+            elif rule.startswith("run_command:") and rule.split(":", 1)[1].strip():
+                self.command_prefixes.append(rule.split(":", 1)[1].strip())
+            else:
+                raise UsageError(
+                    f"unknown allow rule {rule!r}: use run_command, write_file, edit_file, "
+                    "writes, or run_command:PREFIX"
+                )
+
+    def allows(self, name: str, arguments: dict[str, Any]) -> bool:
+        """An allow rule (or ``allow_all``) covers this call without asking."""
+        if self.allow_all or name not in GUARDED or name in self.tools:
+            return True
+        if name == "run_command":
+            command = str(arguments.get("command", "")).strip()
+            if any(mark in command for mark in _SHELL_CONTROL):
+                return False
+            return any(
+                command == prefix or command.startswith(prefix + " ")
+                for prefix in self.command_prefixes
+            )
+        return False
+
+    async def __call__(self, info: ToolCallInfo) -> Allow | Deny:
+        """The ``before_tool_call`` hook."""
+        name, arguments = info.tool.name, info.arguments
+        if self.allows(name, arguments):
+            return Allow()
+        what = describe_call(name, arguments)
+        if self.confirm is None:
+            return Deny(
+                f"Permission needed to {what}, and there is no interactive terminal to ask. "
+                f"The user can allow it by running again with --yes or --allow {name}."
+            )
+        answer = self.confirm(f"Allow the agent to {what}?")
+        if inspect.isawaitable(answer):
+            answer = await answer
+        if answer:
+            return Allow()
+        return Deny(
+            f"The user declined to let you {what}. Do not retry it as is; ask the user or take "
+            "another approach."
+        )

@@ -1,0 +1,96 @@
+"""Confinement to the workspace root, "did you mean", .gitignore (issue 6, cases 1 and 2)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from statemachine_agent import State, ToolError
+from statemachine_agent.workspace import Workspace
+
+from .conftest import run_calls
+
+
+def test_case1_paths_escaping_the_root_are_refused(workspace: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("SECRET-OUTSIDE")
+    os.symlink("/etc", workspace / "etc_link")
+    os.symlink(outside, workspace / "innocent.txt")
+    calls = [
+        ("read_file", {"path": "../outside.txt"}),
+        ("read_file", {"path": "/etc/passwd"}),
+        ("read_file", {"path": "etc_link/passwd"}),
+        ("list_files", {"path": "etc_link"}),
+        ("read_file", {"path": "innocent.txt"}),
+        ("write_file", {"path": "../outside.txt", "content": "overwritten"}),
+        ("write_file", {"path": "../created.txt", "content": "x"}),
+        ("write_file", {"path": "etc_link/evil.conf", "content": "x"}),
+        ("edit_file", {"path": "innocent.txt", "old_text": "SECRET", "new_text": "x"}),
+        ("list_files", {"path": "..", "recursive": True}),
+    ]
+    result, results = run_calls(workspace, calls)
+    assert result.state is State.DONE
+    for item in results:
+        assert item.is_error, item.text
+        assert item.text.startswith("Refused: "), item.text
+        assert "outside the workspace" in item.text
+        assert "SECRET" not in item.text and "root:" not in item.text
+    assert outside.read_text() == "SECRET-OUTSIDE"
+    assert not (tmp_path / "created.txt").exists()
+    assert not Path("/etc/evil.conf").exists()
+
+
+def test_absolute_path_inside_the_root_is_allowed(workspace: Path) -> None:
+    _, results = run_calls(workspace, [("read_file", {"path": str(workspace / "README.md")})])
+    assert not results[0].is_error
+    assert "# demo" in results[0].text
+
+
+def test_case2_did_you_mean(workspace: Path) -> None:
+    _, results = run_calls(workspace, [("read_file", {"path": "src/maths.py"})])
+    assert results[0].is_error
+    assert results[0].text == "File not found: src/maths.py. Did you mean src/math.py?"
+
+
+def test_not_found_without_a_close_match(workspace: Path) -> None:
+    _, results = run_calls(workspace, [("read_file", {"path": "zzz/qqqq.rs"})])
+    assert results[0].text == "File not found: zzz/qqqq.rs."
+
+
+def test_missing_folder_suggests_a_folder(workspace: Path) -> None:
+    _, results = run_calls(workspace, [("list_files", {"path": "srcc"})])
+    assert results[0].text == "Directory not found: srcc. Did you mean src?"
+
+
+def test_resolve_rejects_empty_path(workspace: Path) -> None:
+    with pytest.raises(ToolError, match="empty"):
+        Workspace(workspace).resolve("  ")
+
+
+def test_walk_honours_gitignore_files_and_skips_git(workspace: Path) -> None:
+    (workspace / ".gitignore").write_text("*.log\nbuild/\n")
+    (workspace / "app.log").write_text("x")
+    (workspace / "build").mkdir()
+    (workspace / "build" / "out.js").write_text("x")
+    (workspace / ".git").mkdir()
+    (workspace / ".git" / "HEAD").write_text("ref")
+    (workspace / "src" / ".gitignore").write_text("generated.py\n")
+    (workspace / "src" / "generated.py").write_text("x")
+    (workspace / "src" / "keep.log.txt").write_text("x")
+    ws = Workspace(workspace)
+    listed = [rel for rel, _ in ws.walk(ws.root)]
+    assert listed == [".gitignore", "README.md", "src", "src/.gitignore", "src/keep.log.txt",
+                      "src/math.py"]  # fmt: skip
+    assert ws.is_ignored(workspace / "src" / "generated.py")
+    assert ws.is_ignored(workspace / "build" / "out.js")
+    assert not ws.is_ignored(workspace / "src" / "math.py")
+
+
+def test_write_queue_key_is_the_resolved_file(workspace: Path) -> None:
+    ws = Workspace(workspace)
+    key = ws.resource_key("src/math.py")
+    assert key == f"file:{workspace.resolve() / 'src' / 'math.py'}"
+    assert ws.resource_key("./src/../src/math.py") == key
+    assert ws.resource_key("../escape") is None
