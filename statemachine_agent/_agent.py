@@ -426,7 +426,8 @@ class Agent:
 
     def _fire(self, trigger: str) -> Fired:
         fired = self.machine.fire(trigger, self._data)
-        self._emit(StateChanged(fired.source.value, fired.dest.value, trigger, fired.label))
+        if self._subscribers:  # no event objects on the hot path when nobody listens
+            self._emit(StateChanged(fired.source.value, fired.dest.value, trigger, fired.label))
         return fired
 
     def _end_turn(
@@ -576,19 +577,7 @@ class Agent:
             attempt += 1
             partial = _Partial()
             task = asyncio.ensure_future(self._consume(self.model.stream(request), partial))
-            abort = self._signal.future()
-            try:
-                await asyncio.wait((task, abort), return_when=asyncio.FIRST_COMPLETED)
-            except asyncio.CancelledError:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-                self._append(partial.message("the task running the agent was cancelled"))
-                raise
-            finally:
-                abort.cancel()
-            if not task.done():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+            if await self._await_or_abort(task, partial):
                 self._record_abort(partial)
                 return None
             error = task.exception()
@@ -612,6 +601,53 @@ class Agent:
             logger.error("model %r raised", self.model, exc_info=error)
             self._fail(f"Model request failed: {type(error).__name__}: {error}")
             return None
+
+    async def _await_or_abort(
+        self, task: asyncio.Future[AssistantMessage], partial: _Partial
+    ) -> bool:
+        """Wait for ``task``; an abort cancels it. True when the abort came first.
+
+        The task itself is awaited (rather than ``asyncio.wait`` on it and an abort future): that
+        wakes this task one loop pass sooner, once per turn. The cancel is deferred one pass so
+        that a response completing in the pass the abort happened in is kept, as before.
+
+        Raises:
+            asyncio.CancelledError: this task was cancelled; ``task`` is cancelled and awaited, and
+                the partial response recorded first.
+        """
+        loop = asyncio.get_running_loop()
+        aborted = False
+
+        def cancel() -> None:
+            nonlocal aborted
+            if task.cancel():  # False when the response completed first
+                aborted = True
+
+        def on_abort() -> None:
+            loop.call_soon(cancel)
+
+        remove = self._signal.add_callback(on_abort)
+        if self._signal.aborted:
+            on_abort()
+        current = asyncio.current_task()
+        cancelling = current.cancelling() if current is not None else 0
+        try:
+            try:
+                await task
+            except asyncio.CancelledError:
+                if not aborted and not (current is not None and current.cancelling() > cancelling):
+                    raise  # the model's task cancelled itself: propagate it as it is
+            except Exception:
+                pass  # the model failed: the caller reads task.exception()
+        finally:
+            remove()
+        if current is not None and current.cancelling() > cancelling:
+            # This task was cancelled (awaiting a task passes the cancel on to it).
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            self._append(partial.message("the task running the agent was cancelled"))
+            raise asyncio.CancelledError
+        return aborted
 
     async def _sleep_or_abort(self, seconds: float) -> bool:
         abort = self._signal.future()
@@ -639,18 +675,25 @@ class Agent:
     ) -> AssistantMessage:
         try:
             async for event in stream:
+                # The subscriber checks skip building event objects when nobody listens.
                 if isinstance(event, TextDelta):
                     partial.texts.setdefault(event.index, []).append(event.text)
-                    self._emit(MessageDelta(event.index, "text", event.text))
+                    if self._subscribers:
+                        self._emit(MessageDelta(event.index, "text", event.text))
                 elif isinstance(event, ResponseComplete):
                     return _normalize(event.message, self._call_ids)
                 elif isinstance(event, ToolCallDelta):
-                    self._emit(MessageDelta(event.index, "tool_call", event.arguments, event.name))
+                    if self._subscribers:
+                        self._emit(
+                            MessageDelta(event.index, "tool_call", event.arguments, event.name)
+                        )
                 elif isinstance(event, ThinkingDelta):
-                    self._emit(MessageDelta(event.index, "thinking", event.thinking))
+                    if self._subscribers:
+                        self._emit(MessageDelta(event.index, "thinking", event.thinking))
                 elif isinstance(event, ResponseStart):
                     partial.model = event.model
-                    self._emit(MessageStart(event.model))
+                    if self._subscribers:
+                        self._emit(MessageStart(event.model))
         finally:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:

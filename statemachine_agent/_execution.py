@@ -57,6 +57,41 @@ async def resolve(value: Any) -> Any:
     return value
 
 
+async def _all_or_abort(signal: AbortSignal, tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Wait until every task is done or ``signal`` is set (cancelling the wait spares ``tasks``).
+
+    What ``asyncio.wait`` in a loop on the tasks plus an abort future did, with one waiter, no sets
+    and no future left in the signal; it runs once per tool batch.
+    """
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    left = len(tasks)
+
+    def wake() -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    def on_done(_task: asyncio.Future[Any]) -> None:
+        nonlocal left
+        left -= 1
+        if left <= 0:
+            wake()
+
+    for task in tasks:
+        if task.done():
+            left -= 1
+        else:
+            task.add_done_callback(on_done)
+    remove = signal.add_callback(wake)
+    if left <= 0 or signal.aborted:
+        wake()
+    try:
+        await waiter
+    finally:
+        remove()
+        for task in tasks:
+            task.remove_done_callback(on_done)
+
+
 def _cap(text: str, limit: int = RAW_ARGUMENTS_CAP) -> str:
     return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
 
@@ -217,14 +252,9 @@ class BatchRun:
             await self._watch(tasks)
 
     async def _watch(self, tasks: Sequence[asyncio.Future[None]]) -> None:
-        abort = self._signal.future()
         try:
-            pending = set(tasks)
-            while pending and not abort.done():
-                _done, pending = await asyncio.wait(
-                    [*pending, abort], return_when=asyncio.FIRST_COMPLETED
-                )
-                pending.discard(abort)
+            await _all_or_abort(self._signal, tasks)
+            pending = {task for task in tasks if not task.done()}
             if pending:
                 # Aborted: running tools saw the signal; give them the grace period to stop.
                 _done, pending = await asyncio.wait(pending, timeout=self._grace)
@@ -237,8 +267,6 @@ class BatchRun:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
-        finally:
-            abort.cancel()
 
     async def _process(self, slot: _Slot) -> None:
         call = slot.call
@@ -322,11 +350,15 @@ class BatchRun:
                 self._deps,
             )
             slot.started = True
+            deadline = None
             try:
-                async with asyncio.timeout(tool.timeout_seconds) as deadline:
+                if tool.timeout_seconds is None:  # no timeout scope: saves a cancel scope per call
                     value = await tool.call(kwargs, ctx)
+                else:
+                    async with asyncio.timeout(tool.timeout_seconds) as deadline:
+                        value = await tool.call(kwargs, ctx)
             except TimeoutError:
-                if deadline.expired():
+                if deadline is not None and deadline.expired():
                     return text_result(
                         call,
                         f"Timed out: tool {call.name!r} ran longer than "

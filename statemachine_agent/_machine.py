@@ -39,6 +39,8 @@ TERMINAL_STATES: frozenset[State] = frozenset(
 
 MaxTokensPolicy = Literal["continue", "stop"]
 
+_STATES: dict[str, State] = {state.value: state for state in State}
+
 
 @dataclass(slots=True)
 class LoopData:
@@ -300,7 +302,7 @@ class LoopMachine:
     @property
     def state(self) -> State:
         """The current state."""
-        return State(self._holder.state)
+        return _STATES[self._holder.state]
 
     def fire(self, trigger: str, data: LoopData) -> Fired:
         """Run ``trigger`` with the guards reading ``data``.
@@ -324,7 +326,7 @@ class LoopMachine:
             raise MachineDefinitionError(
                 f"no guard of trigger {trigger!r} passed in state {source.value!r}"
             )
-        return Fired(trigger, source, State(self._holder.state), self._holder.fired)
+        return Fired(trigger, source, _STATES[self._holder.state], self._holder.fired)
 
     def add_transition(self, spec: TransitionSpec) -> None:
         """Add a transition, tried before the built-in ones of its trigger.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from .._errors import ScriptExhaustedError
@@ -25,7 +25,9 @@ from ._base import (
 Step = dict[str, Any] | AssistantMessage
 
 
-async def _stream_message(message: AssistantMessage) -> AsyncIterator[StreamEvent]:
+def _stream_message(message: AssistantMessage) -> Iterator[StreamEvent]:
+    # A plain generator: a nested async generator left unfinished would be closed by the event
+    # loop's finalizer hook, one more task per response.
     yield ResponseStart(message.model)
     for index, block in enumerate(message.content):
         if isinstance(block, TextBlock):
@@ -104,7 +106,7 @@ class ScriptedModel:
             if "error" in step:
                 raise error_from_body(step, status_code=step.get("status_code"))
             message = parse_response(step)
-        async for event in _stream_message(message):
+        for event in _stream_message(message):
             yield event
 
 
@@ -143,5 +145,5 @@ class FunctionModel:
             message = parse_response(value)
         else:
             message = value
-        async for event in _stream_message(message):
+        for event in _stream_message(message):
             yield event

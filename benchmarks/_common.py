@@ -1,0 +1,87 @@
+"""Shared helpers of the benchmark scripts: statistics, tables, JSON output, machine info.
+
+Every script prints a table, then one line ``JSON {...}`` holding its figures (`run_all.py` collects
+those lines). Times are medians of repeated runs; ratios compare numbers measured in the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run from a checkout without installing
+    sys.path.insert(0, str(ROOT))
+
+SETUP = "python3 -m venv /work/benchvenv && /work/benchvenv/bin/pip install -e . pydantic-ai-slim"
+
+
+def pydantic_ai_version() -> str | None:
+    """The installed pydantic-ai version, or None when it is not importable."""
+    try:
+        import pydantic_ai
+    except ImportError:
+        return None
+    return str(getattr(pydantic_ai, "__version__", "unknown"))
+
+
+def skip_note() -> str:
+    """Why the pydantic-ai column is empty."""
+    return (
+        "pydantic-ai is not importable in this interpreter: its column is skipped. It is not a "
+        f"dependency of the project; set up the benchmark environment with: {SETUP}"
+    )
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+def median(values: Sequence[float]) -> float:
+    """The median of ``values``."""
+    return float(statistics.median(values))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str = "") -> str:
+    """A GitHub-markdown table (also readable in a terminal)."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    lines = [f"### {title}", ""] if title else []
+    lines.append("| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |")
+    lines.append("| " + " | ".join("-" * w for w in widths) + " |")
+    for row in cells:
+        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return f"{value:.2f}" if abs(value) < 100 else f"{value:.0f}"
+    return str(value)
+
+
+def emit(figure: str, data: dict[str, Any]) -> None:
+    """Print the figure's JSON line (collected by `run_all.py`)."""
+    print("JSON " + json.dumps({"figure": figure, **data}, sort_keys=True), flush=True)
+
+
+def quick() -> bool:
+    """``--quick`` was passed: fewer repeats, for a smoke run."""
+    return "--quick" in sys.argv
