@@ -413,7 +413,8 @@ class Agent:
         self._messages.append(message)
         if isinstance(message, AssistantMessage):
             self._call_ids.update(call.id for call in message.tool_calls)
-        self._emit(MessageEnd(message))
+        if self._subscribers:  # no event objects on the hot path when nobody listens
+            self._emit(MessageEnd(message))
 
     def _inject(self, queue: deque[UserMessage], *, one: bool = False) -> bool:
         if not queue:
@@ -435,7 +436,8 @@ class Agent:
     ) -> None:
         if self._open_turn is not None:
             turn, self._open_turn = self._open_turn, None
-            self._emit(TurnEnd(turn, message, tuple(results)))
+            if self._subscribers:
+                self._emit(TurnEnd(turn, message, tuple(results)))
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -450,7 +452,8 @@ class Agent:
                     return
                 turn = data.turns + 1
                 self._open_turn = turn
-                self._emit(TurnStart(turn))
+                if self._subscribers:
+                    self._emit(TurnStart(turn))
                 response = await self._request()
                 if response is None:  # aborted or failed; the state says which
                     self._end_turn(None)
@@ -499,6 +502,7 @@ class Agent:
             signal=self._signal,
             abort_grace_seconds=self.abort_grace_seconds,
             emit=self._emit,
+            listening=lambda: bool(self._subscribers),
             before=self.before_tool_call,
             after=self.after_tool_call,
             deps=self.deps,

@@ -143,7 +143,7 @@ def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
     if value is None:
         blocks: list[TextBlock | ImageBlock] = [TextBlock(text="(no output)")]
     elif isinstance(value, str):
-        blocks = [TextBlock(text=value if value.strip() else "(empty output)")]
+        blocks = [TextBlock.model_construct(text=value if value.strip() else "(empty output)")]
     elif isinstance(value, TextBlock | ImageBlock):
         blocks = [value]
     elif isinstance(value, list) and all(isinstance(b, TextBlock | ImageBlock) for b in value):
@@ -151,7 +151,8 @@ def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
         blocks = blocks or [TextBlock(text="(empty output)")]
     else:
         blocks = [TextBlock(text=repr_json(value))]
-    return ToolResultMessage(
+    # Every field is valid by construction, so validation is skipped (a per-turn cost).
+    return ToolResultMessage.model_construct(
         tool_call_id=call.id,
         tool_name=call.name,
         content=blocks,
@@ -180,6 +181,7 @@ class BatchRun:
         abort_grace_seconds: how long running tools may take to stop after an abort before they
             are cancelled.
         emit: receives the tool-execution events.
+        listening: whether anyone receives events (skips building them when not).
     """
 
     def __init__(
@@ -194,6 +196,7 @@ class BatchRun:
         before: BeforeToolCall | None = None,
         after: AfterToolCall | None = None,
         deps: Any = None,
+        listening: Callable[[], bool] = lambda: True,
     ) -> None:
         self._slots = [_Slot(call) for call in calls]
         self._tools = tools
@@ -201,6 +204,7 @@ class BatchRun:
         self._signal = signal
         self._grace = abort_grace_seconds
         self._emit = emit
+        self._listening = listening
         self._before = before
         self._after = after
         self._deps = deps
@@ -270,8 +274,10 @@ class BatchRun:
 
     async def _process(self, slot: _Slot) -> None:
         call = slot.call
-        slot.announced = True
-        self._emit(ToolExecutionStart(call))
+        # Start and end events go together: a subscriber added mid-call sees neither.
+        slot.announced = self._listening()
+        if slot.announced:
+            self._emit(ToolExecutionStart(call))
         try:
             checked = check_call(call, self._tools)
             if isinstance(checked, str):

@@ -235,9 +235,10 @@ MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
 
 def text_result(call: ToolCallBlock, text: str, *, is_error: bool = False) -> ToolResultMessage:
     """Build a one-text-block result for ``call``."""
-    return ToolResultMessage(
+    # Built from values that are already valid, so validation is skipped (a per-turn cost).
+    return ToolResultMessage.model_construct(
         tool_call_id=call.id,
         tool_name=call.name,
-        content=[TextBlock(text=text)],
+        content=[TextBlock.model_construct(text=text)],
         is_error=is_error,
     )

@@ -156,6 +156,7 @@ class Tool:
     context_param: str | None = None
     is_async: bool = field(init=False)
     input_schema: dict[str, Any] = field(init=False)
+    _field_names: tuple[str, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -163,6 +164,7 @@ class Tool:
                 f"tool name {self.name!r} must be 1-64 letters, digits, '_' or '-'"
             )
         self.is_async = inspect.iscoroutinefunction(self.function)
+        self._field_names = tuple(self.args_model.model_fields)
         schema = self.args_model.model_json_schema()
         schema.pop("title", None)
         schema.setdefault("properties", {})
@@ -184,7 +186,7 @@ class Tool:
             pydantic.ValidationError: with every field error.
         """
         model = self.args_model.model_validate(arguments)
-        return {name: getattr(model, name) for name in type(model).model_fields}
+        return {name: getattr(model, name) for name in self._field_names}
 
     def call(self, kwargs: dict[str, Any], ctx: ToolContext) -> Awaitable[Any]:
         """Start the function; returns an awaitable of its return value."""
