@@ -143,7 +143,7 @@ def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
     if value is None:
         blocks: list[TextBlock | ImageBlock] = [TextBlock(text="(no output)")]
     elif isinstance(value, str):
-        blocks = [TextBlock.model_construct(text=value if value.strip() else "(empty output)")]
+        blocks = [TextBlock(text=value if value.strip() else "(empty output)")]
     elif isinstance(value, TextBlock | ImageBlock):
         blocks = [value]
     elif isinstance(value, list) and all(isinstance(b, TextBlock | ImageBlock) for b in value):
@@ -151,8 +151,7 @@ def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
         blocks = blocks or [TextBlock(text="(empty output)")]
     else:
         blocks = [TextBlock(text=repr_json(value))]
-    # Every field is valid by construction, so validation is skipped (a per-turn cost).
-    return ToolResultMessage.model_construct(
+    return ToolResultMessage(
         tool_call_id=call.id,
         tool_name=call.name,
         content=blocks,

@@ -235,10 +235,9 @@ MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
 
 def text_result(call: ToolCallBlock, text: str, *, is_error: bool = False) -> ToolResultMessage:
     """Build a one-text-block result for ``call``."""
-    # Built from values that are already valid, so validation is skipped (a per-turn cost).
-    return ToolResultMessage.model_construct(
+    return ToolResultMessage(
         tool_call_id=call.id,
         tool_name=call.name,
-        content=[TextBlock.model_construct(text=text)],
+        content=[TextBlock(text=text)],
         is_error=is_error,
     )

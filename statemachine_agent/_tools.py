@@ -7,10 +7,13 @@ id and a progress callback. Google-style ``Args:`` sections of the docstring des
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import re
 import threading
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints, overload
 
@@ -22,6 +25,14 @@ from ._errors import ToolDefinitionError
 from ._messages import ImageBlock, TextBlock
 
 _NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+# Sync tools get their own pool: asyncio's default one has min(32, cpus + 4) workers (6 on two
+# cores), which would silently serialise a larger parallel batch of blocking tools. Threads are
+# started only as needed.
+SYNC_TOOL_WORKERS = 64
+_sync_tool_pool = ThreadPoolExecutor(
+    SYNC_TOOL_WORKERS, thread_name_prefix="statemachine-agent-tool"
+)
 
 
 class AbortSignal:
@@ -140,7 +151,9 @@ class Tool:
         timeout_seconds: cancel a call that runs longer; its result says so.
         resource: names the resource a call mutates, from the validated arguments (a parameter name
             or a function); calls on the same resource run one after another in declaration order.
-        run_in_thread: run a sync function in a worker thread (default) so it does not block the loop.
+        run_in_thread: run a sync function in a worker thread (default; a pool of up to
+            `SYNC_TOOL_WORKERS` threads, so a parallel batch really runs in parallel) so it does
+            not block the event loop.
 
     Raises:
         ToolDefinitionError: the name is invalid.
@@ -195,7 +208,8 @@ class Tool:
         if self.is_async:
             return self.function(**kwargs)  # type: ignore[no-any-return]
         if self.run_in_thread:
-            return asyncio.to_thread(self.function, **kwargs)
+            run = functools.partial(contextvars.copy_context().run, self.function, **kwargs)
+            return asyncio.get_running_loop().run_in_executor(_sync_tool_pool, run)
         return _completed(self.function(**kwargs))
 
 

@@ -77,8 +77,28 @@ def test_sync_tools_run_in_a_thread() -> None:
     from statemachine_agent._tools import AbortSignal
 
     ctx = ToolContext("c", "where", AbortSignal(), lambda u: None)
-    assert asyncio.run(_await(where.call({}, ctx))) != main
+    async def in_loop() -> object:
+        return await where.call({}, ctx)
+
+    assert asyncio.run(in_loop()) != main
 
 
-async def _await(awaitable: object) -> object:
-    return await awaitable  # type: ignore[misc]
+async def test_eight_parallel_sync_tools_all_run_at_once() -> None:
+    import threading
+
+    from statemachine_agent import Agent
+    from statemachine_agent.models import ScriptedModel
+    from statemachine_agent.testing.steps import call, text_response, tool_response
+
+    barrier = threading.Barrier(8, timeout=10)
+
+    @tool
+    def meet() -> str:
+        """Wait until all eight calls are running at once."""
+        barrier.wait()  # raises BrokenBarrierError if fewer than eight threads are available
+        return "met"
+
+    model = ScriptedModel([tool_response(*(call("meet", {}) for _ in range(8))), text_response("ok")])
+    result = await Agent(model, tools=[meet]).run("go")
+    texts = [m.text for m in result.messages if m.role == "tool_result"]
+    assert texts == ["met"] * 8
