@@ -32,6 +32,7 @@ from .._messages import (
 from ..session import SessionData, read_session
 from ..session._check import check_session
 from ..session._read import Record
+from ._view import usage_text
 
 _STATE_STYLES = {
     "idle": "dim",
@@ -62,13 +63,6 @@ def _clip(text: str, limit: int = _WIDTH) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _usage(usage: Usage) -> str:
-    text = f"{usage.input_tokens} in / {usage.output_tokens} out"
-    if usage.cache_read_tokens or usage.cache_write_tokens:
-        text += f" (cache read {usage.cache_read_tokens}, write {usage.cache_write_tokens})"
-    return text
-
-
 def _state(name: object) -> str:
     value = str(name)
     return f"[{_STATE_STYLES.get(value, 'white')}]{escape(value)}[/]"
@@ -94,7 +88,7 @@ def _print_message(console: Console, message: Message, *, repair: bool = False) 
                     + Text(f"{block.name}({_args(block)})")
                     + Text(f"  [{block.id}]", style="dim")
                 )
-        tail = f"  stop: {message.stop_reason}  usage: {_usage(message.usage)}"
+        tail = f"  stop: {message.stop_reason}  usage: {usage_text(message.usage)}"
         if message.error:
             tail += f"  error: {message.error}"
         console.print(Text(tail, style="dim"))
@@ -126,7 +120,7 @@ def _print_record(console: Console, record: Record, runs: list[int]) -> None:
         line = f"run ended: {_state(body.get('state'))}"
         if body.get("turns") is not None:
             line += f"  turns {body.get('turns')}"
-        line += f"  usage {_usage(usage)}"
+        line += f"  usage {usage_text(usage)}"
         console.print(line)
         if body.get("error"):
             console.print(Text(f"  {body['error']}", style="dim"))
@@ -166,7 +160,7 @@ def replay_command(session: Path) -> None:
     console.rule(style="dim")
     path = data.state_path
     console.print("[bold]state path[/] " + (" [dim]→[/] ".join(_state(s) for s in path) or "-"))
-    console.print(f"[bold]usage[/] {_usage(data.usage)}")
+    console.print(f"[bold]usage[/] {usage_text(data.usage)}")
     for n, why in data.corrupt:
         console.print(f"[red]line {n} unreadable (skipped): {escape(why)}[/]")
     for n, why in data.torn_tail:
