@@ -77,6 +77,7 @@ def test_sync_tools_run_in_a_thread() -> None:
     from statemachine_agent._tools import AbortSignal
 
     ctx = ToolContext("c", "where", AbortSignal(), lambda u: None)
+
     async def in_loop() -> object:
         return await where.call({}, ctx)
 
@@ -98,7 +99,9 @@ async def test_eight_parallel_sync_tools_all_run_at_once() -> None:
         barrier.wait()  # raises BrokenBarrierError if fewer than eight threads are available
         return "met"
 
-    model = ScriptedModel([tool_response(*(call("meet", {}) for _ in range(8))), text_response("ok")])
+    model = ScriptedModel(
+        [tool_response(*(call("meet", {}) for _ in range(8))), text_response("ok")]
+    )
     result = await Agent(model, tools=[meet]).run("go")
     texts = [m.text for m in result.messages if m.role == "tool_result"]
     assert texts == ["met"] * 8
