@@ -124,6 +124,7 @@ async def test_case04_tool_exception_becomes_error_result_and_run_reaches_done()
     assert res.is_error and "ValueError: boom" in res.text
     assert "Traceback" not in res.text
     assert result.state is State.DONE
+    assert_valid_history(result.messages)
 
 
 async def test_case05_unknown_tool_names_available_ones_and_order_is_kept() -> None:
@@ -145,12 +146,13 @@ async def test_case05_unknown_tool_names_available_ones_and_order_is_kept() -> N
     assert (first.tool_call_id, second.tool_call_id) == ("a", "b")
     assert first.is_error and "get_weather" in first.text and "get_date" in first.text
     assert not second.is_error and second.text == "Sunny in Paris"
+    assert_valid_history(result.messages)
 
 
 @pytest.mark.parametrize(
     ("raw", "expect"),
     [
-        ('{"{"tagIds":[1,2]}', "not valid JSON"),
+        ('{"{"tagIds":[1,2]}', "not valid JSON (Expecting ':' delimiter: line 1 column 5 (char 4))"),
         ("[1,2]", "got array"),
         ("null", "got null"),
     ],
@@ -170,6 +172,7 @@ async def test_case06_invalid_or_non_object_arguments_never_run(raw: str, expect
     assert calls == []  # never called, in particular never with {}
     assert res.is_error and expect in res.text
     assert raw in res.text  # quotes what was received
+    assert_valid_history(result.messages)
 
 
 async def test_case06_raw_argument_text_is_capped() -> None:
@@ -183,7 +186,9 @@ async def test_case06_raw_argument_text_is_capped() -> None:
 
     result = await Agent(model, tools=[tag]).run("go")
     (res,) = results_of(result.messages)
-    assert res.is_error and "more chars" in res.text and len(res.text) < 600
+    assert res.is_error and "more chars" in res.text
+    quoted = res.text.split("Raw arguments: ", 1)[1].split("... [", 1)[0]
+    assert quoted == raw[:200]  # the raw text, capped at 200 characters
 
 
 async def test_case07_denied_call_never_runs_and_end_event_fires() -> None:
@@ -217,6 +222,7 @@ async def test_case07_denied_call_never_runs_and_end_event_fires() -> None:
     assert res.is_error and "do not touch /etc" in res.text
     assert events == ["tool_execution_start", "tool_execution_end"]
     assert result.state is State.DONE
+    assert_valid_history(result.messages)
 
 
 async def test_case07_terminating_denial_answers_every_call_and_aborts() -> None:
@@ -264,7 +270,11 @@ async def test_case08_max_turns_then_continue_with_higher_limit() -> None:
     assert result.state is State.MAX_TURNS
     assert result.turns == 5
     assert len(results_of(result.messages)) == 5  # every call answered
-    assert "max_turns" in (result.error or "") and "5" in (result.error or "")
+    error = result.error or ""
+    assert "the max_turns limit (5) was reached" in error  # the limit
+    assert "Stopped after 5 turn(s)" in error  # turns used
+    assert "tool batch (bash)" in error  # the last action
+    assert "run() again without a prompt" in error  # how to continue
     assert_valid_history(result.messages)
 
     again = await agent.run(max_turns=7)
@@ -277,6 +287,8 @@ async def test_case08_max_turns_then_continue_with_higher_limit() -> None:
 
 
 async def test_case09_abort_while_first_of_three_calls_sleeps() -> None:
+    # "interrupted, not run, not run" means the later calls had not started: sequential execution
+    # (in parallel mode they would have finished long before the abort).
     @tool
     async def slow(seconds: float) -> str:
         """Sleep."""
@@ -360,6 +372,7 @@ async def test_case11_write_queue_serialises_edits_to_one_file(tmp_path: Path) -
     lines = target.read_text().splitlines()
     assert lines[49] == "FIFTY" and lines[74] == "SEVENTY-FIVE"
     assert [r.text for r in results_of(result.messages)] == ["edited line 50", "edited line 75"]
+    assert_valid_history(result.messages)
 
 
 async def test_case12_abort_during_delayed_response_keeps_no_tool_call() -> None:

@@ -9,7 +9,9 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
-from .._errors import ScriptExhaustedError
+from pydantic import ValidationError
+
+from .._errors import ScriptExhaustedError, UsageError
 from .._messages import AssistantMessage, Message, TextBlock, ThinkingBlock, ToolCallBlock
 from ._anthropic_format import error_from_body, parse_response
 from ._base import (
@@ -57,12 +59,17 @@ class ScriptedModel:
 
     Running out of steps raises `ScriptExhaustedError` in the request, which ends the run in
     ``failed`` with a message saying how many steps the script holds.
+
+    Raises:
+        UsageError: a step is malformed (not an object, neither ``content`` nor ``error``,
+            ``content`` not a list of blocks, a block of an unknown type, a bad delay); the
+            message names the step, counting from 1. Steps are checked here, not mid-run.
     """
 
     def __init__(
         self, steps: Sequence[Step], *, name: str = "scripted", record_requests: bool = True
     ) -> None:
-        self._steps = list(steps)
+        self._steps = [_checked_step(number, step) for number, step in enumerate(steps, 1)]
         self._name = name
         self._record = record_requests
         self.requests: list[ModelRequest] = []
@@ -96,18 +103,67 @@ class ScriptedModel:
                 f"ScriptedModel has no step {index + 1}: the script holds {len(self._steps)} "
                 "step(s). Add a step (for example a final end_turn answer)."
             )
-        step = self._steps[index]
-        if isinstance(step, AssistantMessage):
-            message = step
-        else:
-            delay = step.get("delay_seconds", step.get("delay"))
-            if delay:
-                await asyncio.sleep(float(delay))
-            if "error" in step:
-                raise error_from_body(step, status_code=step.get("status_code"))
-            message = parse_response(step)
-        for event in _stream_message(message):
+        delay, outcome = self._steps[index]
+        if delay:
+            await asyncio.sleep(delay)
+        if not isinstance(outcome, AssistantMessage):
+            raise error_from_body(outcome, status_code=outcome.get("status_code"))
+        for event in _stream_message(outcome):
             yield event
+
+
+# Block types a recorded Anthropic response may hold besides text, thinking and tool_use; they are
+# kept verbatim as provider blocks. Anything else in a script is most likely a typo.
+_PROVIDER_BLOCK_TYPES = frozenset(
+    {"redacted_thinking", "server_tool_use", "mcp_tool_use", "mcp_tool_result", "container_upload"}
+)
+_REQUIRED_FIELDS = {"text": ("text",), "thinking": ("thinking",), "tool_use": ("id", "name")}
+
+
+def _checked_step(number: int, step: Step) -> tuple[float, AssistantMessage | dict[str, Any]]:
+    """``(delay_seconds, response or error body)`` for one step, or a UsageError naming it."""
+    if isinstance(step, AssistantMessage):
+        return 0.0, step
+    where = f"ScriptedModel step {number}"
+    if not isinstance(step, dict):
+        raise UsageError(f"{where}: expected a response object, got {type(step).__name__}")
+    delay = step.get("delay_seconds", step.get("delay", 0)) or 0
+    if not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0:
+        raise UsageError(f"{where}: delay_seconds must be a number >= 0, got {delay!r}")
+    if "error" in step:
+        if not isinstance(step["error"], dict):
+            raise UsageError(
+                f"{where}: error must be an object like {{'type': ..., 'message': ...}}"
+            )
+        return float(delay), step
+    content = step.get("content")
+    if content is None:
+        raise UsageError(
+            f"{where}: needs 'content' (a list of blocks) or 'error'; got keys {sorted(step)}"
+        )
+    if not isinstance(content, list):
+        raise UsageError(
+            f"{where}: 'content' must be a list of blocks, got {type(content).__name__}"
+        )
+    for i, block in enumerate(content, 1):
+        kind = block.get("type") if isinstance(block, dict) else None
+        if not isinstance(kind, str):
+            raise UsageError(f"{where}, block {i}: expected an object with a 'type'")
+        known = (
+            kind in _REQUIRED_FIELDS or kind in _PROVIDER_BLOCK_TYPES or kind.endswith("_result")
+        )
+        if not known:
+            raise UsageError(
+                f"{where}, block {i}: unknown block type {kind!r} (expected text, thinking, "
+                "tool_use, or a provider block such as server_tool_use)"
+            )
+        missing = [f for f in _REQUIRED_FIELDS.get(kind, ()) if f not in block]
+        if missing:
+            raise UsageError(f"{where}, block {i} ({kind}): missing {', '.join(missing)}")
+    try:
+        return float(delay), parse_response(step)
+    except (ValidationError, TypeError, KeyError) as exc:
+        raise UsageError(f"{where}: not a valid response: {exc}") from None
 
 
 ModelFunction = Callable[
