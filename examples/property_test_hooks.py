@@ -7,7 +7,7 @@ Run: python examples/property_test_hooks.py   (or point pytest at it: it collect
 from statemachine_agent import State, TransitionSpec
 from statemachine_agent.testing import agent_state_machine
 
-audit: list[str] = []
+audit: list[int] = []
 
 
 def over_budget(data):  # a guard: plain function of the loop's data; two turns per run
