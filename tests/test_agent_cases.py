@@ -152,7 +152,10 @@ async def test_case05_unknown_tool_names_available_ones_and_order_is_kept() -> N
 @pytest.mark.parametrize(
     ("raw", "expect"),
     [
-        ('{"{"tagIds":[1,2]}', "not valid JSON (Expecting ':' delimiter: line 1 column 5 (char 4))"),
+        (
+            '{"{"tagIds":[1,2]}',
+            "not valid JSON (Expecting ':' delimiter: line 1 column 5 (char 4))",
+        ),
         ("[1,2]", "got array"),
         ("null", "got null"),
     ],

@@ -95,7 +95,11 @@ def demo_command(into: Path | None, delay: float, json_lines: bool) -> None:
         # soft_wrap: paths are printed whole, to be copied.
         console.print(f"\nWorkspace:   {workspace}\nSession log: {session}", soft_wrap=True)
         console.print(f"Try: cd {workspace} && python3 -m unittest -v", soft_wrap=True)
-        root = click.get_current_context().find_root().command
-        if isinstance(root, click.Group) and "check" in root.commands:
-            console.print(f"     statemachine-agent check {session}", soft_wrap=True)
+        console.print(f"     statemachine-agent replay {session}", soft_wrap=True)
+        console.print(f"     statemachine-agent check {session}", soft_wrap=True)
+        if into is None:
+            console.print(
+                f"(The scratch folder is kept on purpose, to look at; rm -r {base} removes it.)",
+                soft_wrap=True,
+            )
     sys.exit(EXIT_CODES.get(result.state, 1))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Iterator, Sequence
@@ -20,7 +21,7 @@ import click
 from rich.console import Console
 
 from .._agent import Agent
-from .._errors import UsageError
+from .._errors import AgentError, UsageError
 from .._machine import State
 from .._result import RunResult
 from ..models._base import Model
@@ -46,7 +47,8 @@ def load_model(spec: str) -> Model:
     object with a ``steps`` list) or an Anthropic model name.
 
     Raises:
-        click.BadParameter: the script cannot be read.
+        click.BadParameter: the script cannot be read, or a step is malformed (the message
+            names the step).
         click.UsageError: a model name is given but ``ANTHROPIC_API_KEY`` is not set.
     """
     if spec.startswith("script:"):
@@ -58,13 +60,16 @@ def load_model(spec: str) -> Model:
                 f"cannot read the script {path}: {exc}", param_hint="--model"
             ) from exc
         steps = data.get("steps") if isinstance(data, dict) else data
-        if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
+        if not isinstance(steps, list):
             raise click.BadParameter(
                 f"{path} must hold a JSON list of steps (Anthropic-shaped responses), or an "
                 'object {"steps": [...]}',
                 param_hint="--model",
             )
-        return ScriptedModel(steps, name=f"script:{path.name}")
+        try:
+            return ScriptedModel(steps, name=f"script:{path.name}")
+        except UsageError as exc:  # a malformed step; the message names it
+            raise click.BadParameter(f"{path}: {exc}", param_hint="--model") from exc
     if not os.environ.get("ANTHROPIC_API_KEY"):
         raise click.UsageError(
             f"--model {spec} needs an Anthropic API key, and ANTHROPIC_API_KEY is not set.\n"
@@ -190,20 +195,26 @@ def build_agent(
 
 def execute(
     agent: Agent,
-    prompt: str,
+    prompt: str | None,
     *,
     console: Console,
     json_lines: bool = False,
     interactive: bool = False,
+    continue_hint: str | None = None,
 ) -> RunResult:
     """Run ``prompt`` on ``agent`` with a live view (or JSON lines on stdout) and Ctrl-C handling.
 
     Args:
+        prompt: the task; None continues the agent's history (see `Agent.run`).
         interactive: ask at the terminal for calls the permission hook does not allow already
             (sets the hook's ``confirm``).
+        continue_hint: printed under a ``max_turns`` or ``aborted`` final line (see `final_line`).
 
     Returns:
         The run's result; the final line has been printed (not in JSON mode).
+
+    Raises:
+        UsageError: ``prompt`` is None and there is nothing to continue.
     """
     view = None if json_lines else LiveView(console)
     interrupts = Interrupts(agent, view, console)
@@ -222,7 +233,7 @@ def execute(
     finally:
         unsubscribe()
     if view is not None:
-        console.print(final_line(result))
+        console.print(final_line(result, continue_hint=continue_hint), soft_wrap=True)
     return result
 
 
@@ -230,8 +241,49 @@ def _interactive(console: Console) -> bool:
     return console.is_terminal and sys.stdin.isatty()
 
 
+def _check_prompt(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise click.BadParameter(
+            'it is empty; say what the agent should do, e.g. "Make the tests pass"', ctx, param
+        )
+    return value
+
+
+def continue_command(
+    *,
+    workspace: Path,
+    model_spec: str,
+    max_turns: int,
+    session: Path | None,
+    system_file: Path | None,
+    yes: bool,
+    allow: Sequence[str],
+) -> str:
+    """How to continue a run that stopped (``max_turns`` or ``aborted``) from the command line:
+    the same options and the session log, without a prompt. Without a session log there is
+    nothing to continue from, so it says to rerun with one."""
+    if session is None:
+        return (
+            "To be able to continue a run that stops, run it with --session FILE (a session "
+            "log); then `statemachine-agent run --session FILE ...` without a PROMPT continues it."
+        )
+    words = ["statemachine-agent", "run", "--session", str(session)]
+    words += ["--max-turns", str(max_turns), "-w", str(workspace), "-m", model_spec]
+    if system_file is not None:
+        words += ["--system", str(system_file)]
+    if yes:
+        words.append("--yes")
+    for rule in allow:
+        words += ["--allow", rule]
+    turns = f"{max_turns} more turn{'s' if max_turns != 1 else ''}"
+    hint = f"To continue (up to {turns}; raise --max-turns for more): {shlex.join(words)}"
+    if model_spec.startswith("script:"):
+        hint += "\n(a script plays from its first step again: give one holding the steps to come)"
+    return hint
+
+
 @click.command("run")
-@click.argument("prompt")
+@click.argument("prompt", required=False, callback=_check_prompt)
 @click.option(
     "--workspace",
     "-w",
@@ -253,7 +305,8 @@ def _interactive(console: Console) -> bool:
 @click.option(
     "--session",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="A JSONL session log: continued when it exists, created otherwise.",
+    help="A JSONL session log: continued when it exists, created otherwise. Without PROMPT, "
+    "the run it holds continues (after max_turns or an abort).",
 )
 @click.option(
     "--system",
@@ -271,7 +324,7 @@ def _interactive(console: Console) -> bool:
 )
 @click.option("--json", "json_lines", is_flag=True, help="Print events as JSON lines on stdout.")
 def run_command(
-    prompt: str,
+    prompt: str | None,
     workspace: Path,
     model_spec: str,
     max_turns: int,
@@ -282,6 +335,9 @@ def run_command(
     json_lines: bool,
 ) -> None:
     """Run an agent on PROMPT in a workspace folder, showing the state machine as it goes.
+
+    Without PROMPT, --session FILE must name an existing log: its run continues where it stopped
+    (after max_turns or an abort), for up to --max-turns more turns.
 
     Reading and listing files is always allowed. Commands and writes ask for confirmation in an
     interactive terminal; --yes or --allow permit them up front; without a terminal (or with
@@ -294,21 +350,53 @@ def run_command(
         permissions = Permissions(allow_all=yes, allow=allow)
     except UsageError as exc:
         raise click.BadParameter(str(exc), param_hint="--allow") from exc
+    if prompt is None:
+        if session is None:
+            raise click.UsageError(
+                "Missing argument 'PROMPT': say what the agent should do, or give --session FILE "
+                "naming an existing session log to continue its run."
+            )
+        if not session.exists() or session.stat().st_size == 0:
+            raise click.UsageError(
+                f"No PROMPT and {session} does not exist (or is empty): there is no run to "
+                "continue; give a PROMPT to start one."
+            )
     model = load_model(model_spec)
     system = system_file.read_text(encoding="utf-8") if system_file is not None else None
-    agent = build_agent(
-        Workspace(workspace),
-        model,
-        permissions=permissions,
-        system=system,
+    try:
+        agent = build_agent(
+            Workspace(workspace),
+            model,
+            permissions=permissions,
+            system=system,
+            max_turns=max_turns,
+            session=session,
+        )
+    except UsageError as exc:
+        raise click.UsageError(str(exc)) from exc
+    except AgentError as exc:  # e.g. the session log is corrupt: not a usage error, exit 1
+        raise click.ClickException(str(exc)) from exc
+    interactive = not json_lines and _interactive(console)
+    hint = continue_command(
+        workspace=workspace,
+        model_spec=model_spec,
         max_turns=max_turns,
         session=session,
+        system_file=system_file,
+        yes=yes,
+        allow=allow,
     )
-    interactive = not json_lines and _interactive(console)
     try:
         result = execute(
-            agent, prompt, console=console, json_lines=json_lines, interactive=interactive
+            agent,
+            prompt,
+            console=console,
+            json_lines=json_lines,
+            interactive=interactive,
+            continue_hint=hint,
         )
+    except UsageError as exc:  # e.g. no PROMPT and the logged run ended with an answer
+        raise click.UsageError(str(exc)) from exc
     except KeyboardInterrupt:
         console.print("[red]Interrupted: quit without waiting for the run to end.[/red]")
         sys.exit(130)

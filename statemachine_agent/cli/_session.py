@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from .._messages import (
 from ..session import SessionData, read_session
 from ..session._check import check_session
 from ..session._read import Record
-from ._view import usage_text
+from ._view import PYTHON_ADVICE, result_lines, usage_text
 
 _STATE_STYLES = {
     "idle": "dim",
@@ -96,7 +97,7 @@ def _print_message(console: Console, message: Message, *, repair: bool = False) 
         style = "red" if message.is_error else "green"
         mark = "✗" if message.is_error else "✓"
         line = Text(f"  ← {mark} {message.tool_name} ", style=style)
-        line += Text(_clip(message.text.splitlines()[0] if message.text else "", 160))
+        line += Text(result_lines(message, width=160))
         line += Text(f"  [{message.tool_call_id}]", style="dim")
         if repair:
             line += Text("  (answered on resume)", style="magenta")
@@ -123,7 +124,9 @@ def _print_record(console: Console, record: Record, runs: list[int]) -> None:
         line += f"  usage {usage_text(usage)}"
         console.print(line)
         if body.get("error"):
-            console.print(Text(f"  {body['error']}", style="dim"))
+            # The engine's advice is for Python callers; the replay ends with the command line.
+            error = str(body["error"]).split(PYTHON_ADVICE, 1)[0]
+            console.print(Text(f"  {error}", style="dim"))
     elif record.type == "history":
         console.print(
             f"[magenta]history replaced ({escape(str(body.get('reason')))}): "
@@ -169,6 +172,12 @@ def replay_command(session: Path) -> None:
         console.print(
             f"[yellow]call {escape(repair.tool_call_id)} ({escape(repair.tool_name)}) has no "
             "recorded result; resume will answer it with an error result[/]"
+        )
+    if data.state is not None and data.state.value in ("max_turns", "aborted"):
+        console.print(
+            f"The last run stopped ({_state(data.state.value)}); to continue it: "
+            f"statemachine-agent run --session {escape(shlex.quote(str(session)))} "
+            "--max-turns N -w DIR -m MODEL"
         )
 
 

@@ -68,13 +68,31 @@ def call_summary(call: ToolCallBlock) -> str:
     return f"{call.name} {_short(raw, 70)}".rstrip()
 
 
-def result_summary(result: ToolResultMessage) -> str:
-    """One line about a tool result: the tool's own summary, else its first line."""
+ERROR_LINES = 5
+"""How many lines of an error result the views show: enough for an invalid-arguments error's
+heading and its first field errors."""
+
+
+def result_summary(result: ToolResultMessage, *, max_lines: int = 1, width: int = _LINE) -> str:
+    """A short account of a tool result: the tool's own ``details["summary"]``, else its first
+    ``max_lines`` non-empty lines (each cut to ``width`` characters, joined by newlines) and
+    ``(+N lines)`` when more follow."""
     summary = result.details.get("summary") if isinstance(result.details, dict) else None
     if isinstance(summary, str):
         return summary
-    first = next((line for line in result.text.splitlines() if line.strip()), "")
-    return _short(first)
+    lines = [line for line in result.text.splitlines() if line.strip()]
+    shown = "\n".join(_short(line, width) for line in lines[:max_lines])
+    rest = len(lines) - max_lines
+    if rest > 0:
+        shown += f" (+{rest} line{'s' if rest != 1 else ''})"
+    return shown
+
+
+def result_lines(result: ToolResultMessage, *, width: int = _LINE) -> str:
+    """`result_summary` as the views show it: one line, or `ERROR_LINES` for an error (whose
+    field list or note is what a person needs to see); continuation lines are indented."""
+    lines = ERROR_LINES if result.is_error else 1
+    return result_summary(result, max_lines=lines, width=width).replace("\n", "\n    ")
 
 
 def _mark(result: ToolResultMessage) -> tuple[str, str]:
@@ -94,15 +112,30 @@ def usage_text(usage: Usage) -> str:
     return text
 
 
-def final_line(result: RunResult) -> Text:
-    """The last line of a run: terminal state, turns, usage, and the error when there is one."""
+PYTHON_ADVICE = " To continue, call run() again"
+"""Where the engine's ``max_turns`` error starts telling a Python caller how to continue."""
+
+
+def final_line(result: RunResult, *, continue_hint: str | None = None) -> Text:
+    """The last line of a run: terminal state, turns, usage, and the error when there is one.
+
+    Args:
+        continue_hint: for a run that ended ``max_turns`` or ``aborted``, how to continue it
+            (a command line); it replaces the engine's advice to Python callers.
+    """
     state = result.state.value
     line = Text.assemble(
         (state, STATE_STYLES.get(state, "bold")),
         f" · {result.turns} turn{'s' if result.turns != 1 else ''} · {usage_text(result.usage)}",
     )
-    if result.error and result.state is not State.DONE:
-        line.append(f"\n{result.error}", style="red" if result.state is State.FAILED else "")
+    error = result.error
+    hint = continue_hint if result.state in (State.MAX_TURNS, State.ABORTED) else None
+    if error and hint is not None:
+        error = error.split(PYTHON_ADVICE, 1)[0]
+    if error and result.state is not State.DONE:
+        line.append(f"\n{error}", style="red" if result.state is State.FAILED else "")
+    if hint is not None:
+        line.append(f"\n{hint}", style="bold")
     return line
 
 
@@ -219,7 +252,7 @@ class LiveView:
                     (f"{mark} ", style),
                     (call_summary(event.call), "bold"),
                     (" — ", "dim"),
-                    (result_summary(event.result), "dim" if mark == "✓" else style),
+                    (result_lines(event.result), "dim" if mark == "✓" else style),
                 )
             )
         elif isinstance(event, TurnEnd):

@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from statemachine_agent.cli import main
 from statemachine_agent.session import load_history, read_session
 from statemachine_agent.testing import assert_valid_history
 
@@ -72,6 +74,9 @@ def assert_aborted_cleanly(child: pexpect.spawn, tmp_path: Path) -> list[str]:
     output = child.before or ""
     assert child.exitstatus == 130, output
     assert "aborted · 1 turn" in ANSI.sub("", output)
+    # How to continue, as a command line (not the engine's Python advice).
+    flat = " ".join(ANSI.sub("", output).split())
+    assert f"statemachine-agent run --session {tmp_path / 'run.jsonl'} --max-turns 50" in flat
     # The terminal is restored: the cursor the live view hid is shown again.
     assert output.rfind(SHOW_CURSOR) > output.rfind(HIDE_CURSOR)
     history = load_history(tmp_path / "run.jsonl")
@@ -91,6 +96,9 @@ def test_case5_ctrl_c_during_a_long_command_aborts_cleanly(tmp_path: Path) -> No
     child.sendintr()
     command, _write = assert_aborted_cleanly(child, tmp_path)
     assert "process group was killed" in command
+    # replay shows the interrupted call's summary, not its first line "(no output)".
+    replay = CliRunner().invoke(main, ["replay", str(tmp_path / "run.jsonl")])
+    assert "← ✗ run_command interrupted, process group killed" in replay.output
 
 
 def test_ctrl_c_at_a_permission_prompt_aborts_cleanly(tmp_path: Path) -> None:

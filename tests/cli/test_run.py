@@ -150,3 +150,120 @@ def test_session_log_and_system_prompt(folder: Path, tmp_path: Path) -> None:
     assert [m.role for m in history] == [
         "user", "assistant", "tool_result", "assistant", "user", "assistant"
     ]  # fmt: skip
+
+
+# -- a fresh user's findings (CLI usability) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("prompt", ["", "   "])
+def test_empty_prompt_is_a_usage_error(folder: Path, tmp_path: Path, prompt: str) -> None:
+    model = write_script(tmp_path, [answer("never")])
+    result = CliRunner().invoke(main, ["run", prompt, "-w", str(folder), "-m", model])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '[PROMPT]': it is empty" in flat(result.output)
+    assert "Traceback" not in result.output and result.exception is not None
+    assert isinstance(result.exception, SystemExit)
+
+
+def test_max_turns_run_continues_from_the_command_line(folder: Path, tmp_path: Path) -> None:
+    session = tmp_path / "run.jsonl"
+    model = write_script(tmp_path, [tool_step("t1", "list_files"), answer("never")])
+    result = invoke(
+        "run", "list", "-w", str(folder), "-m", model, "--session", str(session),
+        "--max-turns", "1",
+    )  # fmt: skip
+    assert result.exit_code == 3, result.output
+    text = flat(result.output)
+    assert "the max_turns limit (1) was reached" in text
+    assert "await agent.run" not in text and "call run() again" not in text
+    assert (
+        f"To continue (up to 1 more turn; raise --max-turns for more): statemachine-agent run "
+        f"--session {session} --max-turns 1 -w {folder} -m {model}"
+    ) in text
+    # No PROMPT: the logged run continues (the script holds the steps still to come).
+    model = write_script(tmp_path, [answer("Listed, at last.")])
+    result = invoke("run", "-w", str(folder), "-m", model, "--session", str(session))
+    assert result.exit_code == 0, result.output
+    assert "Listed, at last." in result.output
+    history = load_history(session)
+    assert_valid_history(history)
+    assert [m.role for m in history] == ["user", "assistant", "tool_result", "assistant"]
+
+
+def test_max_turns_without_a_session_says_to_rerun_with_one(folder: Path, tmp_path: Path) -> None:
+    model = write_script(tmp_path, [tool_step("t1", "list_files"), answer("never")])
+    result = invoke("run", "list", "-w", str(folder), "-m", model, "--max-turns", "1")
+    assert result.exit_code == 3
+    text = flat(result.output)
+    assert "run it with --session FILE" in text
+    assert "await agent.run" not in text
+
+
+def test_no_prompt_needs_a_session_log_with_a_run_to_continue(folder: Path, tmp_path: Path) -> None:
+    model = write_script(tmp_path, [answer("Done.")])
+    result = CliRunner().invoke(main, ["run", "-w", str(folder), "-m", model])
+    assert result.exit_code == 2
+    assert "Missing argument 'PROMPT'" in flat(result.output)
+    assert "--session FILE" in flat(result.output)
+    session = tmp_path / "run.jsonl"
+    result = CliRunner().invoke(
+        main, ["run", "-w", str(folder), "-m", model, "--session", str(session)]
+    )
+    assert result.exit_code == 2
+    assert "there is no run to continue" in flat(result.output)
+    # A logged run that ended with the model's answer: the engine's UsageError, as exit 2.
+    assert (
+        invoke("run", "hi", "-w", str(folder), "-m", model, "--session", str(session)).exit_code
+        == 0
+    )
+    result = CliRunner().invoke(
+        main, ["run", "-w", str(folder), "-m", model, "--session", str(session)]
+    )
+    assert result.exit_code == 2, result.output
+    assert "nothing to continue: the history ends with the model's answer" in flat(result.output)
+    assert_valid_history(load_history(session))
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
+        ([answer("ok"), {"content": "hello"}], "step 2: 'content' must be a list of blocks"),
+        ([{"foo": 1}], "step 1: needs 'content'"),
+        ([answer("ok"), answer("ok"), 7], "step 3: expected a response object"),
+        ("hello", "must hold a JSON list of steps"),
+    ],
+)
+def test_malformed_script_step_is_a_usage_error_naming_the_step(
+    folder: Path, tmp_path: Path, steps: Any, expected: str
+) -> None:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(steps))
+    result = CliRunner().invoke(main, ["run", "hi", "-w", str(folder), "-m", f"script:{path}"])
+    assert result.exit_code == 2, result.output
+    assert expected in flat(result.output)
+    assert "Traceback" not in result.output
+
+
+def test_invalid_arguments_error_shows_its_field_errors(folder: Path, tmp_path: Path) -> None:
+    model = write_script(
+        tmp_path, [tool_step("t1", "edit_file", path="hello.txt"), answer("Gave up.")]
+    )
+    result = invoke("run", "edit", "-w", str(folder), "-m", model, "--yes")
+    assert result.exit_code == 0, result.output
+    assert "Invalid arguments for tool 'edit_file' (2 error(s)):" in result.output
+    assert "- old_text: Field required" in result.output
+    assert "- new_text: Field required" in result.output
+
+
+def test_readme_script_example_runs(tmp_path: Path) -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Running the agent on your folder", 1)[1]
+    steps = json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("helo world\n")
+    model = write_script(tmp_path, steps)
+    result = invoke("run", "Fix the typo", "-w", str(folder), "-m", model, "--yes")
+    assert result.exit_code == 0, result.output
+    assert "Fixed the typo in notes.txt." in result.output
+    assert (folder / "notes.txt").read_text() == "hello world\n"

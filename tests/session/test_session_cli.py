@@ -7,7 +7,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from statemachine_agent import Agent, tool
+from statemachine_agent import Agent, ToolResult, tool
 from statemachine_agent.cli import main
 from statemachine_agent.models import ScriptedModel
 from statemachine_agent.testing.steps import call, text_response, tool_response
@@ -96,3 +96,51 @@ def test_replay_and_check_refuse_a_file_that_is_not_a_log(tmp_path: Path) -> Non
     for command in ("replay", "check"):
         out = CliRunner().invoke(main, [command, str(other)])
         assert out.exit_code == 1 and "not a session log" in out.output
+
+
+@tool
+def run_command(command: str) -> ToolResult:
+    """A stand-in for the workspace tool: the call was interrupted by an abort."""
+    return ToolResult(
+        "(no output)\n[Interrupted: the run was aborted; the command's whole process group was "
+        "killed. It may have partly completed.]",
+        is_error=True,
+        details={"summary": "interrupted, process group killed"},
+    )
+
+
+@tool
+def report(topic: str) -> str:
+    """Several lines and no summary."""
+    return f"\n{topic}: first line\nsecond\nthird"
+
+
+def test_replay_shows_a_results_summary_or_its_first_line_and_how_many_follow(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "s.jsonl"
+    model = ScriptedModel(
+        [
+            tool_response(call("run_command", {"command": "sleep 300"}, id="r1")),
+            tool_response(call("report", {"topic": "status"}, id="p1")),
+            text_response("ok"),
+        ]
+    )
+    Agent(model, tools=[run_command, report], session=log).run_sync("go")
+    out = CliRunner().invoke(main, ["replay", str(log)])
+    assert out.exit_code == 0, out.output
+    assert "← ✗ run_command interrupted, process group killed  [r1]" in out.output
+    assert "← ✓ report status: first line (+2 lines)  [p1]" in out.output
+    assert "(no output)" not in out.output
+
+
+def test_replay_of_a_stopped_run_says_how_to_continue_it(tmp_path: Path) -> None:
+    log = tmp_path / "s.jsonl"
+    model = ScriptedModel([tool_response(call("echo", {"text": "hi"}, id="e1"))])
+    assert Agent(model, tools=[echo], session=log, max_turns=1).run_sync("go").turns == 1
+    out = CliRunner().invoke(main, ["replay", str(log)])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "the max_turns limit (1) was reached" in text
+    assert "await agent.run" not in text
+    assert f"to continue it: statemachine-agent run --session {log} --max-turns N" in text
