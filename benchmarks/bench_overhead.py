@@ -119,6 +119,9 @@ def make_pydantic_ai(n: int) -> Callable[[], Awaitable[float]]:
     return run
 
 
+LOOPS = ("bare", "engine", "pydantic_ai")
+
+
 def repeats(n: int) -> dict[str, int]:
     """Repeats per loop for size ``n`` (pydantic-ai's cost grows with history, so fewer)."""
     if quick():
@@ -146,7 +149,9 @@ def measure(n: int, with_pai: bool) -> dict[str, float | None]:
             if i < counts[name]:
                 gc.collect()
                 samples[name].append(asyncio.run(run()) / (n + 1) * 1e6)
-    out: dict[str, float | None] = {name: None for name in makers}
+    # Every loop has its key (None when it did not run: pydantic-ai not importable, or no
+    # repeats at this size), so the table and the JSON keep one shape.
+    out: dict[str, float | None] = {name: None for name in LOOPS}
     out.update({name: median(values) for name, values in samples.items()})
     return out
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, cast
+from types import TracebackType
+from typing import Any, Self, cast
 
 import anthropic
 import httpx2
@@ -52,7 +53,8 @@ class AnthropicModel:
         max_tokens: the output token limit of each response.
         max_retries: how many times the SDK retries 408/409/429/5xx/529 and connection errors
             (waiting as ``retry-after`` says) before the request fails.
-        timeout_seconds: the SDK's request timeout (default the SDK's).
+        timeout_seconds: the SDK's request timeout (default the SDK's); a request that receives
+            nothing for this long fails with `ModelRetryableError` kind ``"timeout"``.
         thinking: extended thinking: a token budget (``{"type": "enabled", "budget_tokens": n}``)
             or the API's ``thinking`` object as a dict.
         cache: prompt caching: breakpoints on the last tool, the system prompt and the last block
@@ -63,6 +65,10 @@ class AnthropicModel:
             ``{"type": "web_search_20250305", "name": "web_search"}``).
         extra_body: more request fields, sent verbatim. ``Agent(model_settings=...)`` values are
             merged over all of these for each request.
+
+    Close it when done: ``await model.aclose()``, or ``async with AnthropicModel(...) as model:``.
+    This closes the HTTP client the model created itself; a ``client`` passed in is left open
+    (its owner closes it).
 
     Raises:
         UsageError: no credential was found (the message names ``ANTHROPIC_API_KEY``), or
@@ -88,6 +94,7 @@ class AnthropicModel:
     ) -> None:
         if client is not None and (api_key is not None or base_url is not None):
             raise UsageError("pass either client= or api_key= / base_url=, not both")
+        self._owns_client = client is None
         if client is None:
             client = _make_client(api_key, base_url, max_retries, timeout_seconds)
         self._client = client
@@ -121,6 +128,26 @@ class AnthropicModel:
 
     def __repr__(self) -> str:
         return f"AnthropicModel({self._model!r})"  # never the key
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this model created it (a ``client`` passed in is left open).
+
+        Safe to call more than once. Without it, the client's open connections are torn down
+        when the event loop is already closed ("Event loop is closed" noise at exit).
+        """
+        if self._owns_client:
+            await self._client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body sent for ``request`` (``stream`` excluded)."""
@@ -162,7 +189,7 @@ class AnthropicModel:
         except anthropic.APIStatusError as exc:
             raise _status_error(exc) from None
         except anthropic.APIConnectionError as exc:
-            raise _connection_error(exc) from None
+            raise _connection_error(exc, self._client.timeout) from None
         accumulator = StreamAccumulator()
         async with events:
             iterator = events.__aiter__()
@@ -174,7 +201,7 @@ class AnthropicModel:
                 except anthropic.APIStatusError as exc:
                     raise _status_error(exc) from None
                 except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
-                    raise _connection_error(exc) from None
+                    raise _connection_error(exc, self._client.timeout) from None
                 for item in accumulator.feed(event.to_dict(mode="json")):
                     yield item
         yield ResponseComplete(accumulator.message())
@@ -235,8 +262,15 @@ def _status_error(exc: anthropic.APIStatusError) -> ModelError:
     return ModelError(message, kind=kind, status_code=status, attempts=attempts)
 
 
-def _connection_error(exc: Exception) -> ModelRetryableError:
-    timeout = isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException)
-    kind = "timeout" if timeout else "connection_error"
+def _connection_error(exc: Exception, limit: object = None) -> ModelRetryableError:
+    if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):
+        # The SDK's own text also covers cancellations; say plainly that the time ran out.
+        seconds = getattr(limit, "read", limit)
+        within = f" within {seconds:g} s" if isinstance(seconds, int | float) else ""
+        return ModelRetryableError(
+            f"the request timed out: nothing received from the API{within} "
+            "(raise timeout_seconds for slow responses)",
+            kind="timeout",
+        )
     detail = str(exc) or type(exc).__name__
-    return ModelRetryableError(f"{kind.replace('_', ' ')}: {detail}", kind=kind)
+    return ModelRetryableError(f"connection error: {detail}", kind="connection_error")

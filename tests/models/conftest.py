@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -10,7 +10,15 @@ from .replay_server import ReplayServer
 
 
 @pytest.fixture
-def server() -> Iterator[ReplayServer]:
-    """A running `ReplayServer` with no replies queued (add them with ``server.add``)."""
+async def server() -> AsyncIterator[ReplayServer]:
+    """A running `ReplayServer` with no replies queued (add them with ``server.add``).
+
+    Models registered with ``server.closing(model)`` are closed (``aclose``) in the test's event
+    loop before the server stops, so no connection outlives its loop.
+    """
     with ReplayServer() as running:
-        yield running
+        try:
+            yield running
+        finally:
+            for model in running.models:
+                await model.aclose()

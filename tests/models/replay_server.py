@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
+
+_M = TypeVar("_M")
 
 
 @dataclass
@@ -29,6 +32,7 @@ class Reply:
         headers: more headers.
         declared_length: a Content-Length larger than ``body`` makes the server drop the
             connection mid-body (a cut stream).
+        delay_seconds: wait this long before answering (a slow server, for client timeouts).
     """
 
     status: int = 200
@@ -36,6 +40,7 @@ class Reply:
     content_type: str = "text/event-stream"
     headers: dict[str, str] = field(default_factory=dict)
     declared_length: int | None = None
+    delay_seconds: float = 0.0
 
 
 @dataclass
@@ -174,12 +179,14 @@ class ReplayServer:
     """Serves queued replies on 127.0.0.1 and records every request (use as a context manager).
 
     ``url`` is the base URL to give the SDK; ``requests`` the recorded requests; ``queue`` the
-    replies still to send (an exhausted queue answers 500 with a clear message).
+    replies still to send (an exhausted queue answers 500 with a clear message); ``models`` the
+    models registered with `closing`, which the ``server`` fixture closes (``aclose``) at teardown.
     """
 
     def __init__(self, replies: list[Reply] | None = None) -> None:
         self.queue: list[Reply] = list(replies or [])
         self.requests: list[Recorded] = []
+        self.models: list[Any] = []
         self._lock = threading.Lock()
         server = self
 
@@ -208,6 +215,14 @@ class ReplayServer:
                             {"x-should-retry": "false"},
                         )
                     )
+                if reply.delay_seconds:
+                    time.sleep(reply.delay_seconds)
+                try:
+                    self._send(reply)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # the client gave up (e.g. its timeout)
+
+            def _send(self, reply: Reply) -> None:
                 self.send_response(reply.status)
                 self.send_header("content-type", reply.content_type)
                 length = reply.declared_length or len(reply.body)
@@ -232,6 +247,11 @@ class ReplayServer:
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}"
+
+    def closing(self, model: _M) -> _M:
+        """Register ``model`` (anything with ``async aclose()``) to be closed at teardown."""
+        self.models.append(model)
+        return model
 
     def add(self, *replies: Reply) -> None:
         with self._lock:

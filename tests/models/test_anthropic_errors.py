@@ -61,7 +61,9 @@ ERROR_EVENT = {"type": "error", "error": {"type": "overloaded_error", "message":
 
 
 def agent(server: ReplayServer, max_retries: int = 0, **kwargs: Any) -> Agent:
-    model = AnthropicModel(MODEL, base_url=server.url, api_key="test", max_retries=max_retries)
+    model = server.closing(
+        AnthropicModel(MODEL, base_url=server.url, api_key="test", max_retries=max_retries)
+    )
     return Agent(model, retry_backoff_seconds=0.001, **kwargs)
 
 
@@ -192,11 +194,15 @@ async def test_connection_dropped_mid_stream_is_retried(server: ReplayServer) ->
 
 
 async def test_connection_refused_is_retryable() -> None:
-    model = AnthropicModel(MODEL, base_url="http://127.0.0.1:9", api_key="test", max_retries=0)
-    with pytest.raises(ModelRetryableError) as caught:
-        async for _ in model.stream(ModelRequest([UserMessage("hi")])):
-            pass
+    async with AnthropicModel(
+        MODEL, base_url="http://127.0.0.1:9", api_key="test", max_retries=0
+    ) as model:
+        with pytest.raises(ModelRetryableError) as caught:
+            async for _ in model.stream(ModelRequest([UserMessage("hi")])):
+                pass
     assert caught.value.kind == "connection_error"
+    assert model.client.is_closed()
+    await model.aclose()  # closing again is harmless
 
 
 async def test_empty_tool_use_response_runs_nothing_and_says_so(server: ReplayServer) -> None:
@@ -267,9 +273,17 @@ def test_key_from_the_environment_is_never_shown(monkeypatch: pytest.MonkeyPatch
 
 
 async def test_a_ready_client_is_used(server: ReplayServer) -> None:
-    client = anthropic.AsyncAnthropic(api_key="test", base_url=server.url, max_retries=0)
-    server.add(text_reply("from the client"))
-    result = await Agent(AnthropicModel(MODEL, client=client)).run("hi")
-    assert result.text == "from the client"
-    with pytest.raises(UsageError):
-        AnthropicModel(MODEL, client=client, api_key="other")
+    async with anthropic.AsyncAnthropic(
+        api_key="test", base_url=server.url, max_retries=0
+    ) as client:
+        server.add(text_reply("from the client"), text_reply("still open"))
+        async with AnthropicModel(MODEL, client=client) as model:
+            result = await Agent(model).run("hi")
+        assert result.text == "from the client"
+        # The model did not create the client, so it leaves it open for its owner.
+        assert not client.is_closed()
+        again = await Agent(AnthropicModel(MODEL, client=client)).run("hi")
+        assert again.text == "still open"
+        with pytest.raises(UsageError):
+            AnthropicModel(MODEL, client=client, api_key="other")
+    assert client.is_closed()

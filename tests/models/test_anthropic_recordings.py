@@ -31,7 +31,9 @@ SONNET = "claude-replay-test"
 
 
 def model(server: ReplayServer, **kwargs: Any) -> AnthropicModel:
-    return AnthropicModel(SONNET, base_url=server.url, api_key="test", max_retries=0, **kwargs)
+    return server.closing(
+        AnthropicModel(SONNET, base_url=server.url, api_key="test", max_retries=0, **kwargs)
+    )
 
 
 def end_turn(text: str) -> Any:
@@ -365,7 +367,9 @@ async def test_09_401_fails_without_retry(server: ReplayServer, anthropic_fixtur
     )
     server.add(interaction.reply)
     agent = Agent(
-        AnthropicModel(SONNET, base_url=server.url, api_key="sk-wrong", max_retries=2),
+        server.closing(
+            AnthropicModel(SONNET, base_url=server.url, api_key="sk-wrong", max_retries=2)
+        ),
         retry_backoff_seconds=0.001,
     )
     result = await agent.run("Hello")
