@@ -224,8 +224,14 @@ def execute(
     unsubscribe = agent.subscribe(handler)
 
     async def main() -> RunResult:
-        with interrupts.installed(asyncio.get_running_loop()):
-            return await agent.run(prompt)
+        try:
+            with interrupts.installed(asyncio.get_running_loop()):
+                return await agent.run(prompt)
+        finally:
+            # Close the provider's HTTP client inside this event loop, before asyncio.run ends it.
+            aclose = getattr(agent.model, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
     try:
         with view if view is not None else nullcontext():
