@@ -1,5 +1,5 @@
 """The cases handed over by issue 4 ("Session log"), one named test each (case 4, the crash test,
-is in test_session_crash.py)."""
+is in test_session_crash.py; case 2 kills a real process, hang_child.py)."""
 
 from __future__ import annotations
 
@@ -32,10 +32,16 @@ from statemachine_agent.session import (
 from statemachine_agent.testing import assert_valid_history
 from statemachine_agent.testing.steps import call, text_response, tool_response
 
+from .killing import LogLines, complete_lines, load_script, marker_counts, run_and_kill
+
 ISSUE_TEXT = (
     "no result recorded: the run ended before this call finished; it may or may not have run; "
     "check before retrying"
 )
+
+
+HANG_CHILD = Path(__file__).with_name("hang_child.py")
+hang_child = load_script(HANG_CHILD)
 
 
 def write_log(path: Path, messages: list[Message]) -> None:
@@ -119,7 +125,7 @@ def test_case1_variant_result_goes_before_a_later_user_message(tmp_path: Path) -
     write_log(log, [INSPECT, READING, hello])
     agent = Agent.resume(log, model=ScriptedModel([]), tools=[read_file])
     assert [m.role for m in agent.messages] == ["user", "assistant", "tool_result", "user"]
-    assert agent.messages[2].text == ISSUE_TEXT  # type: ignore[union-attr]
+    assert agent.messages[2].text == ISSUE_TEXT
     assert agent.messages[3] == hello
     assert_valid_history(agent.messages, request=True)
     size = log.stat().st_size
@@ -154,17 +160,59 @@ async def test_case1_live_agent_dies_during_the_call(tmp_path: Path) -> None:
 
     resumed = Agent.resume(log, model=ScriptedModel([text_response("ok")]), tools=[read_file])
     assert [m.role for m in resumed.messages] == ["user", "assistant", "tool_result"]
-    assert resumed.messages[1].text == "Reading."  # type: ignore[union-attr]
-    assert resumed.messages[2].text == ISSUE_TEXT  # type: ignore[union-attr]
+    assert resumed.messages[1].text == "Reading."
+    assert resumed.messages[2].text == ISSUE_TEXT
     assert resumed.state is State.ABORTED
     assert (await resumed.run("continue")).state is State.DONE
     assert_valid_history(resumed.messages)
     assert results_in_log(log, "toolu_cfg") == 1
 
 
-async def test_case2_parallel_batch_keeps_finished_results_and_repairs_only_the_hung_call(
+def test_case2_parallel_batch_keeps_finished_results_and_repairs_only_the_hung_call(
     tmp_path: Path,
 ) -> None:
+    """Case 2 with a real kill: hang_child.py runs the batch in a subprocess, which is SIGKILLed
+    once the log holds the results of c1 and c2 while c3 hangs; resume runs in this process."""
+    log, markers = tmp_path / "s.jsonl", tmp_path / "markers.txt"
+
+    def two_results_logged(lines: LogLines) -> bool:
+        logged = {
+            line["message"]["tool_call_id"] for line in lines if line["type"] == "tool_result"
+        }
+        return logged >= {"c1", "c2"}
+
+    assert run_and_kill(HANG_CHILD, log, markers, two_results_logged), "the child did not hang"
+    logged = complete_lines(log)
+    order = [line["message"]["tool_call_id"] for line in logged if line["type"] == "tool_result"]
+    assert order == ["c2", "c1"]  # completion order, each the moment it finished
+    assert not any(line["type"] == "run_end" for line in logged)
+    ran_at_kill = markers.read_text()
+    starts, ends = marker_counts(markers, "start"), marker_counts(markers, "end")
+    assert starts["c1"] == starts["c2"] == ends["c1"] == ends["c2"] == 1
+    assert starts["c3"] <= 1 and ends["c3"] == 0
+
+    agent = hang_child.make_agent(log, markers)
+    assert agent.state is State.ABORTED  # the run the process died in
+    results = [m for m in agent.messages if isinstance(m, ToolResultMessage)]
+    assert [r.tool_call_id for r in results] == ["c1", "c2", "c3"]  # declaration order
+    assert [r.text for r in results] == ["slow 1", "fast 2", ISSUE_TEXT]
+    assert [r.is_error for r in results] == [False, False, True]
+    assert_valid_history(agent.messages, request=True)
+    assert [results_in_log(log, c) for c in ("c1", "c2", "c3")] == [1, 1, 1]
+    assert read_session(log).repairs == []  # the repair is in the log: a second load adds nothing
+
+    result = agent.run_sync()  # finish the run: the model sees the kept and repaired results
+    assert result.state is State.DONE, result.error
+    assert list(agent.model.requests[0].messages[-3:]) == results
+    assert agent.messages[-1].text == hang_child.FINAL
+    assert_valid_history(agent.messages)
+    assert markers.read_text() == ran_at_kill  # no tool ran again after resume
+    assert [results_in_log(log, c) for c in ("c1", "c2", "c3")] == [1, 1, 1]
+
+
+async def test_case2_in_process_variant_logs_results_in_completion_order(tmp_path: Path) -> None:
+    """Case 2 simulated in one process (the log closed, then the run cancelled), observed through
+    the agent's events rather than a marker file."""
     log = tmp_path / "s.jsonl"
     finished: list[str] = []
     both_done = asyncio.Event()
