@@ -249,10 +249,32 @@ class BatchRun:
             for slot in self._slots:
                 if self._signal.aborted or self._terminated:
                     return
-                await self._watch([asyncio.ensure_future(self._process(slot))])
+                await self._process_inline(slot)
         else:
             tasks = [asyncio.ensure_future(self._process(slot)) for slot in self._slots]
             await self._watch(tasks)
+
+    async def _process_inline(self, slot: _Slot) -> None:
+        """Process one call in this task (no task of its own: a per-turn cost); an abort gives it
+        the grace period through a timeout scope, after which it is cancelled as interrupted."""
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(None) as scope:
+
+                def on_abort() -> None:
+                    if scope.when() is None:
+                        scope.reschedule(loop.time() + self._grace)
+
+                remove = self._signal.add_callback(on_abort)
+                if self._signal.aborted:
+                    on_abort()
+                try:
+                    await self._process(slot)
+                finally:
+                    remove()
+        except TimeoutError:
+            if not scope.expired():
+                raise  # not the grace period running out: nothing of ours (tools' own are results)
 
     async def _watch(self, tasks: Sequence[asyncio.Future[None]]) -> None:
         try:
