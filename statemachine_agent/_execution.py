@@ -57,41 +57,6 @@ async def resolve(value: Any) -> Any:
     return value
 
 
-async def _all_or_abort(signal: AbortSignal, tasks: Sequence[asyncio.Future[Any]]) -> None:
-    """Wait until every task is done or ``signal`` is set (cancelling the wait spares ``tasks``).
-
-    What ``asyncio.wait`` in a loop on the tasks plus an abort future did, with one waiter, no sets
-    and no future left in the signal; it runs once per tool batch.
-    """
-    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    left = len(tasks)
-
-    def wake() -> None:
-        if not waiter.done():
-            waiter.set_result(None)
-
-    def on_done(_task: asyncio.Future[Any]) -> None:
-        nonlocal left
-        left -= 1
-        if left <= 0:
-            wake()
-
-    for task in tasks:
-        if task.done():
-            left -= 1
-        else:
-            task.add_done_callback(on_done)
-    remove = signal.add_callback(wake)
-    if left <= 0 or signal.aborted:
-        wake()
-    try:
-        await waiter
-    finally:
-        remove()
-        for task in tasks:
-            task.remove_done_callback(on_done)
-
-
 def _cap(text: str, limit: int = RAW_ARGUMENTS_CAP) -> str:
     return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
 
@@ -278,7 +243,13 @@ class BatchRun:
 
     async def _watch(self, tasks: Sequence[asyncio.Future[None]]) -> None:
         try:
-            await _all_or_abort(self._signal, tasks)
+            everything = asyncio.ensure_future(asyncio.wait(tasks))
+            abort = self._signal.future()
+            try:
+                await asyncio.wait((everything, abort), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                abort.cancel()
+                everything.cancel()  # stops only the waiting, not the tasks
             pending = {task for task in tasks if not task.done()}
             if pending:
                 # Aborted: running tools saw the signal; give them the grace period to stop.

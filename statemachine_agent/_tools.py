@@ -88,7 +88,13 @@ class AbortSignal:
         else:
             with self._lock:
                 self._waiters.append(fut)
+            fut.add_done_callback(self._forget)  # a cancelled waiter does not linger
         return fut
+
+    def _forget(self, fut: asyncio.Future[None]) -> None:
+        with self._lock:
+            if fut in self._waiters:
+                self._waiters.remove(fut)
 
     async def wait(self) -> None:
         """Return once the run is aborted."""
