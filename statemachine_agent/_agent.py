@@ -27,9 +27,7 @@ from ._errors import (
 )
 from ._events import (
     Event,
-    MessageDelta,
     MessageEnd,
-    MessageStart,
     ModelRetry,
     RunEnd,
     RunStart,
@@ -41,28 +39,22 @@ from ._execution import BatchRun, ToolExecution, resolve
 from ._hooks import AfterToolCall, BeforeToolCall, ShouldContinue, TransformContext, TurnInfo
 from ._machine import TERMINAL_STATES, Fired, LoopData, LoopMachine, MaxTokensPolicy, State
 from ._messages import (
+    TRUNCATING_STOP_REASONS,
     AssistantMessage,
     Message,
     StopReason,
-    TextBlock,
-    ToolCallBlock,
     ToolResultMessage,
     Usage,
     UserMessage,
     text_result,
 )
 from ._protocol import find_violations
+from ._responses import Partial, call_ids, consume, refusal_text
 from ._result import RunResult
 from ._tools import AbortSignal, Tool, ToolFunction, tool_from_function
 from .models._base import (
     Model,
     ModelRequest,
-    ResponseComplete,
-    ResponseStart,
-    StreamEvent,
-    TextDelta,
-    ThinkingDelta,
-    ToolCallDelta,
     ToolDefinition,
 )
 from .session import SessionLog, attach_session
@@ -73,26 +65,6 @@ REFUSED = "Not executed: the model's response was a refusal."
 CONTINUE_PROMPT = (
     "Your response was cut off by the output token limit. Continue exactly where you stopped."
 )
-_TRUNCATING = (StopReason.MAX_TOKENS, StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED)
-
-
-class _Partial:
-    """What a response has streamed so far: kept when it is aborted (text only)."""
-
-    __slots__ = ("model", "texts")
-
-    def __init__(self) -> None:
-        self.texts: dict[int, list[str]] = {}
-        self.model: str | None = None
-
-    def message(self, reason: str) -> AssistantMessage:
-        blocks = [TextBlock(text="".join(parts)) for _, parts in sorted(self.texts.items())]
-        return AssistantMessage(
-            content=[b for b in blocks if b.text.strip()],
-            stop_reason=StopReason.ABORTED,
-            model=self.model,
-            error=reason,
-        )
 
 
 class Agent:
@@ -183,7 +155,7 @@ class Agent:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._open_turn: int | None = None
-        self._call_ids = _call_ids(self._messages)
+        self._call_ids = call_ids(self._messages)
         self._run_start = 0
         self._usage = Usage()
         self._error: str | None = None
@@ -237,7 +209,7 @@ class Agent:
         if self._running:
             raise AgentBusyError("cannot replace the history while a run is in progress")
         self._messages = list(messages)
-        self._call_ids = _call_ids(self._messages)
+        self._call_ids = call_ids(self._messages)
 
     @property
     def is_running(self) -> bool:
@@ -266,6 +238,9 @@ class Agent:
                 yield await queue.get()
         finally:
             unsubscribe()
+
+    def _listening(self) -> bool:
+        return bool(self._subscribers)
 
     def _emit(self, event: Event) -> None:
         for callback in self._subscribers:
@@ -471,14 +446,14 @@ class Agent:
                     refused = [text_result(c, REFUSED, is_error=True) for c in response.tool_calls]
                     for result in refused:
                         self._append(result)
-                    self._error = _refusal_text(response)
+                    self._error = refusal_text(response)
                 elif label in ("pause_turn", "max_tokens"):
                     data.continuations += 1
                     if label == "max_tokens":
                         self._append(UserMessage(CONTINUE_PROMPT))
                 elif label == "queued_input":
                     self._inject(self._steering) or self._inject(self._follow_ups, one=True)
-                elif response.stop_reason in _TRUNCATING:
+                elif response.stop_reason in TRUNCATING_STOP_REASONS:
                     self._error = (
                         f"The response was truncated (stop reason {response.stop_reason}) and "
                         "was not continued (max_tokens_policy or max_continuations)."
@@ -502,7 +477,7 @@ class Agent:
             signal=self._signal,
             abort_grace_seconds=self.abort_grace_seconds,
             emit=self._emit,
-            listening=lambda: bool(self._subscribers),
+            listening=self._listening,
             before=self.before_tool_call,
             after=self.after_tool_call,
             deps=self.deps,
@@ -579,8 +554,12 @@ class Agent:
         attempt = 0
         while True:
             attempt += 1
-            partial = _Partial()
-            task = asyncio.ensure_future(self._consume(self.model.stream(request), partial))
+            partial = Partial()
+            task = asyncio.ensure_future(
+                consume(
+                    self.model.stream(request), partial, self._call_ids, self._emit, self._listening
+                )
+            )
             if await self._await_or_abort(task, partial):
                 self._record_abort(partial)
                 return None
@@ -591,7 +570,7 @@ class Agent:
                 delay = self.retry_backoff_seconds * 2 ** (attempt - 1)
                 self._emit(ModelRetry(attempt, delay, str(error)))
                 if await self._sleep_or_abort(delay):
-                    self._record_abort(_Partial())
+                    self._record_abort(Partial())
                     return None
                 continue
             if isinstance(error, ModelError):
@@ -607,7 +586,7 @@ class Agent:
             return None
 
     async def _await_or_abort(
-        self, task: asyncio.Future[AssistantMessage], partial: _Partial
+        self, task: asyncio.Future[AssistantMessage], partial: Partial
     ) -> bool:
         """Wait for ``task``; an abort cancels it. True when the abort came first.
 
@@ -663,7 +642,7 @@ class Agent:
             abort.cancel()
         return True
 
-    def _record_abort(self, partial: _Partial) -> None:
+    def _record_abort(self, partial: Partial) -> None:
         reason = self._signal.reason or "aborted"
         self._append(partial.message(reason))
         self._error = reason
@@ -674,39 +653,6 @@ class Agent:
         self._error = error
         self._fire("fail")
 
-    async def _consume(
-        self, stream: AsyncIterator[StreamEvent], partial: _Partial
-    ) -> AssistantMessage:
-        try:
-            async for event in stream:
-                # The subscriber checks skip building event objects when nobody listens.
-                if isinstance(event, TextDelta):
-                    partial.texts.setdefault(event.index, []).append(event.text)
-                    if self._subscribers:
-                        self._emit(MessageDelta(event.index, "text", event.text))
-                elif isinstance(event, ResponseComplete):
-                    return _normalize(event.message, self._call_ids)
-                elif isinstance(event, ToolCallDelta):
-                    if self._subscribers:
-                        self._emit(
-                            MessageDelta(event.index, "tool_call", event.arguments, event.name)
-                        )
-                elif isinstance(event, ThinkingDelta):
-                    if self._subscribers:
-                        self._emit(MessageDelta(event.index, "thinking", event.thinking))
-                elif isinstance(event, ResponseStart):
-                    partial.model = event.model
-                    if self._subscribers:
-                        self._emit(MessageStart(event.model))
-        finally:
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        raise ModelRetryableError(
-            "the response stream ended before its stop event (incomplete response)",
-            kind="incomplete_stream",
-        )
-
 
 def _as_user(message: str | UserMessage) -> UserMessage:
     if isinstance(message, UserMessage):
@@ -714,43 +660,3 @@ def _as_user(message: str | UserMessage) -> UserMessage:
     if not isinstance(message, str) or not message.strip():
         raise UsageError("a prompt must be a non-empty string or a UserMessage")
     return UserMessage(message)
-
-
-def _refusal_text(response: AssistantMessage) -> str:
-    details = response.stop_details or {}
-    parts = [str(details[k]) for k in ("category", "explanation") if details.get(k)]
-    return "The model refused" + (f": {'; '.join(parts)}" if parts else ".")
-
-
-def _normalize(message: AssistantMessage, used_ids: set[str]) -> AssistantMessage:
-    """Make a response safe to act on: drop blank text blocks and mark a trailing tool call cut
-    off by the token limit as truncated.
-
-    Raises:
-        ModelError: the response reuses a tool-call id (invariant 3); acting on it would corrupt
-            the history.
-    """
-    content = message.content
-    changed = False
-    if any(isinstance(b, TextBlock) and not b.text.strip() for b in content):
-        content = [b for b in content if not (isinstance(b, TextBlock) and not b.text.strip())]
-        changed = True
-    last = content[-1] if content else None
-    if (
-        message.stop_reason in _TRUNCATING
-        and isinstance(last, ToolCallBlock)
-        and not last.truncated
-    ):
-        content = [*content[:-1], last.model_copy(update={"truncated": True})]
-        changed = True
-    ids = [b.id for b in content if isinstance(b, ToolCallBlock)]
-    clash = sorted({i for i in ids if i in used_ids or ids.count(i) > 1})
-    if clash:
-        raise ModelError(
-            f"the response reuses tool-call id(s) {', '.join(clash)}", kind="invalid_response"
-        )
-    return message.model_copy(update={"content": content}) if changed else message
-
-
-def _call_ids(messages: Sequence[Message]) -> set[str]:
-    return {c.id for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls}

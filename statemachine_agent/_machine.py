@@ -17,7 +17,7 @@ from transitions import Machine, MachineError
 from transitions.core import Condition
 
 from ._errors import MachineDefinitionError
-from ._messages import AssistantMessage, StopReason
+from ._messages import TRUNCATING_STOP_REASONS, AssistantMessage, StopReason
 
 
 class State(StrEnum):
@@ -95,8 +95,7 @@ def can_continue_max_tokens(data: LoopData) -> bool:
     """A truncated response, policy ``continue`` and continuations left: ask the model to go on."""
     return (
         data.response is not None
-        and data.response.stop_reason
-        in (StopReason.MAX_TOKENS, StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED)
+        and data.response.stop_reason in TRUNCATING_STOP_REASONS
         and data.max_tokens_policy == "continue"
         and data.continuations < data.max_continuations
     )

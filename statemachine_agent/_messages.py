@@ -34,6 +34,11 @@ class StopReason(StrEnum):
 
 _KNOWN_STOP_REASONS = {reason.value: reason for reason in StopReason}
 
+TRUNCATING_STOP_REASONS = frozenset(
+    {StopReason.MAX_TOKENS, StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED}
+)
+"""Stop reasons of a response cut short by a limit (continued or reported as truncated)."""
+
 
 def _coerce_stop_reason(value: str | None) -> str | None:
     # Known values become the enum member (which is also a str); unknown ones are kept verbatim.

@@ -1,0 +1,133 @@
+"""Turning a model's stream into a response the engine can act on.
+
+`consume` reads a `Model` stream, passing deltas on as events and keeping the streamed text in a
+`Partial` (what an aborted response keeps); `normalize` makes a finished response safe to act on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+
+from ._errors import ModelError, ModelRetryableError
+from ._events import Event, MessageDelta, MessageStart
+from ._messages import (
+    TRUNCATING_STOP_REASONS,
+    AssistantMessage,
+    Message,
+    StopReason,
+    TextBlock,
+    ToolCallBlock,
+)
+from .models._base import (
+    ResponseComplete,
+    ResponseStart,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+)
+
+
+class Partial:
+    """What a response has streamed so far: kept when it is aborted (text only)."""
+
+    __slots__ = ("model", "texts")
+
+    def __init__(self) -> None:
+        self.texts: dict[int, list[str]] = {}
+        self.model: str | None = None
+
+    def message(self, reason: str) -> AssistantMessage:
+        """The aborted assistant message: the streamed text, never a partial tool call."""
+        blocks = [TextBlock(text="".join(parts)) for _, parts in sorted(self.texts.items())]
+        return AssistantMessage(
+            content=[b for b in blocks if b.text.strip()],
+            stop_reason=StopReason.ABORTED,
+            model=self.model,
+            error=reason,
+        )
+
+
+async def consume(
+    stream: AsyncIterator[StreamEvent],
+    partial: Partial,
+    used_ids: set[str],
+    emit: Callable[[Event], None],
+    listening: Callable[[], bool],
+) -> AssistantMessage:
+    """Read ``stream`` to its `ResponseComplete` and return the normalized response.
+
+    Raises:
+        ModelRetryableError: the stream ended before its stop event (an incomplete response is
+            never acted on as complete).
+        ModelError: from `normalize`, or whatever the model raised.
+    """
+    try:
+        async for event in stream:
+            # The subscriber checks skip building event objects when nobody listens.
+            if isinstance(event, TextDelta):
+                partial.texts.setdefault(event.index, []).append(event.text)
+                if listening():
+                    emit(MessageDelta(event.index, "text", event.text))
+            elif isinstance(event, ResponseComplete):
+                return normalize(event.message, used_ids)
+            elif isinstance(event, ToolCallDelta):
+                if listening():
+                    emit(MessageDelta(event.index, "tool_call", event.arguments, event.name))
+            elif isinstance(event, ThinkingDelta):
+                if listening():
+                    emit(MessageDelta(event.index, "thinking", event.thinking))
+            elif isinstance(event, ResponseStart):
+                partial.model = event.model
+                if listening():
+                    emit(MessageStart(event.model))
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    raise ModelRetryableError(
+        "the response stream ended before its stop event (incomplete response)",
+        kind="incomplete_stream",
+    )
+
+
+def refusal_text(response: AssistantMessage) -> str:
+    """The run's error text for a refusal, with the provider's category and explanation."""
+    details = response.stop_details or {}
+    parts = [str(details[k]) for k in ("category", "explanation") if details.get(k)]
+    return "The model refused" + (f": {'; '.join(parts)}" if parts else ".")
+
+
+def normalize(message: AssistantMessage, used_ids: set[str]) -> AssistantMessage:
+    """Make a response safe to act on: drop blank text blocks and mark a trailing tool call cut
+    off by the token limit as truncated.
+
+    Raises:
+        ModelError: the response reuses a tool-call id (invariant 3); acting on it would corrupt
+            the history.
+    """
+    content = message.content
+    changed = False
+    if any(isinstance(b, TextBlock) and not b.text.strip() for b in content):
+        content = [b for b in content if not (isinstance(b, TextBlock) and not b.text.strip())]
+        changed = True
+    last = content[-1] if content else None
+    if (
+        message.stop_reason in TRUNCATING_STOP_REASONS
+        and isinstance(last, ToolCallBlock)
+        and not last.truncated
+    ):
+        content = [*content[:-1], last.model_copy(update={"truncated": True})]
+        changed = True
+    ids = [b.id for b in content if isinstance(b, ToolCallBlock)]
+    clash = sorted({i for i in ids if i in used_ids or ids.count(i) > 1})
+    if clash:
+        raise ModelError(
+            f"the response reuses tool-call id(s) {', '.join(clash)}", kind="invalid_response"
+        )
+    return message.model_copy(update={"content": content}) if changed else message
+
+
+def call_ids(messages: Sequence[Message]) -> set[str]:
+    """Every tool-call id in ``messages``."""
+    return {c.id for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls}
