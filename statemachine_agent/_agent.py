@@ -555,17 +555,28 @@ class Agent:
         while True:
             attempt += 1
             partial = Partial()
-            task = asyncio.ensure_future(
-                consume(
-                    self.model.stream(request), partial, self._call_ids, self._emit, self._listening
-                )
-            )
-            if await self._await_or_abort(task, partial):
-                self._record_abort(partial)
-                return None
-            error = task.exception()
-            if error is None:
-                return task.result()
+            stream = self.model.stream(request)
+            try:
+                # The stream is read in this task; an abort cancels it at once (an expired scope).
+                async with asyncio.timeout(None) as scope:
+                    disarm = self._signal.arm(scope)
+                    try:
+                        return await consume(
+                            stream, partial, self._call_ids, self._emit, self._listening
+                        )
+                    finally:
+                        disarm()
+            except asyncio.CancelledError:
+                self._append(partial.message("the task running the agent was cancelled"))
+                raise
+            except TimeoutError as exc:
+                if not scope.expired():
+                    error: BaseException = exc  # the model's own TimeoutError: a failure
+                else:
+                    self._record_abort(partial)
+                    return None
+            except Exception as exc:
+                error = exc
             if isinstance(error, ModelRetryableError) and attempt <= self.model_retries:
                 delay = self.retry_backoff_seconds * 2 ** (attempt - 1)
                 self._emit(ModelRetry(attempt, delay, str(error)))
@@ -584,53 +595,6 @@ class Agent:
             logger.error("model %r raised", self.model, exc_info=error)
             self._fail(f"Model request failed: {type(error).__name__}: {error}")
             return None
-
-    async def _await_or_abort(
-        self, task: asyncio.Future[AssistantMessage], partial: Partial
-    ) -> bool:
-        """Wait for ``task``; an abort cancels it. True when the abort came first.
-
-        The task itself is awaited (rather than ``asyncio.wait`` on it and an abort future): that
-        wakes this task one loop pass sooner, once per turn. The cancel is deferred one pass so
-        that a response completing in the pass the abort happened in is kept, as before.
-
-        Raises:
-            asyncio.CancelledError: this task was cancelled; ``task`` is cancelled and awaited, and
-                the partial response recorded first.
-        """
-        loop = asyncio.get_running_loop()
-        aborted = False
-
-        def cancel() -> None:
-            nonlocal aborted
-            if task.cancel():  # False when the response completed first
-                aborted = True
-
-        def on_abort() -> None:
-            loop.call_soon(cancel)
-
-        remove = self._signal.add_callback(on_abort)
-        if self._signal.aborted:
-            on_abort()
-        current = asyncio.current_task()
-        cancelling = current.cancelling() if current is not None else 0
-        try:
-            try:
-                await task
-            except asyncio.CancelledError:
-                if not aborted and not (current is not None and current.cancelling() > cancelling):
-                    raise  # the model's task cancelled itself: propagate it as it is
-            except Exception:
-                pass  # the model failed: the caller reads task.exception()
-        finally:
-            remove()
-        if current is not None and current.cancelling() > cancelling:
-            # This task was cancelled (awaiting a task passes the cancel on to it).
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            self._append(partial.message("the task running the agent was cancelled"))
-            raise asyncio.CancelledError
-        return aborted
 
     async def _sleep_or_abort(self, seconds: float) -> bool:
         abort = self._signal.future()

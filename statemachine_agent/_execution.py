@@ -221,22 +221,14 @@ class BatchRun:
 
     async def _process_inline(self, slot: _Slot) -> None:
         """Process one call in this task (no task of its own: a per-turn cost); an abort gives it
-        the grace period through a timeout scope, after which it is cancelled as interrupted."""
-        loop = asyncio.get_running_loop()
+        the grace period, then cancels it (recorded as interrupted)."""
         try:
             async with asyncio.timeout(None) as scope:
-
-                def on_abort() -> None:
-                    if scope.when() is None:
-                        scope.reschedule(loop.time() + self._grace)
-
-                remove = self._signal.add_callback(on_abort)
-                if self._signal.aborted:
-                    on_abort()
+                disarm = self._signal.arm(scope, self._grace)
                 try:
                     await self._process(slot)
                 finally:
-                    remove()
+                    disarm()
         except TimeoutError:
             if not scope.expired():
                 raise  # not the grace period running out: nothing of ours (tools' own are results)

@@ -80,6 +80,22 @@ class AbortSignal:
 
         return remove
 
+    def arm(self, scope: asyncio.Timeout, after_seconds: float = 0.0) -> Callable[[], None]:
+        """Make ``scope`` (an ``asyncio.timeout(None)``) expire ``after_seconds`` after an abort,
+        cancelling the block it guards; leaving it then raises `TimeoutError` and
+        ``scope.expired()`` is true. Returns the function that disarms it.
+        """
+        loop = asyncio.get_running_loop()
+
+        def on_abort() -> None:
+            if scope.when() is None:
+                scope.reschedule(loop.time() + after_seconds)
+
+        remove = self.add_callback(on_abort)
+        if self._aborted:
+            on_abort()
+        return remove
+
     def future(self) -> asyncio.Future[None]:
         """A future resolved on abort (already resolved if aborted)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
