@@ -1,7 +1,8 @@
 """The per-turn fast paths added for the benchmarks (issue 7) behave as the general paths did.
 
-- A model request awaits its task directly; an abort cancels it, a response that completes in the
-  pass the abort happened in is kept, and an outside cancel records the partial response.
+- A model stream is read in the run's task under a timeout scope the abort signal expires; a
+  response that completes in the pass the abort happened in is kept, and an outside cancel records
+  the partial response and propagates.
 - A tool without ``timeout_seconds`` runs outside a timeout scope; its own ``TimeoutError`` is
   reported as before.
 - Abort waiters do not pile up over a long run.
