@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, Self
 
-from ._context import ContextProjector, project
+from ._context import ContextProjector, missing_results, project
 from ._errors import (
     AgentBusyError,
     InvalidHistoryError,
@@ -35,7 +35,7 @@ from ._events import (
     TurnEnd,
     TurnStart,
 )
-from ._execution import BatchRun, ToolExecution, resolve
+from ._execution import BatchRun, ToolExecution, raise_if_cancelling, resolve
 from ._hooks import AfterToolCall, BeforeToolCall, ShouldContinue, TransformContext, TurnInfo
 from ._machine import TERMINAL_STATES, Fired, LoopData, LoopMachine, MaxTokensPolicy, State
 from ._messages import (
@@ -310,15 +310,18 @@ class Agent:
         """
         if self._running:
             raise AgentBusyError("this agent is already running; await that run or abort it")
+        user = None if prompt is None else _as_user(prompt)
         if max_turns is not None:
             self.max_turns = max_turns
-        if prompt is None and not (self._steering or self._follow_ups):
+        if user is None and not (self._steering or self._follow_ups):
             self._check_can_continue()
-        self._running = True
+        # The loop and signal are in place before the run counts as running, so an abort() from
+        # another thread never reaches the previous run's.
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._open_turn = None
         self._signal = AbortSignal()
+        self._running = True
         self._run_start = len(self._messages)
         self._usage = Usage()
         self._error = None
@@ -329,8 +332,9 @@ class Agent:
         if prompt is not None:
             data.turns = 0
         try:
-            user = None if prompt is None else _as_user(prompt)
             self._emit(RunStart(user))
+            for repair in missing_results(self._messages):  # a given history ended mid-batch
+                self._append(repair)
             if user is not None:
                 self._append(user)
             else:
@@ -338,17 +342,27 @@ class Agent:
             self._fire("start")
             await self._drive()
         except asyncio.CancelledError:
-            if self.state not in TERMINAL_STATES:
-                self._error = self._signal.reason or "the task running the agent was cancelled"
-                self._fire("abort")
-            self._end_turn(None)
-            self._emit(RunEnd(self._result()))
+            self._end_after_exception("the task running the agent was cancelled", "abort")
+            raise
+        except BaseException as exc:
+            # A bug (in a tool, a hook or the model) escaped: the run still ends in a terminal
+            # state with every call answered, then the exception propagates.
+            self._end_after_exception(f"{type(exc).__name__}: {exc}", "fail")
             raise
         finally:
             self._running = False
         result = self._result()
         self._emit(RunEnd(result))
         return result
+
+    def _end_after_exception(self, reason: str, trigger: str) -> None:
+        if self.state not in TERMINAL_STATES:
+            self._error = self._signal.reason or reason
+            if trigger == "fail" and self.state is not State.AWAITING_MODEL:
+                trigger = "abort"  # fail only leaves awaiting_model
+            self._fire(trigger)
+        self._end_turn(None)
+        self._emit(RunEnd(self._result()))
 
     def _check_can_continue(self) -> None:
         last = self._last()
@@ -422,8 +436,7 @@ class Agent:
             state = self.state
             if state is State.AWAITING_MODEL:
                 if self._signal.aborted:  # aborted between two steps: send nothing more
-                    self._error = self._signal.reason
-                    self._fire("abort")
+                    self._abort_now()
                     return
                 turn = data.turns + 1
                 self._open_turn = turn
@@ -436,6 +449,12 @@ class Agent:
                 data.turns = turn
                 self._usage = self._usage + response.usage
                 self._append(response)
+                if self._signal.aborted and not response.tool_calls:
+                    # Aborted as the response completed: keep it, but end the run here (with
+                    # calls, the batch answers each "not run" and the run ends aborted too).
+                    self._abort_now()
+                    self._end_turn(response)
+                    return
                 data.response = response
                 data.queued_input = bool(self._steering or self._follow_ups)
                 label = self._fire("model_replied").label
@@ -453,6 +472,8 @@ class Agent:
                         self._append(UserMessage(CONTINUE_PROMPT))
                 elif label == "queued_input":
                     self._inject(self._steering) or self._inject(self._follow_ups, one=True)
+                elif label == "turn_limit":
+                    self._error = self._limit_text(response)
                 elif response.stop_reason in TRUNCATING_STOP_REASONS:
                     self._error = (
                         f"The response was truncated (stop reason {response.stop_reason}) and "
@@ -505,27 +526,33 @@ class Agent:
         data.max_turns = self.max_turns
         dest = self._fire("tools_finished").dest
         self._end_turn(response, results)
-        if hook_error is not None:
-            self._error = hook_error
-            if dest is State.AWAITING_MODEL:
-                self._fire("fail")
-        elif dest is State.MAX_TURNS:
+        if dest is State.MAX_TURNS:
             self._error = self._limit_text(response)
         elif dest is State.ABORTED:
             self._error = f"A tool call was denied and ended the run: {batch.terminate_reason}"
-        else:
+        if hook_error is not None:
+            self._error = hook_error if self._error is None else f"{self._error}. {hook_error}"
+            if dest is State.AWAITING_MODEL:
+                self._fire("fail")
+        elif dest is State.AWAITING_MODEL:
             self._inject(self._steering)
 
     def _limit_text(self, response: AssistantMessage) -> str:
-        names = ", ".join(call.name for call in response.tool_calls) or "none"
         if not self._data.keep_going:
             why = "the should_continue hook returned False"
         else:
             why = f"the max_turns limit ({self.max_turns}) was reached"
+        if response.tool_calls:
+            names = ", ".join(call.name for call in response.tool_calls)
+            last = f"a tool batch ({names}) whose results are recorded"
+        else:
+            last = (
+                "a response after which the run would have gone on (queued input or a continuation)"
+            )
         return (
-            f"Stopped after {self._data.turns} turn(s): {why}. The last action was a tool batch "
-            f"({names}) whose results are recorded. To continue, call run() again without a "
-            f"prompt and a higher limit, e.g. await agent.run(max_turns={self._data.turns + 10})."
+            f"Stopped after {self._data.turns} turn(s): {why}. The last action was {last}. To "
+            "continue, call run() again without a prompt and a higher limit, e.g. await "
+            f"agent.run(max_turns={self._data.turns + 10})."
         )
 
     # -- model requests -----------------------------------------------------------------------
@@ -551,21 +578,26 @@ class Agent:
         except Exception as exc:
             self._fail(f"The transform_context hook failed: {type(exc).__name__}: {exc}")
             return None
+        if self._signal.aborted:  # aborted while the request was built: do not send it
+            self._abort_now()
+            return None
         attempt = 0
         while True:
             attempt += 1
             partial = Partial()
-            stream = self.model.stream(request)
             try:
                 # The stream is read in this task; an abort cancels it at once (an expired scope).
                 async with asyncio.timeout(None) as scope:
                     disarm = self._signal.arm(scope)
                     try:
-                        return await consume(
+                        stream = self.model.stream(request)
+                        message = await consume(
                             stream, partial, self._call_ids, self._emit, self._listening
                         )
                     finally:
                         disarm()
+                raise_if_cancelling()  # a model that swallowed the task's cancellation
+                return message
             except asyncio.CancelledError:
                 self._append(partial.message("the task running the agent was cancelled"))
                 raise
@@ -605,6 +637,10 @@ class Agent:
         finally:
             abort.cancel()
         return True
+
+    def _abort_now(self) -> None:
+        self._error = self._signal.reason
+        self._fire("abort")
 
     def _record_abort(self, partial: Partial) -> None:
         reason = self._signal.reason or "aborted"

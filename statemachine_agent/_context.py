@@ -116,6 +116,22 @@ def _missing(call: ToolCallBlock) -> ToolResultMessage:
     return text_result(call, NO_RESULT, is_error=True)
 
 
+def missing_results(messages: Sequence[Message]) -> list[ToolResultMessage]:
+    """Error results for the calls of the last assistant message that have none after it (a
+    history that ended mid-batch), in declaration order; empty when nothing is owed."""
+    answered: set[str] = set()
+    for message in reversed(messages):
+        if isinstance(message, ToolResultMessage):
+            answered.add(message.tool_call_id)
+        elif isinstance(message, AssistantMessage):
+            if message.stop_reason in _INCOMPLETE:
+                return []
+            return [_missing(call) for call in message.tool_calls if call.id not in answered]
+        else:
+            return []
+    return []
+
+
 class ContextProjector:
     """Projects and checks a growing history, doing the work once per message.
 

@@ -12,6 +12,7 @@ import asyncio
 import difflib
 import inspect
 import json
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -48,6 +49,14 @@ _JSON_KINDS = {
     "float": "number",
     "bool": "boolean",
 }
+
+
+def raise_if_cancelling() -> None:
+    """Re-raise a cancellation of the current task that code it awaited swallowed (a tool or a
+    model catching `asyncio.CancelledError`): cancellation is never lost."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 async def resolve(value: Any) -> Any:
@@ -97,23 +106,35 @@ def check_call(call: ToolCallBlock, tools: dict[str, Tool]) -> str | dict[str, A
     return value
 
 
+def _clean(blocks: list[TextBlock | ImageBlock]) -> list[TextBlock | ImageBlock]:
+    # Blank text is invalid for a provider (invariant 4); an output with nothing left says so.
+    kept = [b for b in blocks if not (isinstance(b, TextBlock) and not b.text.strip())]
+    return kept or [TextBlock(text="(empty output)")]
+
+
 def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
     """Turn what a tool returned into its result message."""
     is_error = False
     details = None
     if isinstance(value, ToolResultMessage):
-        return value.model_copy(update={"tool_call_id": call.id, "tool_name": call.name})
+        # Re-addressed to this call (the protocol pairs by id) and cleaned like any output.
+        return value.model_copy(
+            update={
+                "tool_call_id": call.id,
+                "tool_name": call.name,
+                "content": _clean(list(value.content)),
+            }
+        )
     if isinstance(value, ToolResult):
         is_error, details, value = value.is_error, value.details, value.content
     if value is None:
         blocks: list[TextBlock | ImageBlock] = [TextBlock(text="(no output)")]
     elif isinstance(value, str):
-        blocks = [TextBlock(text=value if value.strip() else "(empty output)")]
+        blocks = _clean([TextBlock(text=value)])
     elif isinstance(value, TextBlock | ImageBlock):
-        blocks = [value]
+        blocks = _clean([value])
     elif isinstance(value, list) and all(isinstance(b, TextBlock | ImageBlock) for b in value):
-        blocks = [b for b in value if not (isinstance(b, TextBlock) and not b.text.strip())]
-        blocks = blocks or [TextBlock(text="(empty output)")]
+        blocks = _clean(value)
     else:
         blocks = [TextBlock(text=repr_json(value))]
     return ToolResultMessage(
@@ -232,6 +253,7 @@ class BatchRun:
         except TimeoutError:
             if not scope.expired():
                 raise  # not the grace period running out: nothing of ours (tools' own are results)
+        raise_if_cancelling()  # a tool that caught the run task's cancellation
 
     async def _watch(self, tasks: Sequence[asyncio.Future[None]]) -> None:
         try:
@@ -281,10 +303,43 @@ class BatchRun:
         call = slot.call
         try:
             kwargs = tool.validate(arguments)
+            resource = tool.resource_of(kwargs) if self._mode == "parallel" else None
         except ValidationError as exc:
             return text_result(
                 call, format_validation_error(call.name, exc, arguments), is_error=True
             )
+        except Exception as exc:  # a broken validator or resource function: the call cannot run
+            return text_result(
+                call, f"Could not prepare the call: {type(exc).__name__}: {exc}", is_error=True
+            )
+        # The write queue: a call claims its place on its resource before anything it awaits
+        # (a permission hook may take any time), so calls on one resource run in declaration
+        # order. The place is released on every way out.
+        previous, turn = self._claim(resource)
+        try:
+            return await self._checked_run(slot, tool, kwargs, previous)
+        finally:
+            if turn is not None and not turn.done():
+                turn.set_result(None)
+
+    def _claim(
+        self, resource: str | None
+    ) -> tuple[asyncio.Future[None] | None, asyncio.Future[None] | None]:
+        if resource is None:
+            return None, None
+        previous = self._resource_tails.get(resource)
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._resource_tails[resource] = turn
+        return previous, turn
+
+    async def _checked_run(
+        self,
+        slot: _Slot,
+        tool: Tool,
+        kwargs: dict[str, Any],
+        previous: asyncio.Future[None] | None,
+    ) -> ToolResultMessage:
+        call = slot.call
         info = ToolCallInfo(call, tool, kwargs, self._deps)
         if self._before is not None:
             try:
@@ -305,6 +360,8 @@ class BatchRun:
                         call, format_validation_error(call.name, exc, changed), is_error=True
                     )
                 info = ToolCallInfo(call, tool, kwargs, self._deps)
+        if previous is not None:
+            await asyncio.shield(previous)
         result = await self._execute(slot, tool, kwargs)
         if self._after is not None:
             try:
@@ -313,63 +370,52 @@ class BatchRun:
                 return _hook_failed("after_tool_call", call, exc)
             if isinstance(replaced, ToolResultMessage):
                 # A hook may rewrite a result, never re-address it: the protocol pairs by id.
-                result = replaced.model_copy(
-                    update={"tool_call_id": call.id, "tool_name": call.name}
-                )
+                result = to_result(call, replaced)
         return result
 
     async def _execute(self, slot: _Slot, tool: Tool, kwargs: dict[str, Any]) -> ToolResultMessage:
         call = slot.call
-        resource = tool.resource_of(kwargs) if self._mode == "parallel" else None
-        turn: asyncio.Future[None] | None = None
-        if resource is not None:
-            # The write queue: calls on one resource run in declaration order.
-            previous = self._resource_tails.get(resource)
-            turn = asyncio.get_running_loop().create_future()
-            self._resource_tails[resource] = turn
-            if previous is not None:
-                await asyncio.shield(previous)
+        if self._signal.aborted:
+            return text_result(call, NOT_RUN, is_error=True)
+        loop = asyncio.get_running_loop()
+        loop_thread = threading.get_ident()
+
+        def progress(update: Any) -> None:
+            event = ToolExecutionUpdate(call.id, update)
+            if threading.get_ident() == loop_thread:
+                self._emit(event)
+            else:  # a sync tool in a worker thread: events are delivered on the loop's thread
+                loop.call_soon_threadsafe(self._emit, event)
+
+        ctx = ToolContext(call.id, call.name, self._signal, progress, self._deps)
+        slot.started = True
+        deadline = None
         try:
-            if self._signal.aborted:
-                return text_result(call, NOT_RUN, is_error=True)
-            ctx = ToolContext(
-                call.id,
-                call.name,
-                self._signal,
-                lambda update: self._emit(ToolExecutionUpdate(call.id, update)),
-                self._deps,
-            )
-            slot.started = True
-            deadline = None
-            try:
-                if tool.timeout_seconds is None:  # no timeout scope: saves a cancel scope per call
+            if tool.timeout_seconds is None:  # no timeout scope: saves a cancel scope per call
+                value = await tool.call(kwargs, ctx)
+            else:
+                async with asyncio.timeout(tool.timeout_seconds) as deadline:
                     value = await tool.call(kwargs, ctx)
-                else:
-                    async with asyncio.timeout(tool.timeout_seconds) as deadline:
-                        value = await tool.call(kwargs, ctx)
-            except TimeoutError:
-                if deadline is not None and deadline.expired():
-                    return text_result(
-                        call,
-                        f"Timed out: tool {call.name!r} ran longer than "
-                        f"{tool.timeout_seconds:g} s and was cancelled; it may have partly "
-                        "completed.",
-                        is_error=True,
-                    )
-                return text_result(call, "TimeoutError: the tool timed out", is_error=True)
-            except ToolError as exc:
-                return text_result(call, str(exc) or type(exc).__name__, is_error=True)
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if (task is not None and task.cancelling()) or not self._signal.aborted:
-                    raise
-                return text_result(call, INTERRUPTED, is_error=True)
-            except Exception as exc:
-                return text_result(call, f"{type(exc).__name__}: {exc}", is_error=True)
-            return to_result(call, value)
-        finally:
-            if turn is not None and not turn.done():
-                turn.set_result(None)
+        except TimeoutError:
+            if deadline is not None and deadline.expired():
+                return text_result(
+                    call,
+                    f"Timed out: tool {call.name!r} ran longer than "
+                    f"{tool.timeout_seconds:g} s and was cancelled; it may have partly "
+                    "completed.",
+                    is_error=True,
+                )
+            return text_result(call, "TimeoutError: the tool timed out", is_error=True)
+        except ToolError as exc:
+            return text_result(call, str(exc) or type(exc).__name__, is_error=True)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if (task is not None and task.cancelling()) or not self._signal.aborted:
+                raise
+            return text_result(call, INTERRUPTED, is_error=True)
+        except Exception as exc:
+            return text_result(call, f"{type(exc).__name__}: {exc}", is_error=True)
+        return to_result(call, value)
 
 
 def _hook_failed(hook: str, call: ToolCallBlock, exc: Exception) -> ToolResultMessage:

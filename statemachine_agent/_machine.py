@@ -111,6 +111,14 @@ def turn_limit_reached(data: LoopData) -> bool:
     return data.turns >= data.max_turns or not data.keep_going
 
 
+def turn_limit_before_continuing(data: LoopData) -> bool:
+    """The turn cap is reached and the response would lead to another request (a continuation
+    or queued input): the cap bounds every way a run goes on, not only tool batches."""
+    return data.turns >= data.max_turns and (
+        can_continue_pause_turn(data) or can_continue_max_tokens(data) or has_queued_input(data)
+    )
+
+
 def terminate_requested(data: LoopData) -> bool:
     """A permission hook denied a call with ``terminate=True``."""
     return data.terminate
@@ -147,6 +155,13 @@ TRANSITIONS: tuple[TransitionSpec, ...] = (
         State.EXECUTING_TOOLS,
         (has_tool_calls,),
         "tool_calls",
+    ),
+    TransitionSpec(
+        "model_replied",
+        (State.AWAITING_MODEL,),
+        State.MAX_TURNS,
+        (turn_limit_before_continuing,),
+        "turn_limit",
     ),
     TransitionSpec(
         "model_replied",
