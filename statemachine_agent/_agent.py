@@ -125,6 +125,10 @@ class Agent:
         self.model = model
         self.tools: dict[str, Tool] = {}
         for item in tools:
+            if not isinstance(item, Tool) and not callable(item):
+                raise ToolDefinitionError(
+                    f"tools must be Tool objects or typed functions, got {item!r}"
+                )
             t = item if isinstance(item, Tool) else tool_from_function(item)
             if t.name in self.tools:
                 raise ToolDefinitionError(f"two tools are named {t.name!r}")

@@ -105,3 +105,11 @@ async def test_eight_parallel_sync_tools_all_run_at_once() -> None:
     result = await Agent(model, tools=[meet]).run("go")
     texts = [m.text for m in result.messages if m.role == "tool_result"]
     assert texts == ["met"] * 8
+
+
+def test_agent_refuses_what_is_not_a_tool() -> None:
+    from statemachine_agent import Agent
+    from statemachine_agent.models import ScriptedModel
+
+    with pytest.raises(ToolDefinitionError, match="Tool objects or typed functions"):
+        Agent(ScriptedModel([]), tools=[...])

@@ -353,7 +353,11 @@ def run_command(
     """
     console = Console(stderr=json_lines)
     try:
-        permissions = Permissions(allow_all=yes, allow=allow)
+        permissions = Permissions(
+            allow_all=yes,
+            allow=allow,
+            how_to_allow="The user can allow it by running again with --yes or --allow {tool}.",
+        )
     except UsageError as exc:
         raise click.BadParameter(str(exc), param_hint="--allow") from exc
     if prompt is None:

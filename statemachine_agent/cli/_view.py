@@ -286,7 +286,7 @@ class LiveView:
         if self.streaming.strip():
             parts.append(Text(self.streaming))
         if self.preparing:
-            parts.append(Spinner("dots", text=Text(f"writing a {self.preparing} call", "dim")))
+            parts.append(Spinner("dots", text=Text(f"writing the {self.preparing} call", "dim")))
         parts.extend(spinner for _, spinner in self.running.values())
         if self.state == "awaiting_model" and not self.streaming and not self.preparing:
             parts.append(Spinner("dots", text=Text("waiting for the model", style="dim")))

@@ -254,7 +254,10 @@ def _rebuild(data: SessionData) -> None:
     for record in data.records:
         message = record.message
         if record.type == "history":
+            # A compaction: the history starts over from this line; results logged before it
+            # belong to messages it replaced.
             spine = [m for m in record.messages if not isinstance(m, ToolResultMessage)]
+            results, result_lines = {}, {}
             for m in record.messages:
                 if isinstance(m, ToolResultMessage):
                     results[m.tool_call_id] = m

@@ -46,6 +46,8 @@ class Permissions:
             ``PREFIX`` or start with ``PREFIX`` and a space, and contain no shell control
             characters (``; & | ` $( > <``).
         confirm: asks the person at the terminal; None when there is nobody to ask.
+        how_to_allow: what the model is told about how the user can allow a denied call
+            (``{tool}`` is replaced by the tool's name); the CLI names its flags.
 
     Raises:
         UsageError: an allow rule names no guarded tool.
@@ -57,8 +59,10 @@ class Permissions:
         allow_all: bool = False,
         allow: Iterable[str] = (),
         confirm: Confirm | None = None,
+        how_to_allow: str = "The user can allow it in the agent's permission settings.",
     ) -> None:
         self.allow_all = allow_all
+        self.how_to_allow = how_to_allow
         self.confirm = confirm
         self.tools: set[str] = set()
         self.command_prefixes: list[str] = []
@@ -99,7 +103,7 @@ class Permissions:
         if self.confirm is None:
             return Deny(
                 f"Permission needed to {what}, and there is no interactive terminal to ask. "
-                f"The user can allow it by running again with --yes or --allow {name}."
+                + self.how_to_allow.replace("{tool}", name)
             )
         answer = self.confirm(f"Allow the agent to {what}?")
         if inspect.isawaitable(answer):

@@ -30,6 +30,7 @@ from statemachine_agent.session import (
     load_history,
     read_session,
 )
+from statemachine_agent.session._check import check_session
 from statemachine_agent.testing import assert_valid_history
 from statemachine_agent.testing.steps import call, text_response, tool_response
 
@@ -263,6 +264,9 @@ async def test_compaction_replaces_the_history_and_is_logged(tmp_path: Path) -> 
     await resumed.run("third question")
     assert load_history(log) == resumed.messages
     assert_valid_history(resumed.messages)
+    # The results logged before the compaction belong to the replaced messages: not violations.
+    _data, problems = check_session(log)
+    assert problems == []
 
 
 async def test_compaction_does_nothing_when_nothing_would_be_dropped(tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ def test_without_a_terminal_or_flag_commands_and_writes_are_denied(workspace: Pa
         ("write_file", {"path": "new.txt", "content": "x"}),
         ("edit_file", {"path": "README.md", "old_text": "demo", "new_text": "x"}),
     ]
-    _, results = run_calls(workspace, calls, before_tool_call=Permissions())
+    cli_hint = "The user can allow it by running again with --yes or --allow {tool}."
+    _, results = run_calls(workspace, calls, before_tool_call=Permissions(how_to_allow=cli_hint))
     assert [r.is_error for r in results] == [False, False, True, True, True]
     assert results[2].text == (
         "Denied: Permission needed to run the command: touch ran.txt, and there is no "
@@ -31,6 +32,14 @@ def test_without_a_terminal_or_flag_commands_and_writes_are_denied(workspace: Pa
     assert not (workspace / "ran.txt").exists()
     assert not (workspace / "new.txt").exists()
     assert (workspace / "README.md").read_text() == "# demo\n"
+
+
+def test_library_denial_does_not_name_cli_flags(workspace: Path) -> None:
+    _, results = run_calls(
+        workspace, [("run_command", {"command": "true"})], before_tool_call=Permissions()
+    )
+    assert results[0].is_error and "--yes" not in results[0].text
+    assert results[0].text.endswith("The user can allow it in the agent's permission settings.")
 
 
 def test_allow_rules() -> None:
