@@ -586,6 +586,7 @@ class Agent:
             self._abort_now()
             return None
         attempt = 0
+        requests_made = 0  # the provider's own retries included
         while True:
             attempt += 1
             partial = Partial()
@@ -613,6 +614,7 @@ class Agent:
                     return None
             except Exception as exc:
                 error = exc
+            requests_made += error.attempts if isinstance(error, ModelError) else 1
             if isinstance(error, ModelRetryableError) and attempt <= self.model_retries:
                 delay = self.retry_backoff_seconds * 2 ** (attempt - 1)
                 self._emit(ModelRetry(attempt, delay, str(error)))
@@ -622,9 +624,9 @@ class Agent:
                 continue
             if isinstance(error, ModelError):
                 status = f", HTTP {error.status_code}" if error.status_code else ""
-                attempts = max(error.attempts, attempt)
                 self._fail(
-                    f"Model request failed ({error.kind}{status}) after {attempts} attempt(s): "
+                    f"Model request failed ({error.kind}{status}) after {requests_made} "
+                    "attempt(s): "
                     f"{error.message}"
                 )
                 return None

@@ -6,7 +6,8 @@ The stored history records what happened; the projection repairs what a provider
   dropped when it is the last message;
 - a call without a result gets a synthetic error result, results are put in declaration order, and
   results answering no call of the assistant message before them are dropped;
-- consecutive assistant messages (a ``pause_turn`` continuation) are joined into one.
+- consecutive assistant messages (a ``pause_turn`` continuation) are joined into one; an aborted
+  or errored one followed by another response is dropped, never joined to it.
 
 `ContextProjector` does this incrementally: a prefix that ended on the user side with every call
 answered never changes, so each request projects and checks only the new tail.
@@ -92,10 +93,17 @@ def project(messages: Sequence[Message], start: int = 0) -> list[Message]:
                 out.append(cleaned_user)
             continue
         cleaned = _clean_assistant(message)
-        if cleaned is None or (i == n and message.stop_reason in _INCOMPLETE):
+        if cleaned is None:
             continue
+        if message.stop_reason in _INCOMPLETE and (
+            i == n or isinstance(messages[i], AssistantMessage)
+        ):
+            continue  # cut off and then replaced by what follows: never joined to a response
         if out and isinstance(out[-1], AssistantMessage):
-            cleaned = _join(out.pop(), cleaned)  # type: ignore[arg-type]
+            previous = out.pop()
+            assert isinstance(previous, AssistantMessage)
+            if previous.stop_reason not in _INCOMPLETE:  # a pause_turn continuation is joined
+                cleaned = _join(previous, cleaned)
         out.append(cleaned)
         calls = cleaned.tool_calls
         if not calls:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 
 class StopReason(StrEnum):
@@ -104,12 +104,25 @@ class ThinkingBlock(_Model):
 
 
 class ImageBlock(_Model):
-    """An image, inline (base64 ``data``) or by ``url``."""
+    """An image, inline (base64 ``data`` with its ``media_type``, e.g. ``image/png``) or by ``url``.
+
+    Raises:
+        pydantic.ValidationError: neither or both of ``data`` and ``url``, or ``data`` without a
+            ``media_type`` (a provider cannot read it).
+    """
 
     type: Literal["image"] = "image"
     media_type: str | None = None
     data: str | None = None
     url: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ImageBlock:
+        if (self.data is None) == (self.url is None):
+            raise ValueError("an image needs exactly one of data (base64) or url")
+        if self.data is not None and not self.media_type:
+            raise ValueError("an inline image needs its media_type, e.g. 'image/png'")
+        return self
 
 
 class ToolCallBlock(_Model):

@@ -9,6 +9,7 @@ from statemachine_agent import (
     InvalidHistoryError,
     StopReason,
     TextBlock,
+    ThinkingBlock,
     ToolCallBlock,
     ToolResultMessage,
     UserMessage,
@@ -83,3 +84,17 @@ def test_projector_raises_on_duplicate_ids() -> None:
     history = [UserMessage("q"), calls("a"), result("a"), calls("a"), result("a")]
     with pytest.raises(InvalidHistoryError, match="appears twice"):
         ContextProjector().project(history)
+
+
+def test_an_aborted_partial_is_never_joined_to_the_next_response() -> None:
+    aborted = AssistantMessage(content=[TextBlock(text="partial")], stop_reason=StopReason.ABORTED)
+    new = AssistantMessage(
+        content=[ThinkingBlock(thinking="t", signature="S"), *calls("a").content],
+        stop_reason="tool_use",
+    )
+    out = project([UserMessage("q"), aborted, new, result("a")])
+    assert [m.role for m in out] == ["user", "assistant", "tool_result"]
+    assert out[1] is new  # starts with its thinking block, as the API requires
+    paused = AssistantMessage(content=[TextBlock(text="p")], stop_reason="pause_turn")
+    out = project([UserMessage("q"), paused, aborted, new, result("a")])
+    assert [b.type for b in out[1].content] == ["text", "thinking", "tool_call"]

@@ -97,8 +97,8 @@ def encode_blocks(message: Message) -> list[JSONDict]:
                 {"type": "tool_use", "id": block.id, "name": block.name, "input": tool_input(block)}
             )
         elif isinstance(block, ThinkingBlock):
-            # Without its signature the API rejects a thinking block (it came from elsewhere).
-            if block.signature is not None:
+            # Without a signature (or with an empty one) the API rejects a thinking block.
+            if block.signature:
                 out.append(
                     {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
                 )

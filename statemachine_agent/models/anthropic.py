@@ -6,11 +6,12 @@ library's `ModelError` family:
 
 - 401 / 403: `ModelAuthError` (check the key); never retried;
 - 400 and other client errors: `ModelError` quoting the API's message;
-- 408 / 409 / 429 / 5xx / 529: retried by the SDK (``max_retries``, honouring ``retry-after``);
-  when they are spent, `ModelError` with ``attempts`` set to the requests made;
-- an ``error`` event inside a 200 stream (``overloaded_error``, ...), a dropped connection, a
-  timeout or a stream that ends before ``message_stop``: `ModelRetryableError`, which the engine
-  retries with backoff (the partial response is discarded).
+- 408 / 409 / 429 / 5xx / 529, and connection errors or timeouts before the response starts:
+  retried by the SDK (``max_retries``, honouring ``retry-after``); when they are spent,
+  `ModelError` with ``attempts`` set to the requests made (the engine does not retry again);
+- an ``error`` event inside a 200 stream (``overloaded_error``, ...), a connection dropped or
+  timing out mid-stream, or a stream that ends before ``message_stop``: `ModelRetryableError`,
+  which the engine retries with backoff (the partial response is discarded).
 """
 
 from __future__ import annotations
@@ -167,10 +168,10 @@ class AnthropicModel:
 
         Raises:
             ModelAuthError: the key is missing, wrong or lacks permission (401 / 403).
-            ModelRetryableError: an error event in the stream, a dropped connection, a timeout,
-                or a stream that ended before ``message_stop``.
-            ModelError: any other failure (400, or SDK retries spent: ``attempts`` says how
-                many requests were made).
+            ModelRetryableError: an error event in the stream, a connection dropped or timing
+                out mid-stream, or a stream that ended before ``message_stop``.
+            ModelError: any other failure (400, or the SDK's retries spent on a status, a
+                connection error or a timeout: ``attempts`` says how many requests were made).
         """
         body = self.body(request)
         model, max_tokens, messages = (
@@ -189,7 +190,8 @@ class AnthropicModel:
         except anthropic.APIStatusError as exc:
             raise _status_error(exc) from None
         except anthropic.APIConnectionError as exc:
-            raise _connection_error(exc, self._client.timeout) from None
+            # The SDK has retried this (max_retries) already: the engine must not multiply it.
+            raise _connection_error(exc, self._client.timeout, retried=True) from None
         accumulator = StreamAccumulator()
         async with events:
             iterator = events.__aiter__()
@@ -253,8 +255,11 @@ def _status_error(exc: anthropic.APIStatusError) -> ModelError:
         )
     if status in _SDK_RETRIED or status >= 500:
         tries = "attempt" if attempts == 1 else "attempts"
+        why = "the SDK's retries spent"
+        if exc.response.headers.get("x-should-retry") == "false":
+            why = "the API said not to retry"
         return ModelError(
-            f"{message} (gave up after {attempts} {tries}, the SDK's retries spent)",
+            f"{message} (gave up after {attempts} {tries}, {why})",
             kind=kind,
             status_code=status,
             attempts=attempts,
@@ -262,15 +267,27 @@ def _status_error(exc: anthropic.APIStatusError) -> ModelError:
     return ModelError(message, kind=kind, status_code=status, attempts=attempts)
 
 
-def _connection_error(exc: Exception, limit: object = None) -> ModelRetryableError:
+def _connection_error(exc: Exception, limit: object = None, *, retried: bool = False) -> ModelError:
+    """A dropped connection or a timeout. Before the response started (``retried``), the SDK
+    has already retried it: a plain `ModelError` counting the SDK's attempts. Mid-stream, the SDK
+    cannot retry: a `ModelRetryableError` the engine retries."""
     if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):
         # The SDK's own text also covers cancellations; say plainly that the time ran out.
         seconds = getattr(limit, "read", limit)
         within = f" within {seconds:g} s" if isinstance(seconds, int | float) else ""
-        return ModelRetryableError(
+        kind = "timeout"
+        message = (
             f"the request timed out: nothing received from the API{within} "
-            "(raise timeout_seconds for slow responses)",
-            kind="timeout",
+            "(raise timeout_seconds for slow responses)"
         )
-    detail = str(exc) or type(exc).__name__
-    return ModelRetryableError(f"connection error: {detail}", kind="connection_error")
+    else:
+        kind = "connection_error"
+        message = f"connection error: {str(exc) or type(exc).__name__}"
+    if not retried:
+        return ModelRetryableError(message, kind=kind)
+    request = getattr(exc, "request", None)
+    try:
+        attempts = int(request.headers.get("x-stainless-retry-count", "0")) + 1 if request else 1
+    except (ValueError, RuntimeError, AttributeError):
+        attempts = 1
+    return ModelError(message, kind=kind, attempts=attempts)

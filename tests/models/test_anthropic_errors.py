@@ -21,7 +21,7 @@ from statemachine_agent import (
     UserMessage,
     tool,
 )
-from statemachine_agent._errors import ModelRetryableError
+from statemachine_agent._errors import ModelError, ModelRetryableError
 from statemachine_agent.models import AnthropicModel, ModelRequest
 
 from .replay_server import ReplayServer, Reply, json_reply, message_to_sse, sse, sse_reply
@@ -193,14 +193,15 @@ async def test_connection_dropped_mid_stream_is_retried(server: ReplayServer) ->
     assert result.text == "recovered"
 
 
-async def test_connection_refused_is_retryable() -> None:
+async def test_connection_refused_is_retried_by_the_sdk_not_again_by_the_engine() -> None:
     async with AnthropicModel(
         MODEL, base_url="http://127.0.0.1:9", api_key="test", max_retries=0
     ) as model:
-        with pytest.raises(ModelRetryableError) as caught:
+        with pytest.raises(ModelError) as caught:
             async for _ in model.stream(ModelRequest([UserMessage("hi")])):
                 pass
-    assert caught.value.kind == "connection_error"
+    assert not isinstance(caught.value, ModelRetryableError)
+    assert caught.value.kind == "connection_error" and caught.value.attempts == 1
     assert model.client.is_closed()
     await model.aclose()  # closing again is harmless
 

@@ -23,7 +23,7 @@ from statemachine_agent import (
     tool,
 )
 from statemachine_agent._agent import CONTINUE_PROMPT
-from statemachine_agent._errors import ModelRetryableError
+from statemachine_agent._errors import ModelError, ModelRetryableError
 from statemachine_agent.models import AnthropicModel, ModelRequest
 from statemachine_agent.models._anthropic_format import StreamAccumulator
 from statemachine_agent.models._base import ResponseComplete
@@ -158,26 +158,33 @@ SLOW_SECONDS = 2.0
 TIMEOUT_SECONDS = 0.2
 
 
-async def test_timeout_is_a_retryable_error_of_kind_timeout(server: ReplayServer) -> None:
+async def test_timeout_before_the_response_is_a_model_error_of_kind_timeout(
+    server: ReplayServer,
+) -> None:
     server.add(Reply(body=b"", delay_seconds=SLOW_SECONDS))
     slow = model(server, timeout_seconds=TIMEOUT_SECONDS)
-    with pytest.raises(ModelRetryableError) as caught:
+    with pytest.raises(ModelError) as caught:
         async for _ in slow.stream(ModelRequest([UserMessage("hi")])):
             pass
-    assert caught.value.kind == "timeout"
+    # The SDK retries timeouts itself (max_retries), so the engine must not retry them again.
+    assert not isinstance(caught.value, ModelRetryableError)
+    assert caught.value.kind == "timeout" and caught.value.attempts == 1
     assert "timed out" in str(caught.value) and "0.2 s" in str(caught.value)
     assert len(server.requests) == 1  # max_retries=0: the SDK sent it once
 
 
-async def test_timeout_is_retried_by_the_engine_then_fails_saying_it_timed_out(
+async def test_timeout_is_retried_by_the_sdk_only_then_fails_counting_every_request(
     server: ReplayServer,
 ) -> None:
     server.add(*(Reply(body=b"", delay_seconds=SLOW_SECONDS) for _ in range(2)))
-    agent = Agent(
-        model(server, timeout_seconds=TIMEOUT_SECONDS),
-        model_retries=1,
-        retry_backoff_seconds=0.01,
+    sdk_retrying = AnthropicModel(
+        MODEL,
+        base_url=server.url,
+        api_key="test",
+        max_retries=1,
+        timeout_seconds=TIMEOUT_SECONDS,
     )
+    agent = Agent(server.closing(sdk_retrying), model_retries=1, retry_backoff_seconds=0.01)
     events: list[Event] = []
     agent.subscribe(events.append)
     result = await agent.run("hi")
@@ -186,8 +193,8 @@ async def test_timeout_is_retried_by_the_engine_then_fails_saying_it_timed_out(
     assert result.error is not None
     assert "timed out" in result.error
     assert "(timeout)" in result.error and "after 2 attempt(s)" in result.error
-    retries = [e for e in events if isinstance(e, ModelRetry)]
-    assert len(retries) == 1 and "timed out" in retries[0].error
+    # Two requests in all (the SDK's first try and its retry), not multiplied by the engine.
+    assert not [e for e in events if isinstance(e, ModelRetry)]
     assert len(server.requests) == 2
     # The only assistant message is the engine's error record: no response content at all.
     (record,) = [m for m in result.messages if isinstance(m, AssistantMessage)]
