@@ -83,3 +83,14 @@ def test_message_helpers() -> None:
     message = sample_history()[2]
     assert [c.id for c in message.tool_calls] == ["c1", "c2"]
     assert message.text == "Calling."
+
+
+def test_an_image_needs_one_source_and_inline_data_its_media_type() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    ImageBlock(url="https://example.com/a.png")
+    ImageBlock(media_type="image/png", data="aGk=")
+    for bad in ({}, {"data": "aGk="}, {"data": "aGk=", "media_type": "image/png", "url": "u"}):
+        with pytest.raises(ValidationError):
+            ImageBlock(**bad)
