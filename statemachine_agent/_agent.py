@@ -191,10 +191,17 @@ class Agent:
             fsync: see `SessionLog`.
 
         Raises:
-            SessionCorruptError: ``strict`` and a line before the end of the log is unreadable.
+            SessionCorruptError: ``strict`` and a complete line of the log is unreadable (only a
+                torn last line, a crash mid-write, is dropped).
+            AgentError: the file is not a session log.
+            UsageError: another agent holds the log open.
         """
         log = SessionLog.open(path, fsync=fsync, strict=strict)
-        return cls(model, tools=tools, session=log, **kwargs)
+        try:
+            return cls(model, tools=tools, session=log, **kwargs)
+        except BaseException:
+            log.close()  # release the log's lock for the caller's next attempt
+            raise
 
     # -- public state -------------------------------------------------------------------------
 

@@ -24,14 +24,17 @@ def prepare(base: Path) -> tuple[Path, Path]:
     """Copy the bundled project to ``base/project``; returns (workspace, session log path).
 
     Raises:
-        click.UsageError: ``base/project`` exists already.
+        click.UsageError: ``base/project`` or ``base/session.jsonl`` exists already (the demo
+            would continue an old session log instead of starting its own).
     """
     workspace = base / "project"
-    if workspace.exists():
-        raise click.UsageError(f"{workspace} exists already; give --into an empty folder")
+    session = base / "session.jsonl"
+    for used in (workspace, session):
+        if used.exists():
+            raise click.UsageError(f"{used} exists already; give --into an empty folder")
     base.mkdir(parents=True, exist_ok=True)
     shutil.copytree(PROJECT, workspace, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    return workspace, base / "session.jsonl"
+    return workspace, session
 
 
 def run_demo(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -40,6 +41,9 @@ from .._machine import TERMINAL_STATES, State
 from .._messages import HISTORY_ADAPTER, MESSAGE_ADAPTER, Message, ToolResultMessage
 from ._read import FORMAT, VERSION, SessionData, read_session
 
+if sys.platform != "win32":
+    import fcntl
+
 if TYPE_CHECKING:
     from .._agent import Agent
 
@@ -55,10 +59,17 @@ class SessionLog:
     `SessionLog.open` continues an existing one. Pass either to ``Agent(..., session=...)``, or a
     path (a new log). `Agent.resume` opens and attaches in one step.
 
+    While open for writing, the log holds an exclusive advisory lock on its file (``flock``; the
+    system releases it when the process dies), so two agents never interleave lines in one log.
+
     Args:
         path: the JSONL file.
         fsync: ``os.fsync`` after each line (survives power loss, slower); flushing each line
             already survives the process being killed.
+
+    Attributes:
+        errors: one text per line that could not be written (each also logged at error level);
+            empty while the log is complete.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
@@ -70,6 +81,7 @@ class SessionLog:
         self._logged_results: set[str] = set()
         self._lock = threading.Lock()
         self._unsubscribe: Callable[[], None] | None = None
+        self.errors: list[str] = []
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -84,26 +96,37 @@ class SessionLog:
         again adds nothing. A missing or empty file is a new log.
 
         Raises:
-            SessionCorruptError: ``strict`` and a line before the end is unreadable (see
-                `read_session`).
-            AgentError: the file is not a session log.
+            SessionCorruptError: ``strict`` and a complete line is unreadable (see
+                `read_session`); the file is left as it was.
+            AgentError: the file is not a session log; the file is left as it was.
+            UsageError: another agent has the log open.
         """
         log = cls(path, fsync=fsync)
-        data = read_session(path, strict=strict)
+        # Lock before reading, so no other writer changes the file between reading and cutting.
+        log._open_file()
+        assert log._file is not None
+        try:
+            data = read_session(path, strict=strict)
+        except BaseException:
+            log.close()
+            raise
         log.data = data
         log._has_header = data.header is not None
-        if log.path.exists():
-            # Cut a torn tail so the next line does not glue onto it and corrupt the middle.
-            with log.path.open("r+b") as file:
-                file.truncate(data.valid_bytes)
-                if data.valid_bytes:
-                    file.seek(data.valid_bytes - 1)
-                    if file.read(1) != b"\n":
-                        file.write(b"\n")
-        log._open_file()
+        fd = log._file.fileno()
+        if data.torn_tail:
+            # Cut the torn last line so the next line does not glue onto it.
+            os.ftruncate(fd, data.valid_bytes)
+        if data.valid_bytes and os.pread(fd, 1, data.valid_bytes - 1) != b"\n":
+            log._file.write(b"\n")  # a complete last line missing its newline
+            log._file.flush()
         for repair in data.repairs:
             log._write({"type": "tool_result", "repair": True, "message": _dump(repair)})
-        if data.run_open:
+        if data.run_open and data.state in TERMINAL_STATES:
+            # The process died between the run's last state change and its end: the run did
+            # end, in that state; only its end line is missing.
+            log._write({"type": "run_end", "state": data.state.value, "error": None})
+            data.run_open = False
+        elif data.run_open:
             source = data.state or State.IDLE
             log._write(
                 {
@@ -133,9 +156,24 @@ class SessionLog:
         return state
 
     def _open_file(self) -> None:
+        """Open the file for appending and take its lock.
+
+        Raises:
+            UsageError: another `SessionLog` (in this process or another) holds the lock.
+        """
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("ab")
+            file = self.path.open("a+b")  # readable too: `open` checks the last byte
+            if sys.platform != "win32":
+                try:
+                    fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    file.close()
+                    raise UsageError(
+                        f"session log {self.path} is in use by another agent (an open "
+                        "SessionLog holds its lock); close that one first"
+                    ) from None
+            self._file = file
 
     # -- attaching ----------------------------------------------------------------------------
 
@@ -176,7 +214,8 @@ class SessionLog:
             self._unsubscribe = None
 
     def close(self) -> None:
-        """Detach and close the file (lines recorded afterwards are dropped with a warning)."""
+        """Detach and close the file, releasing its lock (lines recorded afterwards are dropped
+        with a warning)."""
         self.detach()
         with self._lock:
             if self._file is not None:
@@ -209,7 +248,19 @@ class SessionLog:
         self._has_header = True
 
     def record(self, event: Event) -> None:
-        """Log ``event`` if it matters (the subscriber `attach` installs)."""
+        """Log ``event`` if it matters (the subscriber `attach` installs). A failure is logged at
+        error level and kept in ``errors``; the agent's run goes on."""
+        try:
+            self._record(event)
+        except Exception as exc:
+            self.errors.append(f"a {event.type} event was not logged: {exc!r}")
+            logger.exception(
+                "session log %s: a %s event was NOT logged; the log is incomplete",
+                self.path,
+                event.type,
+            )
+
+    def _record(self, event: Event) -> None:
         if isinstance(event, MessageEnd):
             message = event.message
             if (
@@ -261,19 +312,40 @@ class SessionLog:
         self._write(body)
 
     def _write(self, body: dict[str, Any], *, stamp: bool = True) -> None:
+        """Append ``body`` as one line. A failure is logged at error level and kept in
+        ``errors``, never raised: the agent's run goes on, but the loss is not silent."""
         if stamp:
             body["time"] = round(time.time(), 6)
-        line = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-        with self._lock:
-            if self._file is None:
-                logger.warning(
-                    "session log %s is closed; dropped a %s line", self.path, body["type"]
-                )
-                return
-            self._file.write(line)  # one whole line per write: a crash tears at most the last
-            self._file.flush()
-            if self.fsync:
-                os.fsync(self._file.fileno())
+        try:
+            line = _encode(body)
+            with self._lock:
+                if self._file is None:
+                    logger.warning(
+                        "session log %s is closed; dropped a %s line", self.path, body["type"]
+                    )
+                    return
+                self._file.write(line)  # one whole line per write: a crash tears at most the last
+                self._file.flush()
+                if self.fsync:
+                    os.fsync(self._file.fileno())
+        except Exception as exc:
+            self.errors.append(f"a {body.get('type')} line was not written: {exc!r}")
+            logger.exception(
+                "session log %s: a %s line was NOT written; the log is incomplete",
+                self.path,
+                body.get("type"),
+            )
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    """One JSON line. Non-ASCII text stays readable; a str UTF-8 cannot encode (a lone surrogate,
+    as ``os`` gives for a file name that is not UTF-8) is written escaped, ``\\udce9``, which
+    reads back as the same str."""
+    try:
+        text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+        return text.encode() + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
 
 
 def _dump(message: Message) -> Any:

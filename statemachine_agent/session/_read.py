@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from .._context import NO_RESULT
 from .._errors import AgentError
@@ -47,7 +47,7 @@ _INCOMPLETE = (StopReason.ABORTED, StopReason.ERROR)
 
 
 class SessionCorruptError(AgentError):
-    """A line in the middle of a session log cannot be read.
+    """A complete line of a session log cannot be read (only a torn last line may be).
 
     Attributes:
         path: the log.
@@ -61,7 +61,7 @@ class SessionCorruptError(AgentError):
         self.data = data
         lines = "; ".join(f"line {n}: {why}" for n, why in problems)
         super().__init__(
-            f"session log {path} has {len(problems)} unreadable line(s) before its end: {lines}. "
+            f"session log {path} has {len(problems)} unreadable line(s): {lines}. "
             "The other lines were read (see .data); pass strict=False to resume without them."
         )
 
@@ -92,10 +92,10 @@ class SessionData:
         messages: ``history`` with ``repairs`` in place: what a resumed agent starts from.
         state: the last state recorded (None when none was).
         run_open: a run started and never ended (the process died during it).
-        corrupt: ``(line, reason)`` of unreadable lines before the end.
-        torn_tail: ``(line, reason)`` of the unreadable lines at the end (a crash mid-write),
-            dropped.
-        valid_bytes: the file length up to the end of the last readable line.
+        corrupt: ``(line, reason)`` of unreadable complete lines (corruption; kept in the file).
+        torn_tail: ``(line, reason)`` of an unreadable last line without its newline (a crash
+            mid-write; at most one), dropped.
+        valid_bytes: the file length without the torn last line.
         notes: other problems found while rebuilding (a result for an unknown call, a duplicate
             result, an unknown record type), each naming its line.
     """
@@ -156,9 +156,42 @@ def _parse(line: int, raw: bytes) -> Record:
             return Record(
                 line, kind, body, messages=tuple(HISTORY_ADAPTER.validate_python(body["messages"]))
             )
+        if kind in _BODIES:
+            # Readers (replay, check, resume) use these fields as typed; a hand-edited line
+            # that breaks them is unreadable, not a traceback later.
+            _BODIES[kind].model_validate(body)
     except (ValidationError, KeyError) as exc:
         raise ValueError(f"not a valid {kind!r} line ({_short(exc)})") from None
     return Record(line, kind, body)
+
+
+_LINE_START = b'{"type":"'
+_HEADER_START = b'{"type":"header"'
+
+
+def _could_be_ours(chunk: bytes, *, header: bool) -> bool:
+    """Whether ``chunk`` can be the start of a line `SessionLog` wrote (its first key is
+    ``type``): a torn line that cannot be is not dropped, as it is no crash of ours."""
+    start = _HEADER_START if header else _LINE_START
+    return chunk.startswith(start) or start.startswith(chunk)
+
+
+class _StateBody(BaseModel):
+    source: str
+    dest: str
+    trigger: str | None = None
+    label: str | None = None
+
+
+class _RunEndBody(BaseModel):
+    state: str
+    turns: int | None = None
+    usage: Usage | None = None
+    stop_reason: str | None = None
+    error: str | None = None
+
+
+_BODIES: dict[str, type[BaseModel]] = {"state": _StateBody, "run_end": _RunEndBody}
 
 
 def _short(exc: Exception) -> str:
@@ -169,8 +202,9 @@ def _short(exc: Exception) -> str:
 def read_session(path: str | os.PathLike[str], *, strict: bool = True) -> SessionData:
     """Read a session log without changing it.
 
-    Unreadable lines at the end (a crash mid-write) are dropped with a warning. Unreadable lines
-    before the end are corruption.
+    An unreadable last line without its newline (a crash mid-write; each line is written whole,
+    newline last) is dropped with a warning. Any complete unreadable line is corruption, wherever
+    it is.
 
     Args:
         path: the JSONL log.
@@ -180,30 +214,45 @@ def read_session(path: str | os.PathLike[str], *, strict: bool = True) -> Sessio
         The `SessionData` (empty when the file does not exist or is empty).
 
     Raises:
-        SessionCorruptError: ``strict`` and a line before the end is unreadable; it names each
-            line and carries everything else, rebuilt.
-        AgentError: the file is not a session log, or a newer format version.
+        SessionCorruptError: ``strict`` and a complete line is unreadable; it names each line and
+            carries everything else, rebuilt.
+        AgentError: the file is not a session log (its first line is no header; a lone torn
+            header, a crash while creating the log, reads as an empty log), or a newer format
+            version.
     """
     data = SessionData(Path(path))
     try:
         raw = data.path.read_bytes()
     except FileNotFoundError:
         return data
+    chunks = raw.splitlines(keepends=True)
     offset = 0
-    bad: list[tuple[int, str]] = []  # unreadable lines since the last readable one
-    for number, chunk in enumerate(raw.splitlines(keepends=True), start=1):
-        end = offset + len(chunk)
-        offset = end
+    for number, chunk in enumerate(chunks, start=1):
+        offset += len(chunk)
         if not chunk.strip():
             continue
         try:
             record = _parse(number, chunk)
         except ValueError as exc:
-            bad.append((number, str(exc)))
+            # Each line is written whole with its newline last, so a crash mid-write leaves a
+            # final chunk without one; any complete unreadable line is corruption, never cut.
+            torn = number == len(chunks) and not chunk.endswith((b"\n", b"\r"))
+            if data.header is None and not (torn and _could_be_ours(chunk, header=True)):
+                raise AgentError(
+                    f"{data.path} is not a session log: line {number} is not a session log "
+                    f"header ({exc}); nothing was changed"
+                ) from None
+            if torn and _could_be_ours(chunk, header=False):
+                data.torn_tail.append((number, str(exc)))
+                logger.warning(
+                    "session log %s: dropped 1 unreadable line at its end (line %d; a crash mid-write): %s",
+                    data.path,
+                    number,
+                    exc,
+                )
+            else:
+                data.corrupt.append((number, str(exc)))
             continue
-        data.corrupt.extend(bad)
-        bad = []
-        data.valid_bytes = end
         if record.type == "header":
             if data.header is not None or data.records:
                 data.notes.append(f"line {number}: a second header")
@@ -216,16 +265,7 @@ def read_session(path: str | os.PathLike[str], *, strict: bool = True) -> Sessio
                 f"{data.path} is not a session log: line {number} comes before any header"
             )
         data.records.append(record)
-    if bad:
-        data.torn_tail = bad
-        logger.warning(
-            "session log %s: dropped %d unreadable line(s) at its end (line %s; a crash "
-            "mid-write): %s",
-            data.path,
-            len(bad),
-            bad[0][0],
-            bad[0][1],
-        )
+    data.valid_bytes = len(raw) - (len(chunks[-1]) if data.torn_tail else 0)
     _rebuild(data)
     if data.corrupt:
         if strict:

@@ -65,6 +65,17 @@ def test_demo_refuses_a_used_folder(tmp_path: Path) -> None:
     assert "exists already" in result.output
 
 
+def test_demo_refuses_a_folder_holding_an_old_session_log(tmp_path: Path) -> None:
+    # project/ was removed but the old log stayed: the demo must not continue that session.
+    old = tmp_path / "session.jsonl"
+    old.write_text('{"type":"header"}\n')
+    result = CliRunner().invoke(main, ["demo", "--into", str(tmp_path), "--delay", "0"])
+    assert result.exit_code == 2
+    assert "session.jsonl exists already" in result.output
+    assert old.read_text() == '{"type":"header"}\n'
+    assert not (tmp_path / "project").exists()
+
+
 def test_demo_script_matches_the_bundled_project() -> None:
     prompt, steps = demo_script()
     assert prompt

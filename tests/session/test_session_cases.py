@@ -57,6 +57,12 @@ def write_log(path: Path, messages: list[Message]) -> None:
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
+def close(agent: Agent) -> None:
+    """Close the agent's log: a log has one writer at a time (its lock)."""
+    assert agent.session is not None
+    agent.session.close()
+
+
 def results_in_log(path: Path, call_id: str) -> int:
     count = 0
     for line in path.read_text().splitlines():
@@ -114,6 +120,7 @@ async def test_case1_dangling_call_is_answered_first_after_its_assistant_message
     again = read_session(log)
     assert again.repairs == []
     assert again.messages == agent.messages
+    close(agent)  # a log has one writer at a time
     resumed = Agent.resume(log, model=ScriptedModel([]), tools=[read_file])
     assert resumed.messages == agent.messages
     assert results_in_log(log, "toolu_cfg") == 1
@@ -129,6 +136,7 @@ def test_case1_variant_result_goes_before_a_later_user_message(tmp_path: Path) -
     assert agent.messages[3] == hello
     assert_valid_history(agent.messages, request=True)
     size = log.stat().st_size
+    close(agent)  # a log has one writer at a time
     again = Agent.resume(log, model=ScriptedModel([]), tools=[read_file])
     assert again.messages == agent.messages
     assert log.stat().st_size == size  # the second load wrote nothing

@@ -144,3 +144,35 @@ def test_replay_of_a_stopped_run_says_how_to_continue_it(tmp_path: Path) -> None
     assert "the max_turns limit (1) was reached" in text
     assert "await agent.run" not in text
     assert f"to continue it: statemachine-agent run --session {log} --max-turns N" in text
+
+
+def test_replay_and_check_report_a_run_end_with_a_bad_usage_as_unreadable(tmp_path: Path) -> None:
+    log = logged_session(tmp_path / "s.jsonl")
+    lines = log.read_text().splitlines()
+    end = json.loads(lines[-1])
+    assert end["type"] == "run_end"
+    lines[-1] = json.dumps({**end, "usage": "lots"})  # hand-edited
+    log.write_text("\n".join(lines) + "\n")
+    out = CliRunner().invoke(main, ["replay", str(log)])
+    assert out.exception is None or isinstance(out.exception, SystemExit), out.output
+    assert out.exit_code == 0, out.output
+    assert f"line {len(lines)} unreadable" in out.output
+    assert "Traceback" not in out.output
+    check = CliRunner().invoke(main, ["check", str(log)])
+    assert check.exit_code == 1
+    assert f"line {len(lines)}: unreadable: not a valid 'run_end' line" in check.output
+    lines[-1] = json.dumps({**end, "state": ["done"]})
+    log.write_text("\n".join(lines) + "\n")
+    check = CliRunner().invoke(main, ["check", str(log)])
+    assert f"line {len(lines)}: unreadable" in check.output
+
+
+def test_a_state_line_without_its_states_is_unreadable(tmp_path: Path) -> None:
+    log = logged_session(tmp_path / "s.jsonl")
+    lines = log.read_text().splitlines()
+    lines[3] = json.dumps({"type": "state", "dest": 5})
+    log.write_text("\n".join(lines) + "\n")
+    check = CliRunner().invoke(main, ["check", str(log)])
+    assert check.exit_code == 1
+    assert "line 4: unreadable: not a valid 'state' line" in check.output
+    assert "Traceback" not in check.output

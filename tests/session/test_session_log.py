@@ -58,6 +58,12 @@ def lines(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def close(agent: Agent) -> None:
+    """Close the agent's log: a log has one writer at a time (its lock)."""
+    assert agent.session is not None
+    agent.session.close()
+
+
 async def run_logged(path: Path) -> Agent:
     agent = Agent(script(), tools=[echo], session=path)
     result = await agent.run("say a and b")
@@ -130,6 +136,7 @@ async def test_resume_continues_a_finished_session_in_its_state(tmp_path: Path) 
     log = tmp_path / "s.jsonl"
     first = await run_logged(log)
     size = log.stat().st_size
+    close(first)
     resumed = Agent.resume(log, model=ScriptedModel([text_response("again")]), tools=[echo])
     assert resumed.messages == first.messages and resumed.state is State.DONE
     assert log.stat().st_size == size  # nothing to repair: nothing written
@@ -143,6 +150,7 @@ async def test_a_torn_last_line_is_dropped_with_a_warning_and_cut_on_open(
 ) -> None:
     log = tmp_path / "s.jsonl"
     agent = await run_logged(log)
+    close(agent)
     raw = log.read_bytes()
     log.write_bytes(raw + b'{"type":"message","message":{"role":"us')  # crash mid-write
     with caplog.at_level(logging.WARNING, logger="statemachine_agent.session"):
@@ -160,6 +168,7 @@ async def test_a_torn_last_line_is_dropped_with_a_warning_and_cut_on_open(
 async def test_a_complete_last_line_missing_its_newline_is_kept(tmp_path: Path) -> None:
     log = tmp_path / "s.jsonl"
     agent = await run_logged(log)
+    close(agent)
     log.write_bytes(log.read_bytes().rstrip(b"\n"))
     assert read_session(log).messages == agent.messages
     resumed = Agent.resume(log, model=ScriptedModel([text_response("ok")]), tools=[echo])
@@ -172,6 +181,7 @@ async def test_a_corrupt_middle_line_is_an_error_naming_it_and_nothing_else_is_l
 ) -> None:
     log = tmp_path / "s.jsonl"
     agent = await run_logged(log)
+    close(agent)
     raw = log.read_text().splitlines()
     # Line 3 is the prompt message; make line 4 (a state change) unreadable.
     raw[3] = "{not json"
@@ -259,6 +269,7 @@ async def test_compaction_replaces_the_history_and_is_logged(tmp_path: Path) -> 
     assert len(seen[0]) == 5
     assert_valid_history(agent.messages)
     assert lines(log)[-1]["type"] == "history"
+    close(agent)
     resumed = Agent.resume(log, model=ScriptedModel([text_response("third")]), tools=[echo])
     assert resumed.messages == agent.messages
     await resumed.run("third question")
