@@ -3,12 +3,18 @@
 Every path a tool receives goes through `Workspace.resolve`, which follows symlinks and refuses
 anything that lands outside the root. Listing honours ``.gitignore`` files (``pathspec``) and never
 enters ``.git``.
+
+File names that are not valid UTF-8 reach Python as lone surrogates (``surrogateescape``); they
+would break JSON and UTF-8 encoding downstream (session log, ``--json``, provider requests), so
+every name shown to the model goes through `display_name` (``caf\\xe9.txt``), and `resolve`
+accepts that shown form back.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +24,31 @@ from .._errors import ToolError
 
 ALWAYS_SKIPPED = frozenset({".git"})
 SUGGESTION_SCAN_LIMIT = 5000  # files looked at for a "did you mean" suggestion
+# A non-ASCII byte of a file name as `display_name` shows it.
+_ESCAPED_BYTE = re.compile(r"\\x([89a-fA-F][0-9a-fA-F])")
+
+
+def display_name(text: str) -> str:
+    r"""``text`` (a file name or any text holding one) made safe to encode as UTF-8.
+
+    Undecodable bytes of a file name (lone surrogates from ``surrogateescape``) become four
+    characters ``\xNN``: the name ``b"caf\xe9.txt"`` is shown as ``caf\xe9.txt``. Other text is
+    returned unchanged.
+    """
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return os.fsencode(text).decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that is not an escaped byte
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _unescape_name(path: str) -> str:
+    r"""The inverse of `display_name`: ``\xNN`` escapes of non-ASCII bytes back to surrogates."""
+    return _ESCAPED_BYTE.sub(lambda m: chr(0xDC00 + int(m.group(1), 16)), path)
 
 
 class Workspace:
@@ -44,30 +75,37 @@ class Workspace:
     def resolve(self, path: str) -> Path:
         """The absolute, symlink-free path of ``path`` (relative to the root, or absolute).
 
+        ``~`` is not expanded: ``~/x`` and ``~user/x`` are names inside the workspace, never a
+        home folder. A name shown by `display_name` (``caf\\xe9.txt``) finds the file whose real
+        name has that undecodable byte, unless a file with the literal name exists.
+
         Raises:
             ToolError: the path is empty, or it (or a symlink on the way) leads outside the root.
         """
         if not path or not path.strip():
             raise ToolError("The path is empty. Give a path relative to the workspace root.")
-        candidate = Path(path).expanduser()
-        if not candidate.is_absolute():
-            candidate = self.root / candidate
+        candidate = self.root / path  # an absolute path replaces the root
+        if "\\x" in path and not os.path.lexists(candidate):
+            unescaped = self.root / _unescape_name(path)
+            if os.path.lexists(unescaped):
+                candidate = unescaped
         try:
             resolved = candidate.resolve()
         except (OSError, RuntimeError) as exc:  # a symlink loop
-            raise ToolError(f"Cannot resolve {path}: {exc}") from exc
+            raise ToolError(display_name(f"Cannot resolve {path}: {exc}")) from exc
         if not resolved.is_relative_to(self.root):
             raise ToolError(
-                f"Refused: {path} is outside the workspace. Only paths inside the workspace root "
+                f"Refused: {display_name(path)} is outside the workspace. Only paths inside the workspace root "
                 "can be used (relative paths like src/app.py; no '..' out of it, no absolute "
                 "paths elsewhere, no symlinks pointing outside)."
             )
         return resolved
 
     def relative(self, path: Path) -> str:
-        """``path`` relative to the root, with ``/`` separators (``.`` for the root itself)."""
+        """``path`` relative to the root, with ``/`` separators (``.`` for the root itself), as
+        shown to the model (`display_name`)."""
         rel = path.relative_to(self.root).as_posix()
-        return rel or "."
+        return display_name(rel) or "."
 
     def resource_key(self, path: object) -> str | None:
         """The write-queue key of a path argument: the resolved file, or None when invalid."""
@@ -81,9 +119,10 @@ class Workspace:
     # -- walking --------------------------------------------------------------------------------
 
     def walk(self, start: Path, *, recursive: bool = True) -> Iterator[tuple[str, bool]]:
-        """Entries under ``start`` as (path relative to the root, is_directory), sorted per
-        folder, skipping ``.git`` and what ``.gitignore`` files ignore. Symlinked folders are
-        listed but not entered."""
+        """Entries under ``start`` as (path relative to the root as `relative` shows it,
+        is_directory), sorted per folder, skipping ``.git`` and what ``.gitignore`` files ignore.
+        Symlinked folders are listed but not entered; an entry that cannot be examined (a symlink
+        loop, no permission) is listed as a non-directory."""
         specs = self._specs_above(start)
         yield from self._walk(start, specs, recursive)
 
@@ -101,11 +140,15 @@ class Workspace:
             if entry.name in ALWAYS_SKIPPED:
                 continue
             path = Path(entry.path)
-            is_dir = entry.is_dir(follow_symlinks=True)
+            try:
+                is_dir = entry.is_dir(follow_symlinks=True)
+                enter = is_dir and not entry.is_symlink()
+            except OSError:  # ELOOP, EACCES...: list it, never fail the whole listing
+                is_dir = enter = False
             if _ignored(path, is_dir, specs):
                 continue
             yield self.relative(path), is_dir
-            if recursive and is_dir and not entry.is_symlink():
+            if recursive and enter:
                 yield from self._walk(path, specs, recursive)
 
     def _specs_above(self, start: Path) -> list[tuple[Path, pathspec.GitIgnoreSpec]]:
@@ -120,12 +163,17 @@ class Workspace:
         return specs
 
     def is_ignored(self, path: Path) -> bool:
-        """``path`` (inside the root) is ignored by a ``.gitignore`` or lies in ``.git``."""
+        """``path`` (inside the root) is ignored by a ``.gitignore`` or lies in ``.git`` or in an
+        ignored folder (as in git, a file in an excluded folder cannot be re-included)."""
         rel = path.relative_to(self.root)
         if any(part in ALWAYS_SKIPPED for part in rel.parts):
             return True
-        specs = self._specs_above(path)
-        return _ignored(path, path.is_dir(), specs)
+        for depth in range(1, len(rel.parts) + 1):
+            current = self.root.joinpath(*rel.parts[:depth])
+            is_dir = depth < len(rel.parts) or current.is_dir()
+            if _ignored(current, is_dir, self._specs_above(current)):
+                return True
+        return False
 
     # -- suggestions ----------------------------------------------------------------------------
 
@@ -169,8 +217,15 @@ def _load_gitignore(folder: Path) -> pathspec.GitIgnoreSpec | None:
 
 
 def _ignored(path: Path, is_dir: bool, specs: list[tuple[Path, pathspec.GitIgnoreSpec]]) -> bool:
-    for base, spec in specs:
+    """Whether ``specs`` (shallowest first) ignore ``path``.
+
+    As in git, a deeper ``.gitignore`` overrides a shallower one: the deepest file with a matching
+    pattern decides (its last matching pattern, so ``!keep.log`` re-includes what a parent's
+    ``*.log`` excluded).
+    """
+    for base, spec in reversed(specs):
         rel = path.relative_to(base).as_posix()
-        if spec.match_file(rel + "/" if is_dir else rel):
-            return True
+        decision = spec.check_file(rel + "/" if is_dir else rel).include
+        if decision is not None:
+            return decision
     return False

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import tracemalloc
 from pathlib import Path
+from typing import Any
 
-from statemachine_agent.workspace import MAX_READ_LINES
+from statemachine_agent.workspace import MAX_READ_CHARS, MAX_READ_LINES, workspace_tools
 
 from .conftest import run_calls
 
@@ -139,3 +142,155 @@ def test_writes_to_one_file_queue_in_declaration_order(workspace: Path) -> None:
     _, results = run_calls(workspace, calls)
     assert [r.is_error for r in results] == [False, False, False]
     assert (workspace / "notes.txt").read_text() == "three\n"
+
+
+# -- review of issue 6 (bugs 1-3, 6, 7) ---------------------------------------------------------
+
+
+def test_bug1_non_utf8_file_name_is_shown_escaped_and_usable_by_that_name(workspace: Path) -> None:
+    (workspace / os.fsdecode(b"caf\xe9.txt")).write_text("hello\n")
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("list_files", {}),
+        ("read_file", {"path": "caf\\xe9.txt"}),
+        ("read_file", {"path": "caff\\xe9.txt"}),
+        ("edit_file", {"path": "caf\\xe9.txt", "old_text": "hello", "new_text": "bye"}),
+    ]
+    result, results = run_calls(workspace, calls)
+    for item in results:
+        item.text.encode("utf-8")  # no lone surrogates left to break JSON / UTF-8 downstream
+    assert results[0].text == "README.md\ncaf\\xe9.txt\nsrc/"
+    assert results[1].text == "    1\thello"
+    assert results[2].text == "File not found: caff\\xe9.txt. Did you mean caf\\xe9.txt?"
+    assert results[3].text.startswith("Edited caf\\xe9.txt.")
+    assert (workspace / os.fsdecode(b"caf\xe9.txt")).read_bytes() == b"bye\n"
+    for message in result.messages:
+        message.model_dump_json().encode("utf-8")
+
+
+def test_bug2_edit_file_keeps_crlf_line_endings(workspace: Path) -> None:
+    (workspace / "crlf.txt").write_bytes(b"alpha\r\nbeta\r\ngamma\r\n")
+    _, results = run_calls(
+        workspace,
+        [
+            ("edit_file", {"path": "crlf.txt", "old_text": "beta", "new_text": "BETA\nextra"}),
+            ("edit_file", {"path": "crlf.txt", "old_text": "alpha\nBETA\n", "new_text": "A\n"}),
+        ],
+    )
+    assert [r.is_error for r in results] == [False, False]
+    assert results[0].text.endswith("    1\talpha\n    2\tBETA\n    3\textra\n    4\tgamma")
+    assert (workspace / "crlf.txt").read_bytes() == b"A\r\nextra\r\ngamma\r\n"
+
+
+def test_bug2_edit_file_keeps_lf_lines_of_a_mostly_lf_file(workspace: Path) -> None:
+    (workspace / "mixed.txt").write_bytes(b"one\ntwo\nthree\r\nfour\n")
+    _, results = run_calls(
+        workspace, [("edit_file", {"path": "mixed.txt", "old_text": "two", "new_text": "2\n2b"})]
+    )
+    assert not results[0].is_error
+    assert (workspace / "mixed.txt").read_bytes() == b"one\n2\n2b\nthree\r\nfour\n"
+
+
+def test_bug3_edit_file_refuses_non_utf8_and_binary_files_unchanged(workspace: Path) -> None:
+    latin = "caf\xe9 = 1\nx = 2\n".encode("latin-1")
+    (workspace / "lat.txt").write_bytes(latin)
+    (workspace / "blob.dat").write_bytes(b"x = 2\n\x00\x01")
+    _, results = run_calls(
+        workspace,
+        [
+            ("edit_file", {"path": "lat.txt", "old_text": "x = 2", "new_text": "x = 3"}),
+            ("edit_file", {"path": "blob.dat", "old_text": "x = 2", "new_text": "x = 3"}),
+        ],
+    )
+    assert results[0].is_error and results[0].text.startswith("lat.txt is not UTF-8 text")
+    assert "not changed" in results[0].text
+    assert results[1].is_error and results[1].text.startswith("blob.dat is a binary file")
+    assert "not changed" in results[1].text
+    assert (workspace / "lat.txt").read_bytes() == latin
+    assert (workspace / "blob.dat").read_bytes() == b"x = 2\n\x00\x01"
+
+
+def _peak_bytes(function: Any, **kwargs: Any) -> tuple[Any, int]:
+    tracemalloc.start()
+    try:
+        value = function(**kwargs)
+        return value, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_bug6_read_file_streams_a_large_file_in_bounded_memory(workspace: Path) -> None:
+    line = b"some text line\n"
+    count = (24 << 20) // len(line)  # 24 MiB
+    (workspace / "big.txt").write_bytes(line * count)
+    (workspace / "one_line.txt").write_bytes(b"a" * (24 << 20))
+    read_file = {t.name: t for t in workspace_tools(workspace)}["read_file"].function
+    limit = 8 << 20  # well below the file size: the file is never held whole
+    head, peak = _peak_bytes(read_file, path="big.txt", end_line=3)
+    assert peak < limit
+    assert head.content == "    1\tsome text line\n    2\tsome text line\n    3\tsome text line"
+    assert head.details == {"summary": f"lines 1-3 of {count}"}
+    capped, peak = _peak_bytes(read_file, path="big.txt")
+    assert peak < limit
+    assert capped.content.endswith(
+        f"[Showing lines 1-{MAX_READ_LINES} of {count} (size cap). "
+        f"Read on with start_line={MAX_READ_LINES + 1}.]"
+    )
+    cut, peak = _peak_bytes(read_file, path="one_line.txt")
+    assert peak < limit
+    assert cut.content == "    1\t" + "a" * MAX_READ_CHARS + " [line cut]"
+    assert cut.details == {"summary": "lines 1-1 of 1"}
+
+
+def test_bug7_line_numbers_split_on_newline_only(workspace: Path) -> None:
+    (workspace / "ff.py").write_text("a = 1\n\x0c\nb = 2\x85\u2028\x1c\nc = 3\r\nd = 4")
+    _, results = run_calls(
+        workspace,
+        [
+            ("read_file", {"path": "ff.py"}),
+            ("read_file", {"path": "ff.py", "start_line": 4}),
+        ],
+    )
+    assert (
+        results[0].text
+        == "    1\ta = 1\n    2\t\x0c\n    3\tb = 2\x85\u2028\x1c\n    4\tc = 3\n    5\td = 4"
+    )
+    assert results[1].text == "    4\tc = 3\n    5\td = 4"
+    _, results = run_calls(
+        workspace,
+        [
+            ("edit_file", {"path": "ff.py", "old_text": "c = 3", "new_text": "c = 4"}),
+            ("edit_file", {"path": "ff.py", "old_text": "d = 5", "new_text": "x"}),
+        ],
+    )
+    assert results[0].details == {"summary": "replaced 1 occurrence at line 4"}
+    assert results[0].text.endswith("    4\tc = 4\n    5\td = 4")
+    assert "    5\td = 4" in results[1].text
+    (workspace / "dup.txt").write_text("x\x0cy\nx\n")
+    _, results = run_calls(
+        workspace, [("edit_file", {"path": "dup.txt", "old_text": "x", "new_text": "z"})]
+    )
+    assert "(at lines 1, 2)" in results[0].text and "    2\tx" in results[0].text
+
+
+def test_read_file_start_line_deep_in_a_file_and_past_its_end(workspace: Path) -> None:
+    count = 300_000  # a few MiB: the lines before start_line are skipped in several chunks
+    (workspace / "many.txt").write_text("".join(f"line {i}\n" for i in range(1, count + 1)))
+    (workspace / "open_end.txt").write_text("a\nb")  # no final newline: still 2 lines
+    _, results = run_calls(
+        workspace,
+        [
+            ("read_file", {"path": "many.txt", "start_line": 250_000, "end_line": 250_001}),
+            ("read_file", {"path": "many.txt", "start_line": count}),
+            ("read_file", {"path": "many.txt", "start_line": count + 1}),
+            ("read_file", {"path": "open_end.txt", "start_line": 2}),
+            ("read_file", {"path": "open_end.txt", "start_line": 3}),
+        ],
+    )
+    assert results[0].text == "250000\tline 250000\n250001\tline 250001"
+    assert results[0].details == {"summary": f"lines 250000-250001 of {count}"}
+    assert results[1].text == f"{count}\tline {count}"
+    assert results[2].text == f"start_line {count + 1} is past the end of many.txt, which has " + (
+        f"{count} lines."
+    )
+    assert results[3].text == "    2\tb"
+    assert results[4].text == "start_line 3 is past the end of open_end.txt, which has 2 lines."

@@ -94,3 +94,62 @@ def test_write_queue_key_is_the_resolved_file(workspace: Path) -> None:
     assert key == f"file:{workspace.resolve() / 'src' / 'math.py'}"
     assert ws.resource_key("./src/../src/math.py") == key
     assert ws.resource_key("../escape") is None
+
+
+# -- review of issue 6 (bugs 4, 5, 8) -----------------------------------------------------------
+
+
+def test_bug4_symlink_loop_does_not_break_listing_or_suggestions(workspace: Path) -> None:
+    os.symlink("loop2", workspace / "loop1")
+    os.symlink("loop1", workspace / "loop2")
+    _, results = run_calls(
+        workspace,
+        [
+            ("list_files", {}),
+            ("list_files", {"recursive": True}),
+            ("read_file", {"path": "src/maths.py"}),
+            ("read_file", {"path": "loop1"}),
+        ],
+    )
+    assert results[0].text == "README.md\nloop1\nloop2\nsrc/"
+    assert results[1].text == "README.md\nloop1\nloop2\nsrc/\nsrc/math.py"
+    assert results[2].text == "File not found: src/maths.py. Did you mean src/math.py?"
+    assert results[3].is_error and results[3].text.startswith("Cannot resolve loop1")
+
+
+def test_bug5_nested_gitignore_negation_reincludes_a_file(workspace: Path) -> None:
+    # Expected listing is what `git status --untracked-files=all` shows for this tree.
+    (workspace / "g" / "sub").mkdir(parents=True)
+    (workspace / "g" / ".gitignore").write_text("*.log\ndropped/\n")
+    (workspace / "g" / "sub" / ".gitignore").write_text("!keep.log\n")
+    (workspace / "g" / "sub" / "keep.log").write_text("k")
+    (workspace / "g" / "sub" / "drop.log").write_text("d")
+    (workspace / "g" / "top.log").write_text("t")
+    (workspace / "g" / "dropped").mkdir()
+    (workspace / "g" / "dropped" / ".gitignore").write_text("!*\n")  # cannot re-include
+    (workspace / "g" / "dropped" / "x.txt").write_text("x")
+    _, results = run_calls(workspace, [("list_files", {"path": "g", "recursive": True})])
+    assert results[0].text == "g/.gitignore\ng/sub/\ng/sub/.gitignore\ng/sub/keep.log"
+    ws = Workspace(workspace)
+    assert not ws.is_ignored(workspace / "g" / "sub" / "keep.log")
+    assert ws.is_ignored(workspace / "g" / "sub" / "drop.log")
+    assert ws.is_ignored(workspace / "g" / "top.log")
+    assert ws.is_ignored(workspace / "g" / "dropped" / "x.txt")
+
+
+def test_bug8_tilde_in_a_tool_path_is_not_expanded(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "x").write_text("HOME-SECRET")
+    monkeypatch.setenv("HOME", str(home))
+    (workspace / "~").mkdir()
+    (workspace / "~" / "x").write_text("inside")
+    _, results = run_calls(
+        workspace,
+        [("read_file", {"path": "~/x"}), ("read_file", {"path": "~root/x"})],
+    )
+    assert results[0].text == "    1\tinside"
+    assert results[1].text.startswith("File not found: ~root/x.")
+    assert Workspace(workspace).resolve("~/x") == workspace.resolve() / "~" / "x"
