@@ -44,7 +44,6 @@ class AbortSignal:
     def __init__(self) -> None:
         self._aborted = False
         self.reason: str | None = None
-        self._waiters: list[asyncio.Future[None]] = []
         self._callbacks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
@@ -60,11 +59,7 @@ class AbortSignal:
         self._aborted = True
         self.reason = reason
         with self._lock:
-            waiters, self._waiters = self._waiters, []
             callbacks = list(self._callbacks)
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
         for callback in callbacks:
             callback()
 
@@ -101,16 +96,15 @@ class AbortSignal:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self._aborted:
             fut.set_result(None)
-        else:
-            with self._lock:
-                self._waiters.append(fut)
-            fut.add_done_callback(self._forget)  # a cancelled waiter does not linger
-        return fut
+            return fut
 
-    def _forget(self, fut: asyncio.Future[None]) -> None:
-        with self._lock:
-            if fut in self._waiters:
-                self._waiters.remove(fut)
+        def wake() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        remove = self.add_callback(wake)
+        fut.add_done_callback(lambda _fut: remove())  # a cancelled waiter does not linger
+        return fut
 
     async def wait(self) -> None:
         """Return once the run is aborted."""
