@@ -1,0 +1,1496 @@
+"""A reference model of the loop (the oracle) and a runner that plays the same scenario on an `Agent`.
+
+The model is written from the loop's rules as the README and the public docstrings state them (what
+the loop guarantees, the machine's transition table, the hooks' contracts, the session log), not
+from the engine's code. Given a `Scenario` (responses, tool behaviours, hook behaviours, limits,
+abort or cancellation anchored to an event, queued input, a second run, a session log cut and
+resumed) it predicts, per run: whether it starts, the final state, turns, requests sent, the kind of
+every tool result it adds, which calls run (and their order where the rules fix it). Where the
+engine's outcome legitimately depends on timing (an abort while tools run, a task cancellation), it
+predicts the set of allowed outcomes.
+
+`run_scenario` plays a scenario on a real agent through the public API only (`Agent`, events,
+`Agent.resume`, the session log file) and `compare` lists every difference from the prediction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import re
+import tempfile
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from .._agent import Agent
+from .._errors import ToolError, UsageError
+from .._events import Event, MessageEnd, RunEnd, ToolExecutionStart, TurnStart
+from .._hooks import Allow, Deny, ToolCallInfo
+from .._messages import (
+    AssistantMessage,
+    Message,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultMessage,
+    UserMessage,
+)
+from .._protocol import find_violations
+from .._result import RunResult
+from .._tools import Tool, ToolContext, tool
+from ..models import ModelRequest, ResponseStart, ScriptedModel, StreamEvent, TextDelta
+
+# -- the scenario ------------------------------------------------------------------------------
+
+ToolName = Literal["job", "limited", "write", "nope"]
+"""``job`` (does what ``behaviour`` says), ``limited`` (``timeout_seconds=0.005``), ``write`` (a
+write queue: calls on one ``key`` run in declaration order), ``nope`` (no such tool)."""
+BehaviourName = Literal["return", "raise", "tool_error", "sleep", "hang", "slow"]
+BeforeKind = Literal["allow", "rewrite", "deny", "terminate", "raise", "abort"]
+AfterKind = Literal["keep", "rewrite", "raise"]
+ArgsKind = Literal["valid", "invalid", "unparsable"]
+StepKind = Literal[
+    "end_turn",
+    "tool_use",
+    "stop_sequence",
+    "max_tokens",
+    "pause_turn",
+    "refusal",
+    "brand_new_reason",
+    "overloaded",  # a retryable provider error
+    "cut",  # a stream that ends before its stop event (retryable)
+    "invalid_request",  # a final provider error
+    "reused_id",  # a response reusing an earlier tool-call id (the run fails)
+]
+AnchorEvent = Literal["turn_start", "response", "tool_start"]
+
+TRUNCATING = frozenset({"max_tokens", "model_context_window_exceeded"})
+ERROR_STEPS = frozenset({"overloaded", "cut", "invalid_request"})
+RETRYABLE = frozenset({"overloaded", "cut"})
+TIMEOUT_SECONDS = 0.005
+HANG_SECONDS = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One tool call of a response.
+
+    Attributes:
+        tool: which tool (`ToolName`).
+        behaviour: ``job``: return, raise, tool_error, sleep (stops early on abort), hang (ignores
+            an abort); ``limited``: return, raise (`ValueError`), slow (times out); ignored for
+            ``write``.
+        args: valid, invalid (fails validation) or unparsable (JSON text cut short).
+        before: what the ``before_tool_call`` hook does with it: allow, rewrite (its ``text``
+            argument), deny, terminate (deny and end the run), raise, abort (calls
+            ``agent.abort()`` and allows it).
+        after: what ``after_tool_call`` does: keep, rewrite the result, raise.
+        key: the ``write`` tool's resource.
+    """
+
+    tool: ToolName = "job"
+    behaviour: BehaviourName = "return"
+    args: ArgsKind = "valid"
+    before: BeforeKind = "allow"
+    after: AfterKind = "keep"
+    key: str = "a"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One model step: a response (its stop reason and calls) or an error.
+
+    A response with a ``max_tokens`` stop and calls has its last call truncated (never run).
+    """
+
+    kind: StepKind = "end_turn"
+    calls: tuple[Call, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    """Abort (``agent.abort``) or cancel (the task running the agent) when the run's ``k``-th
+    event of ``event`` is emitted: a turn start (before its request), a response (its assistant
+    message recorded), a tool-execution start."""
+
+    event: AnchorEvent
+    k: int
+    how: Literal["abort", "cancel"] = "abort"
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """Steering or follow-up input queued before the run (``event=None``) or at an anchor."""
+
+    kind: Literal["steer", "follow_up"]
+    event: AnchorEvent | None = None
+    k: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """One run: ``agent.run(prompt)`` (``prompt=False`` continues with ``agent.run()``) playing
+    ``steps``, raising the turn cap to ``max_turns`` when given."""
+
+    steps: tuple[Step, ...]
+    prompt: bool = True
+    abort: Anchor | None = None
+    inputs: tuple[Input, ...] = ()
+    max_turns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """Between the runs: close the session log, drop its last ``lines`` lines (never the header),
+    with ``torn`` keep the first half of the next one without its newline (a crash mid-write),
+    then `Agent.resume` it."""
+
+    lines: int = 1
+    torn: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """Everything one example does.
+
+    Attributes:
+        runs: one or two runs.
+        mode: tool execution.
+        max_turns, max_continuations, max_tokens_policy: the `Agent` options.
+        history: the history the agent starts from: none, a clean one, or one that ends
+            mid-batch (a call without its result).
+        cut: resume from the session log between the runs (None: the same agent goes on).
+    """
+
+    runs: tuple[RunSpec, ...]
+    mode: Literal["parallel", "sequential"] = "parallel"
+    max_turns: int = 50
+    max_continuations: int = 3
+    max_tokens_policy: Literal["continue", "stop"] = "continue"
+    history: Literal["none", "clean", "mid_batch"] = "none"
+    cut: Cut | None = None
+
+
+# -- result kinds ------------------------------------------------------------------------------
+
+_TAG = re.compile(r"out-[A-Za-z0-9]+")
+
+_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("not run: the arguments of this call were truncated", "truncated"),
+    ("not run", "not_run"),
+    ("interrupted while running", "interrupted"),
+    ("not executed: the model's response was a refusal", "refused"),
+    ("no result recorded", "no_result"),
+    ("timed out", "timeout"),
+    ("denied:", "denied"),
+    ("the before_tool_call hook failed", "before_failed"),
+    ("the after_tool_call hook failed", "after_failed"),
+    ("unknown tool", "unknown_tool"),
+    ("invalid arguments", "invalid"),
+    ("stopped early", "stopped"),
+    ("after-rewritten", "rewritten"),
+)
+
+
+def classify(result: ToolResultMessage) -> str:
+    """The kind of a tool result, read from its text as the README and docstrings word it:
+    ``ok[tag]``, ``error[tag]`` (an exception), ``tool_error[tag]``, ``timeout``, ``denied``,
+    ``before_failed``, ``after_failed``, ``rewritten``, ``unknown_tool``, ``invalid``,
+    ``truncated``, ``refused``, ``not_run``, ``interrupted``, ``stopped``, ``no_result``.
+    The tag is the ``out-...`` text the call was given, so a result sent to the wrong call shows."""
+    text = result.text.strip()
+    low = text.lower()
+    for prefix, kind in _PREFIXES:
+        if low.startswith(prefix):
+            return kind
+    match = _TAG.search(text)
+    tag = match.group(0) if match else "?"
+    if not result.is_error:
+        return f"ok[{tag}]"
+    if low.startswith("job failed"):
+        return f"tool_error[{tag}]"
+    if re.match(r"^[A-Za-z_][A-Za-z0-9_]*(Error|Exception):", text):
+        return f"error[{tag}]"
+    return f"other[{text[:60]}]"
+
+
+def _matches(kind: str, allowed: Iterable[str]) -> bool:
+    for pattern in allowed:
+        if pattern == kind or (pattern.endswith("[*]") and kind.startswith(pattern[:-2])):
+            return True
+    return False
+
+
+# -- the tools ---------------------------------------------------------------------------------
+
+JOURNAL: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "oracle_journal", default=None
+)
+"""The call ids of the oracle's tools, appended as each tool function starts (set by the runner)."""
+
+
+def _record(ctx: ToolContext) -> None:
+    journal = JOURNAL.get()
+    if journal is not None:
+        journal.append(ctx.call_id)
+
+
+@tool
+async def job(
+    behaviour: Literal["return", "raise", "tool_error", "sleep", "hang"],
+    ctx: ToolContext,
+    text: str = "out-x",
+) -> str:
+    """Do what ``behaviour`` says (the oracle's test tool).
+
+    Args:
+        behaviour: return ``text``; raise `RuntimeError`; raise `ToolError`; sleep 2 ms (stopping
+            early on abort); hang 20 ms ignoring an abort.
+        text: what to return (or the error message).
+    """
+    _record(ctx)
+    if behaviour == "raise":
+        raise RuntimeError(f"job raised: {text}")
+    if behaviour == "tool_error":
+        raise ToolError(f"job failed: {text}")
+    if behaviour == "sleep":
+        try:
+            await asyncio.wait_for(ctx.signal.wait(), 0.002)
+        except TimeoutError:
+            return text
+        return "stopped early: the run was aborted"
+    if behaviour == "hang":
+        await asyncio.sleep(HANG_SECONDS)
+    return text
+
+
+@tool(timeout_seconds=TIMEOUT_SECONDS)
+async def limited(
+    behaviour: Literal["return", "raise", "slow"], ctx: ToolContext, text: str = "out-x"
+) -> str:
+    """A tool with a 5 ms timeout.
+
+    Args:
+        behaviour: return ``text``; raise `ValueError`; slow (sleeps 1 s, so it times out).
+        text: what to return (or the error message).
+    """
+    _record(ctx)
+    if behaviour == "raise":
+        raise ValueError(text)
+    if behaviour == "slow":
+        await asyncio.sleep(1)
+    return text
+
+
+@tool(resource="key")
+async def write(key: str, ctx: ToolContext, text: str = "out-x") -> str:
+    """Write ``text`` under ``key`` (calls on one key queue: the journal shows their order).
+
+    Args:
+        key: the resource written.
+        text: what to write (returned).
+    """
+    _record(ctx)
+    await asyncio.sleep(0)
+    return text
+
+
+ORACLE_TOOLS: tuple[Tool, ...] = (job, limited, write)
+"""The tools the oracle's scenarios call."""
+
+
+def call_block(call: Call, call_id: str) -> dict[str, Any]:
+    """The ``tool_use`` block of ``call`` (its text argument is ``out-<id>``)."""
+    tag = f"out-{call_id.replace('_', '')}"
+    if call.args == "unparsable":
+        arguments: Any = '{"behaviour": "ret'
+    elif call.args == "invalid":
+        arguments = {"behaviour": "explode", "key": 3}
+    elif call.tool == "write":
+        arguments = {"key": call.key, "text": tag}
+    elif call.tool == "limited":
+        behaviour = call.behaviour if call.behaviour in ("return", "raise", "slow") else "return"
+        arguments = {"behaviour": behaviour, "text": tag}
+    else:
+        behaviour = call.behaviour if call.behaviour != "slow" else "hang"
+        arguments = {"behaviour": behaviour, "text": tag}
+    return {"type": "tool_use", "id": call_id, "name": call.tool, "input": arguments}
+
+
+def _tag(call_id: str) -> str:
+    return f"out-{call_id.replace('_', '')}"
+
+
+# -- the reference model -----------------------------------------------------------------------
+
+
+@dataclass
+class RunPrediction:
+    """What the rules say one run does.
+
+    Attributes:
+        started: False when ``run()`` refuses (nothing to continue).
+        states: the allowed final states.
+        cancelled: the allowed values of "the task was cancelled".
+        turns: the allowed ``RunResult.turns``.
+        requests: the allowed numbers of model requests.
+        results: per call answered in the run, the allowed result kinds.
+        order: the calls of each answered batch, in declaration order.
+        ran_must, ran_may: calls whose tool must run / may run (no other may).
+        ran_order: sequences of call ids whose tools must start in that order.
+        users: the allowed numbers of user messages the run adds (prompt, steering, follow-ups,
+            continue prompts), None when not predicted.
+        exact: no timing-dependent outcome (an example the exhaustive mode can pin down).
+        labels: what the scenario exercised (for `hypothesis.event` and coverage).
+    """
+
+    started: bool = True
+    states: set[str] = field(default_factory=set)
+    cancelled: set[bool] = field(default_factory=lambda: {False})
+    turns: set[int] = field(default_factory=set)
+    requests: set[int] = field(default_factory=set)
+    results: dict[str, set[str]] = field(default_factory=dict)
+    order: list[list[str]] = field(default_factory=list)
+    ran_must: set[str] = field(default_factory=set)
+    ran_may: set[str] = field(default_factory=set)
+    ran_order: list[list[str]] = field(default_factory=list)
+    users: set[int] | None = None
+    exact: bool = True
+    labels: set[str] = field(default_factory=set)
+    loose: dict[str, set[str]] = field(default_factory=dict)
+    ran_may_after: set[str] = field(default_factory=set)
+    results_optional: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Prediction:
+    """The oracle's answer for a scenario: one `RunPrediction` per run (None: the run is checked
+    by the invariants only, after a cancellation made the first run's end timing-dependent), and
+    what `Agent.resume` must rebuild (``resumed``; None without a cut; the tokens are only known
+    once the log exists, see `predict_resume`)."""
+
+    runs: list[RunPrediction | None]
+    labels: set[str] = field(default_factory=set)
+
+
+Token = tuple[Any, ...]
+"""An abstract message: ``("user",)``, ``("assistant", stop_reason, call_ids)``, ``("result",
+call_id, kind)``."""
+
+
+@dataclass
+class _World:
+    """The model's state between runs."""
+
+    turns: int = 0
+    last: str = "none"  # none, user, result, answer (cannot continue), open (can continue)
+    dangling: list[str] = field(default_factory=list)
+    steer: int = 0
+    follow: int = 0
+
+
+def _last_of(tokens: Sequence[Token]) -> tuple[str, list[str]]:
+    """(the last message's status, calls of the last assistant message without a result)."""
+    if not tokens:
+        return "none", []
+    answered: set[str] = set()
+    for token in reversed(tokens):
+        if token[0] == "result":
+            answered.add(token[1])
+        elif token[0] == "assistant":
+            stop, ids = token[1], token[2]
+            if stop in ("aborted", "error"):
+                return ("open" if tokens[-1] is token else "result"), []
+            dangling = [i for i in ids if i not in answered]
+            if tokens[-1] is token:
+                if ids:
+                    return "open", dangling
+                return ("open" if stop == "pause_turn" else "answer"), []
+            return "result", dangling
+        else:
+            return ("user" if tokens[-1] is token else "result"), []
+    return "result", []
+
+
+def tokens_of(messages: Sequence[Message]) -> list[Token]:
+    """The abstract form of a history (result kinds by `classify`)."""
+    out: list[Token] = []
+    for message in messages:
+        if isinstance(message, ToolResultMessage):
+            out.append(("result", message.tool_call_id, classify(message)))
+        elif isinstance(message, AssistantMessage):
+            out.append(
+                (
+                    "assistant",
+                    str(message.stop_reason),
+                    tuple(c.id for c in message.tool_calls),
+                )
+            )
+        else:
+            out.append(("user",))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    """The user's own hooks, described to the oracle (`agent_state_machine(declared=...)`).
+
+    Each is a constant or a function of ``(tool_name, arguments)``; the scenario's own hook
+    behaviour for a call is applied first, the declared one only to calls it allows (``before``) or
+    keeps (``after``). A ``rewrite`` by a user hook is checked as "some ok result".
+
+    Attributes:
+        before: allow, deny, terminate, raise or rewrite.
+        after: keep, rewrite or raise.
+        max_continuations, max_tokens_policy: the agent's options (not readable from an `Agent`).
+    """
+
+    before: str | Callable[[str, dict[str, Any]], str] = "allow"
+    after: str | Callable[[str, dict[str, Any]], str] = "keep"
+    max_continuations: int = 3
+    max_tokens_policy: Literal["continue", "stop"] = "continue"
+
+    def before_of(self, name: str, arguments: dict[str, Any]) -> str:
+        """The declared before decision for a call."""
+        return self.before(name, arguments) if callable(self.before) else self.before
+
+    def after_of(self, name: str, arguments: dict[str, Any]) -> str:
+        """The declared after decision for a call."""
+        return self.after(name, arguments) if callable(self.after) else self.after
+
+
+class Oracle:
+    """The reference model. ``Oracle(...).predict(scenario)``, or `predict_run` run by run.
+
+    Args:
+        max_turns, max_continuations, max_tokens_policy, mode: the agent's options.
+        model_retries: retries of a retryable model failure (the kit uses 1).
+        declared: the user's hooks (`Declared`), for kit runs.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_turns: int = 50,
+        max_continuations: int = 3,
+        max_tokens_policy: str = "continue",
+        mode: str = "parallel",
+        model_retries: int = 1,
+        declared: Declared | None = None,
+    ) -> None:
+        self.max_turns = max_turns
+        self.max_continuations = max_continuations
+        self.policy = max_tokens_policy
+        self.mode = mode
+        self.model_retries = model_retries
+        self.declared = declared or Declared()
+        self.world = _World()
+
+    # -- per call -------------------------------------------------------------------------
+
+    def _before(self, call: Call, call_id: str) -> str:
+        if call.before != "allow":
+            return call.before
+        name, args = call.tool, call_block(call, call_id)["input"]
+        decision = self.declared.before_of(name, args)
+        return "user_rewrite" if decision == "rewrite" else decision
+
+    def _after(self, call: Call, call_id: str) -> str:
+        if call.after != "keep":
+            return call.after
+        decision = self.declared.after_of(call.tool, call_block(call, call_id)["input"])
+        return "user_rewrite" if decision == "rewrite" else decision
+
+    def static(self, call: Call, call_id: str, truncated: bool) -> str | None:
+        """The result of a call that never reaches its tool, or None when it would run."""
+        if truncated:
+            return "truncated"
+        if call.tool == "nope":
+            return "unknown_tool"
+        if call.args != "valid":
+            return "invalid"
+        before = self._before(call, call_id)
+        if before in ("deny", "terminate"):
+            return "denied"
+        if before == "raise":
+            return "before_failed"
+        return None
+
+    def _tag_of(self, call: Call, call_id: str) -> str:
+        before = self._before(call, call_id)
+        if before == "rewrite":
+            return "out-rw"
+        if before == "user_rewrite":
+            return "*"
+        return _tag(call_id)
+
+    def executed(self, call: Call, call_id: str) -> str:
+        """What the tool itself gives when it runs undisturbed."""
+        tag = self._tag_of(call, call_id)
+        if call.tool == "limited":
+            behaviour = call.behaviour if call.behaviour in ("return", "raise", "slow") else "return"
+            if behaviour == "slow":
+                return "timeout"
+            return f"error[{tag}]" if behaviour == "raise" else f"ok[{tag}]"
+        if call.tool == "write":
+            return f"ok[{tag}]"
+        behaviour = call.behaviour if call.behaviour != "slow" else "hang"
+        if behaviour == "raise":
+            return f"error[{tag}]"
+        if behaviour == "tool_error":
+            return f"tool_error[{tag}]"
+        return f"ok[{tag}]"
+
+    def graceful(self, call: Call, call_id: str) -> set[str]:
+        """What the tool may give when the run is aborted while it runs (it sees the signal and
+        gets the grace period, then is cancelled: interrupted)."""
+        normal = self.executed(call, call_id)
+        out = {normal, "interrupted"}
+        if call.tool == "job" and call.behaviour == "sleep":
+            out.add("stopped")
+        return out
+
+    def _after_kind(self, call: Call, call_id: str, result: str) -> str:
+        after = self._after(call, call_id)
+        if after == "rewrite":
+            return "rewritten"
+        if after == "user_rewrite":
+            return "ok[*]" if not result.startswith("ok[") else result.split("[")[0] + "[*]"
+        if after == "raise":
+            return "after_failed"
+        return result
+
+    def normal(self, call: Call, call_id: str, truncated: bool) -> str:
+        """A call's result when nothing stops the batch."""
+        static = self.static(call, call_id, truncated)
+        if static is not None:
+            return static
+        return self._after_kind(call, call_id, self.executed(call, call_id))
+
+    def _after_set(self, call: Call, call_id: str, kinds: set[str]) -> set[str]:
+        # The after hook sees whatever the call produced, an abort's result included; a call
+        # cancelled after the grace period never reaches it.
+        return kinds | {self._after_kind(call, call_id, k) for k in kinds}
+
+    # -- runs -----------------------------------------------------------------------------
+
+    def predict(self, scenario: Scenario, ids: Sequence[Sequence[Sequence[str]]]) -> Prediction:
+        """Predict every run of ``scenario`` (``ids[run][step]`` are the call ids used)."""
+        world = self.world
+        if scenario.history == "clean":
+            world.last, world.dangling = "answer", []
+        elif scenario.history == "mid_batch":
+            world.last, world.dangling = "open", ["h2"]
+        runs: list[RunPrediction | None] = []
+        labels: set[str] = set()
+        fuzzy = False
+        for n, run in enumerate(scenario.runs):
+            if n and scenario.cut is not None:
+                runs.append(None)  # predicted after the log exists (`predict_resume`)
+                labels.add("resume")
+                continue
+            if fuzzy:
+                runs.append(None)
+                continue
+            pred = self.predict_run(run, ids[n])
+            labels |= pred.labels
+            runs.append(pred)
+            fuzzy = not pred.exact and run.abort is not None and run.abort.how == "cancel"
+            if n and not run.prompt:
+                labels.add("continue")
+        return Prediction(runs, labels)
+
+    def predict_run(self, spec: RunSpec, ids: Sequence[Sequence[str]]) -> RunPrediction:
+        """Predict one run from the current world; updates the world to its end."""
+        if spec.abort is not None and spec.abort.how == "cancel":
+            return self._predict_cancel(spec, ids)
+        return self._simulate(spec, ids)
+
+    def _predict_cancel(self, spec: RunSpec, ids: Sequence[Sequence[str]]) -> RunPrediction:
+        # A cancellation lands at the task's next suspension, which may be later than the anchor
+        # (or never, when the rest of the run does not suspend): every outcome between "aborted
+        # at the anchor" and "not cancelled at all" is allowed.
+        start = replace(self.world, dangling=list(self.world.dangling))
+        assert spec.abort is not None
+        aborted = self._simulate(replace(spec, abort=replace(spec.abort, how="abort")), ids)
+        end_aborted = self.world
+        if "anchor_fired" not in aborted.labels:
+            return aborted  # the anchor never came: nothing was cancelled
+        self.world = replace(start, dangling=list(start.dangling))
+        free = self._simulate(replace(spec, abort=None), ids)
+        self.world = end_aborted
+        out = RunPrediction(
+            states=aborted.states | free.states,
+            cancelled={True},
+            turns=set(range(min(aborted.turns), max(free.turns | aborted.turns) + 1)),
+            requests=set(range(min(aborted.requests), max(free.requests | aborted.requests) + 1)),
+            exact=False,
+            labels=aborted.labels | {"cancel"},
+        )
+        for call_id in set(aborted.results) | set(free.results):
+            out.results[call_id] = (
+                aborted.results.get(call_id, set())
+                | free.results.get(call_id, set())
+                | aborted.loose.get(call_id, set())
+                | {"interrupted", "not_run"}
+            )
+        out.order = free.order if len(free.order) >= len(aborted.order) else aborted.order
+        out.ran_must = aborted.ran_must - aborted.ran_may_after
+        out.ran_may = aborted.ran_may | free.ran_may | free.ran_must | aborted.ran_must
+        out.users = None
+        out.results_optional = set(free.results) - set(aborted.results)
+        return out
+
+    def _simulate(self, spec: RunSpec, ids: Sequence[Sequence[str]]) -> RunPrediction:
+        w = self.world
+        p = RunPrediction()
+        anchor = spec.abort
+        counters: Counter[str] = Counter()
+        inputs = list(spec.inputs)
+
+        def fire(event: AnchorEvent) -> bool:
+            """Count an event; queue inputs anchored to it; True when the abort fires."""
+            counters[event] += 1
+            for item in inputs:
+                if item.event == event and item.k == counters[event]:
+                    if item.kind == "steer":
+                        w.steer += 1
+                        p.labels.add("steer_during_run")
+                    else:
+                        w.follow += 1
+                        p.labels.add("follow_up_during_run")
+            if anchor is not None and anchor.event == event and anchor.k == counters[event]:
+                p.labels.add("anchor_fired")
+                return True
+            return False
+
+        for item in inputs:
+            if item.event is None:
+                if item.kind == "steer":
+                    w.steer += 1
+                else:
+                    w.follow += 1
+        if spec.max_turns is not None:
+            self.max_turns = spec.max_turns
+        if not spec.prompt and not (w.steer or w.follow) and w.last in ("answer", "none"):
+            p.started = False
+            p.states, p.turns, p.requests = set(), set(), {0}
+            return p
+        users = 0
+        for call_id in w.dangling:  # a given history that ended mid-batch is answered first
+            p.results[call_id] = {"no_result"}
+            p.labels.add("dangling_repair")
+        if w.dangling:
+            p.order.append(list(w.dangling))
+        w.dangling = []
+        if spec.prompt:
+            w.turns = 0
+            users += 1
+        else:
+            users += self._inject(p, follow_too=True)
+        continuations = 0
+        requests = 0
+        request_slack = 0
+        aborted = False
+        state = ""
+        step_i = 0
+        steps = spec.steps
+        while True:
+            if aborted:
+                state = "aborted"
+                break
+            if fire("turn_start"):
+                # Aborted before its request: nothing more is sent (it may already be in flight).
+                request_slack = 1
+                p.labels.add("abort_before_request")
+                state = "aborted"
+                break
+            attempt = 0
+            failed = False
+            step: Step | None = None
+            while True:
+                attempt += 1
+                step = steps[step_i] if step_i < len(steps) else None
+                step_i += 1
+                requests += 1
+                if step is None:
+                    p.labels.add("script_exhausted")
+                    failed = True
+                    break
+                if step.kind in RETRYABLE:
+                    p.labels.add("retryable_error")
+                    if attempt <= self.model_retries:
+                        continue
+                    failed = True
+                    break
+                if step.kind in ("invalid_request", "reused_id"):
+                    p.labels.add(step.kind)
+                    failed = True
+                    break
+                break
+            if failed or step is None:
+                state = "failed"
+                w.last = "open"
+                break
+            call_ids = list(ids[step_i - 1])
+            w.turns += 1
+            stop = step.kind
+            has_calls = bool(step.calls)
+            if has_calls:
+                w.last = "open"
+            else:
+                w.last = "open" if stop == "pause_turn" else "answer"
+            if fire("response"):
+                aborted = True
+                p.labels.add("abort_at_response")
+            queued = bool(w.steer or w.follow)
+            if aborted and not has_calls:
+                state = "aborted"
+                break
+            if stop == "refusal":
+                p.labels.add("refusal_with_calls" if has_calls else "refusal")
+                for call_id in call_ids:
+                    p.results[call_id] = {"refused"}
+                if has_calls:
+                    p.order.append(call_ids)
+                    w.last = "result"
+                state = "done"
+                break
+            if has_calls:
+                if stop != "tool_use":
+                    p.labels.add(f"calls_with_{stop}")
+                terminate, aborted = self._batch(
+                    p, step, call_ids, fire, aborted_before=aborted
+                )
+                w.last = "result"
+                if aborted:
+                    state = "aborted"
+                    break
+                if w.turns >= self.max_turns:
+                    p.labels.add("max_turns_after_batch")
+                    state = "max_turns"
+                    break
+                if terminate:
+                    state = "aborted"
+                    break
+                users += self._inject(p, follow_too=False)
+                continue
+            can_pause = stop == "pause_turn" and continuations < self.max_continuations
+            can_more = (
+                stop in TRUNCATING
+                and self.policy == "continue"
+                and continuations < self.max_continuations
+            )
+            if stop == "pause_turn":
+                p.labels.add("pause_turn" if can_pause else "pause_turn_past_cap")
+            if stop in TRUNCATING:
+                p.labels.add(f"max_tokens_{self.policy}" if can_more else "max_tokens_past_cap")
+            if w.turns >= self.max_turns and (can_pause or can_more or queued):
+                p.labels.add("max_turns_before_continuing")
+                state = "max_turns"
+                break
+            if can_pause:
+                continuations += 1
+                continue
+            if can_more:
+                continuations += 1
+                users += 1
+                w.last = "user"
+                continue
+            if queued:
+                users += self._inject(p, follow_too=True)
+                continue
+            if stop not in ("end_turn", "stop_sequence", "tool_use", "pause_turn", *TRUNCATING):
+                p.labels.add("unknown_stop_reason")
+            state = "done"
+            break
+        p.states = {state}
+        p.turns = {w.turns}
+        p.requests = {requests, requests + request_slack}
+        p.users = {users}
+        if w.turns >= self.max_turns:
+            p.labels.add("hit_max_turns")
+        if state == "max_turns":
+            p.labels.add("state_max_turns")
+        return p
+
+    def _inject(self, p: RunPrediction, *, follow_too: bool) -> int:
+        # Steering lands whole after a batch (or a response without calls); one follow-up lands
+        # when the model would otherwise stop.
+        w = self.world
+        if w.steer:
+            n, w.steer = w.steer, 0
+            w.last = "user"
+            p.labels.add("steer_injected")
+            return n
+        if follow_too and w.follow:
+            w.follow -= 1
+            w.last = "user"
+            p.labels.add("follow_up_injected")
+            return 1
+        return 0
+
+    def _batch(
+        self,
+        p: RunPrediction,
+        step: Step,
+        call_ids: list[str],
+        fire: Callable[[AnchorEvent], bool],
+        *,
+        aborted_before: bool,
+    ) -> tuple[bool, bool]:
+        """Predict one batch into ``p``; returns (terminate requested, aborted)."""
+        calls = step.calls
+        n = len(calls)
+        truncated = [step.kind in TRUNCATING and i == n - 1 for i in range(n)]
+        p.order.append(list(call_ids))
+        sequential = self.mode == "sequential" or n == 1
+        if n >= 2:
+            p.labels.add(f"batch_of_{min(n, 4)}")
+        for i, call in enumerate(calls):
+            if truncated[i]:
+                p.labels.add("truncated_call")
+            if call.tool == "limited" and call.behaviour == "slow" and call.args == "valid":
+                p.labels.add("timeout")
+            if call.before in ("raise",) or call.after == "raise":
+                p.labels.add("raising_hook")
+            if call.before in ("deny", "terminate"):
+                p.labels.add(f"hook_{call.before}")
+            if call.before == "rewrite" or call.after == "rewrite":
+                p.labels.add("hook_rewrite")
+        tools_names = [c.tool for c in calls]
+        if len(set(tools_names)) < len(tools_names):
+            p.labels.add("one_tool_twice")
+        if aborted_before:
+            # Aborted as the response completed: no call starts; each is answered "not run" (a
+            # call that cannot run may get its own error first).
+            for i, (call, call_id) in enumerate(zip(calls, call_ids, strict=True)):
+                static = self.static(call, call_id, truncated[i])
+                kinds = {"not_run"} | ({static} if static else set())
+                if static is None:
+                    kinds = self._after_set(call, call_id, kinds)
+                p.results[call_id] = kinds
+                p.loose[call_id] = kinds
+            p.labels.add("abort_with_calls_at_response")
+            p.exact = False
+            return False, True
+        abort_at: int | None = None
+        terminate_at: int | None = None
+        for i, (call, call_id) in enumerate(zip(calls, call_ids, strict=True)):
+            if sequential and (abort_at is not None or terminate_at is not None):
+                break  # a sequential batch starts nothing after an abort or a terminating denial
+            if fire("tool_start") and abort_at is None:
+                abort_at = i
+                p.labels.add("abort_inside_batch")
+            static = self.static(call, call_id, truncated[i])
+            if static is None and self._before(call, call_id) == "abort" and abort_at is None:
+                abort_at = i
+                p.labels.add("abort_in_hook")
+                p.labels.add("abort_inside_batch")
+            if static == "denied" and self._before(call, call_id) == "terminate":
+                if terminate_at is None:
+                    terminate_at = i
+        run_order: list[str] = []
+        keys: dict[str, list[str]] = {}
+        for i, (call, call_id) in enumerate(zip(calls, call_ids, strict=True)):
+            static = self.static(call, call_id, truncated[i])
+            runs = static is None
+            normal = self.normal(call, call_id, truncated[i])
+            if abort_at is None:
+                if terminate_at is not None and i > terminate_at:
+                    if sequential:
+                        p.results[call_id] = {"not_run"}
+                        continue
+                    p.results[call_id] = {normal, "not_run"}
+                    p.exact = False
+                    if runs:
+                        p.ran_may.add(call_id)
+                    continue
+                p.results[call_id] = {normal}
+                if runs:
+                    p.ran_must.add(call_id)
+                    run_order.append(call_id)
+                    if call.tool == "write":
+                        keys.setdefault(call.key, []).append(call_id)
+                continue
+            p.exact = False
+            if sequential:
+                if i < abort_at:
+                    p.results[call_id] = {normal}
+                    if runs:
+                        p.ran_must.add(call_id)
+                        run_order.append(call_id)
+                elif i == abort_at:
+                    kinds = {"not_run"} | ({static} if static else set())
+                    if runs:
+                        kinds = self._after_set(call, call_id, kinds | self.graceful(call, call_id))
+                        p.ran_may.add(call_id)
+                    p.results[call_id] = kinds
+                    p.loose[call_id] = kinds
+                else:
+                    p.results[call_id] = {"not_run"}
+                    p.loose[call_id] = {"not_run"}
+                continue
+            # Parallel: every call before the abort was started; each may have finished, still
+            # run (and see the abort), or wait on its resource (then it never starts).
+            if static is not None:
+                kinds = {static, "not_run"}
+            elif i < abort_at:
+                kinds = self._after_set(
+                    call, call_id, {normal, "not_run"} | self.graceful(call, call_id)
+                )
+                p.ran_may.add(call_id)
+            elif i == abort_at:
+                kinds = self._after_set(call, call_id, {"not_run"} | self.graceful(call, call_id))
+                p.ran_may.add(call_id)
+            else:
+                kinds = self._after_set(call, call_id, {"not_run"})
+                p.ran_may_after.add(call_id)
+            p.results[call_id] = kinds
+            p.loose[call_id] = kinds
+        if sequential:
+            if len(run_order) > 1:
+                p.ran_order.append(run_order)
+        else:
+            for same_key in keys.values():
+                if len(same_key) > 1:
+                    p.ran_order.append(same_key)
+                    p.labels.add("write_queue")
+        if terminate_at is not None:
+            p.labels.add("terminating_denial")
+        if abort_at is not None:
+            return False, True
+        return terminate_at is not None, False
+
+    def world_from(self, tokens: Sequence[Token], state: str) -> None:
+        """Set the world from a history (a resumed agent starts from it, with turns at 0)."""
+        last, dangling = _last_of(tokens)
+        self.world = _World(turns=0, last=last, dangling=dangling)
+
+
+def predict_resume(lines: Sequence[dict[str, Any]]) -> tuple[list[Token], str]:
+    """What `Agent.resume` rebuilds from the complete lines of a session log (the README's rules):
+    messages in logged order; each call's result, logged in completion order, put back right after
+    its assistant message in declaration order; a call without a logged result answered "no result
+    recorded"; the state the log recorded last, ``aborted`` for a run that never ended.
+
+    Returns:
+        (the abstract history, the state).
+    """
+    items: list[Token] = []
+    results: dict[str, str] = {}
+    state = "idle"
+    open_run = False
+    for line in lines:
+        kind = line.get("type")
+        if kind == "message":
+            message = line["message"]
+            role = message.get("role")
+            if role == "tool_result":
+                results.setdefault(message["tool_call_id"], _kind_of_dict(message))
+            elif role == "assistant":
+                ids = tuple(b["id"] for b in message["content"] if b.get("type") == "tool_call")
+                items.append(("assistant", str(message.get("stop_reason")), ids))
+            else:
+                items.append(("user",))
+        elif kind == "tool_result":
+            message = line["message"]
+            results.setdefault(message["tool_call_id"], _kind_of_dict(message))
+        elif kind == "state":
+            state = line["dest"]
+        elif kind == "run_start":
+            open_run = True
+        elif kind == "run_end":
+            open_run = False
+            state = line.get("state", state)
+    out: list[Token] = []
+    for token in items:
+        out.append(token)
+        if token[0] == "assistant" and token[1] not in ("aborted", "error"):
+            for call_id in token[2]:
+                out.append(("result", call_id, results.get(call_id, "no_result")))
+    if open_run or state not in ("idle", "done", "aborted", "max_turns", "failed"):
+        state = "aborted"
+    return out, state
+
+
+def _kind_of_dict(message: dict[str, Any]) -> str:
+    return classify(ToolResultMessage.model_validate(message))
+
+
+# -- playing a scenario on an agent ------------------------------------------------------------
+
+
+class ScenarioModel:
+    """A `Model` that plays the steps of the current run: responses through `ScriptedModel`, a
+    ``cut`` step as a stream that stops before its end. Counts the requests of each run."""
+
+    def __init__(self) -> None:
+        self._steps: list[dict[str, Any] | None] = []
+        self._next = 0
+        self.requests = 0
+
+    @property
+    def name(self) -> str:
+        """The model name reported."""
+        return "oracle-scenario"
+
+    def load(self, steps: Sequence[dict[str, Any] | None]) -> None:
+        """Play ``steps`` from now on (None: a stream cut short); resets the request count."""
+        self._steps, self._next, self.requests = list(steps), 0, 0
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Play the next step."""
+        self.requests += 1
+        index = self._next
+        self._next += 1
+        if index < len(self._steps) and self._steps[index] is None:
+            return _cut_stream()
+        steps = [self._steps[index]] if index < len(self._steps) else []
+        return ScriptedModel(steps, record_requests=False).stream(request)  # type: ignore[arg-type]
+
+
+async def _cut_stream() -> AsyncIterator[StreamEvent]:
+    yield ResponseStart("oracle-scenario")
+    yield TextDelta(0, "partial")
+
+
+def render_step(step: Step, call_ids: Sequence[str], n: int, used: Sequence[str]) -> Any:
+    """The `ScriptedModel` step of ``step`` (None for a cut stream)."""
+    if step.kind == "overloaded":
+        return {"error": {"type": "overloaded_error", "message": "scripted overload"}}
+    if step.kind == "invalid_request":
+        return {"error": {"type": "invalid_request_error", "message": "scripted invalid"}}
+    if step.kind == "cut":
+        return None
+    content: list[dict[str, Any]] = [{"type": "text", "text": f"step {n}"}]
+    content += [call_block(c, i) for c, i in zip(step.calls, call_ids, strict=True)]
+    stop = step.kind
+    if stop == "reused_id":
+        reused = used[0] if used else "dup"
+        content.append(call_block(Call(), reused))
+        if not used:
+            content.append(call_block(Call(), reused))
+        stop = "tool_use"
+    response: dict[str, Any] = {"content": content, "stop_reason": stop}
+    if stop == "refusal":
+        response["stop_details"] = {"type": "refusal", "category": "cyber", "explanation": "no"}
+    return response
+
+
+def scenario_ids(scenario: Scenario) -> list[list[list[str]]]:
+    """The tool-call ids of each run's steps: ``r<run>_<n>``, unique across the scenario."""
+    out = []
+    for r, run in enumerate(scenario.runs, 1):
+        counter = 0
+        per_run = []
+        for step in run.steps:
+            ids = []
+            for _ in step.calls:
+                counter += 1
+                ids.append(f"r{r}_{counter}")
+            per_run.append(ids)
+        out.append(per_run)
+    return out
+
+
+@dataclass
+class RunObservation:
+    """What one run of the engine did, in the oracle's terms."""
+
+    started: bool = True
+    state: str = ""
+    cancelled: bool = False
+    turns: int = 0
+    requests: int = 0
+    results: list[tuple[str, str]] = field(default_factory=list)
+    ran: list[str] = field(default_factory=list)
+    users: int = 0
+    new_messages: list[Message] = field(default_factory=list)
+
+
+@dataclass
+class ScenarioObservation:
+    """Every run, plus the history and state right after a resume."""
+
+    runs: list[RunObservation] = field(default_factory=list)
+    resumed: list[Token] | None = None
+    resumed_state: str | None = None
+    log_lines: list[dict[str, Any]] | None = None
+    histories: list[list[Message]] = field(default_factory=list)
+    agent: Agent | None = None
+
+
+class _Hooks:
+    """The scenario's hooks: behaviour per call id; ``abort`` stops the agent set in ``agent``."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, Call] = {}
+        self.agent: Agent | None = None
+        self.user_before: Callable[[ToolCallInfo], Any] | None = None
+        self.user_after: Callable[[ToolCallInfo, ToolResultMessage], Any] | None = None
+
+    async def before(self, info: ToolCallInfo) -> Any:
+        call = self.calls.get(info.call.id)
+        kind = call.before if call is not None else "allow"
+        if kind == "rewrite":
+            return Allow({**info.arguments, "text": "out-rw"})
+        if kind == "deny":
+            return Deny("the oracle's hook denies this call")
+        if kind == "terminate":
+            return Deny("the oracle's hook denies this call and ends the run", terminate=True)
+        if kind == "raise":
+            raise RuntimeError("the oracle's before hook raised")
+        if kind == "abort" and self.agent is not None:
+            self.agent.abort("aborted by the oracle's before hook")
+            return None
+        if self.user_before is not None:
+            result = self.user_before(info)
+            return await result if asyncio.iscoroutine(result) else result
+        return None
+
+    async def after(self, info: ToolCallInfo, result: ToolResultMessage) -> Any:
+        call = self.calls.get(info.call.id)
+        kind = call.after if call is not None else "keep"
+        if kind == "rewrite":
+            return ToolResultMessage(
+                tool_call_id=info.call.id,
+                tool_name=info.call.name,
+                content=[TextBlock(text="after-rewritten")],
+            )
+        if kind == "raise":
+            raise RuntimeError("the oracle's after hook raised")
+        if self.user_after is not None:
+            value = self.user_after(info, result)
+            return await value if asyncio.iscoroutine(value) else value
+        return None
+
+
+def _history(kind: str) -> list[Message]:
+    if kind == "none":
+        return []
+    first = UserMessage("earlier task")
+    if kind == "clean":
+        return [
+            first,
+            AssistantMessage(
+                content=[TextBlock(text="earlier answer")], stop_reason="end_turn"
+            ),
+        ]
+    return [
+        first,
+        AssistantMessage(
+            content=[
+                ToolCallBlock(id="h1", name="job", input={"behaviour": "return"}),
+                ToolCallBlock(id="h2", name="job", input={"behaviour": "return"}),
+            ],
+            stop_reason="tool_use",
+        ),
+        ToolResultMessage(tool_call_id="h1", tool_name="job", content=[TextBlock(text="out-h1")]),
+    ]
+
+
+async def drive_scenario_run(
+    agent: Agent, model: ScenarioModel, spec: RunSpec, steps: Sequence[Any], hooks: _Hooks
+) -> RunObservation:
+    """Play one run of a scenario on ``agent`` (anchored abort or cancellation and input)."""
+    obs = RunObservation()
+    model.load(steps)
+    journal: list[str] = []
+    token = JOURNAL.set(journal)
+    counters: Counter[str] = Counter()
+    task: asyncio.Future[RunResult] | None = None
+    end: list[RunResult] = []
+    for item in spec.inputs:
+        if item.event is None:
+            (agent.steer if item.kind == "steer" else agent.follow_up)(f"queued {item.kind}")
+
+    def on_event(event: Event) -> None:
+        name: AnchorEvent | None = None
+        if isinstance(event, TurnStart):
+            name = "turn_start"
+        elif isinstance(event, MessageEnd) and isinstance(event.message, AssistantMessage):
+            if event.message.stop_reason not in ("aborted", "error"):
+                name = "response"
+        elif isinstance(event, ToolExecutionStart):
+            name = "tool_start"
+        elif isinstance(event, RunEnd):
+            end.append(event.result)
+        if name is None:
+            return
+        counters[name] += 1
+        for item in spec.inputs:
+            if item.event == name and item.k == counters[name]:
+                (agent.steer if item.kind == "steer" else agent.follow_up)(f"queued {item.kind}")
+        anchor = spec.abort
+        if anchor is not None and anchor.event == name and anchor.k == counters[name]:
+            if anchor.how == "abort" or task is None:
+                agent.abort("aborted by the oracle scenario")
+            else:
+                task.cancel()
+
+    hooks.agent = agent
+    before = len(agent.messages)
+    unsubscribe = agent.subscribe(on_event)
+    try:
+        task = asyncio.ensure_future(agent.run("do the task" if spec.prompt else None, max_turns=spec.max_turns))
+        try:
+            result: RunResult | None = await task
+        except UsageError:
+            obs.started = False
+            result = None
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise
+            obs.cancelled = True
+            result = end[-1] if end else None
+    finally:
+        unsubscribe()
+        JOURNAL.reset(token)
+    obs.ran = journal
+    obs.requests = model.requests
+    if result is not None:
+        obs.state = result.state.value
+        obs.turns = result.turns
+        obs.new_messages = list(result.new_messages)
+    else:
+        obs.new_messages = list(agent.messages[before:])
+    for message in obs.new_messages:
+        if isinstance(message, ToolResultMessage):
+            obs.results.append((message.tool_call_id, classify(message)))
+        elif isinstance(message, UserMessage):
+            obs.users += 1
+    return obs
+
+
+def build_agent(
+    scenario: Scenario, model: ScenarioModel, hooks: _Hooks, **options: Any
+) -> Agent:
+    """The agent a scenario runs on (the oracle's tools and hooks, a 2 ms abort grace period)."""
+    return Agent(
+        model,
+        tools=ORACLE_TOOLS,
+        tool_execution=scenario.mode,
+        max_turns=scenario.max_turns,
+        max_continuations=scenario.max_continuations,
+        max_tokens_policy=scenario.max_tokens_policy,
+        abort_grace_seconds=0.002,
+        model_retries=1,
+        retry_backoff_seconds=0.0001,
+        before_tool_call=hooks.before,
+        after_tool_call=hooks.after,
+        messages=_history(scenario.history),
+        **options,
+    )
+
+
+def rendered_steps(scenario: Scenario) -> list[list[Any]]:
+    """Each run's `ScriptedModel` steps."""
+    ids = scenario_ids(scenario)
+    out = []
+    used: list[str] = []
+    for r, run in enumerate(scenario.runs):
+        steps = []
+        for n, (step, call_ids) in enumerate(zip(run.steps, ids[r], strict=True), 1):
+            steps.append(render_step(step, call_ids, n, used))
+            used.extend(call_ids)
+        out.append(steps)
+    return out
+
+
+async def play(scenario: Scenario, workdir: Path | None = None) -> ScenarioObservation:
+    """Play ``scenario`` on a fresh agent (a session log in ``workdir`` when it has a cut)."""
+    model = ScenarioModel()
+    hooks = _Hooks()
+    ids = scenario_ids(scenario)
+    for r, run in enumerate(scenario.runs):
+        for step, call_ids in zip(run.steps, ids[r], strict=True):
+            for call, call_id in zip(step.calls, call_ids, strict=True):
+                hooks.calls[call_id] = call
+    steps = rendered_steps(scenario)
+    obs = ScenarioObservation()
+    tmp: tempfile.TemporaryDirectory[str] | None = None
+    path: Path | None = None
+    if scenario.cut is not None:
+        if workdir is None:
+            tmp = tempfile.TemporaryDirectory(prefix="oracle-")
+            workdir = Path(tmp.name)
+        path = workdir / "session.jsonl"
+        if path.exists():
+            path.unlink()
+    try:
+        agent = build_agent(scenario, model, hooks, session=path)
+        for r, run in enumerate(scenario.runs):
+            if r and scenario.cut is not None:
+                assert path is not None and agent.session is not None
+                agent.session.close()
+                obs.log_lines = _cut_log(path, scenario.cut)
+                agent = Agent.resume(
+                    path,
+                    model=model,
+                    tools=ORACLE_TOOLS,
+                    tool_execution=scenario.mode,
+                    max_turns=scenario.max_turns,
+                    max_continuations=scenario.max_continuations,
+                    max_tokens_policy=scenario.max_tokens_policy,
+                    abort_grace_seconds=0.002,
+                    model_retries=1,
+                    retry_backoff_seconds=0.0001,
+                    before_tool_call=hooks.before,
+                    after_tool_call=hooks.after,
+                )
+                obs.resumed = tokens_of(agent.messages)
+                obs.resumed_state = agent.state.value
+            obs.runs.append(await drive_scenario_run(agent, model, run, steps[r], hooks))
+            obs.histories.append(list(agent.messages))
+        obs.agent = agent
+        if agent.session is not None:
+            agent.session.close()
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return obs
+
+
+def _cut_log(path: Path, cut: Cut) -> list[dict[str, Any]]:
+    """Cut the log as ``cut`` says; return the complete lines kept, parsed."""
+    raw = path.read_bytes().split(b"\n")
+    lines = [line for line in raw if line]
+    keep = max(1, len(lines) - cut.lines)
+    kept = lines[:keep]
+    data = b"".join(line + b"\n" for line in kept)
+    if cut.torn and keep < len(lines):
+        nxt = lines[keep]
+        data += nxt[: max(1, len(nxt) // 2)]
+    path.write_bytes(data)
+    return [json.loads(line) for line in kept[1:]]
+
+
+# -- comparing ---------------------------------------------------------------------------------
+
+
+def compare_run(pred: RunPrediction, obs: RunObservation) -> list[str]:
+    """Every difference between a run's prediction and what the engine did."""
+    problems: list[str] = []
+    if pred.started != obs.started:
+        return [f"run started={obs.started}, the oracle says started={pred.started}"]
+    if not obs.started:
+        return problems
+    if obs.state not in pred.states:
+        problems.append(f"final state {obs.state!r}, allowed {sorted(pred.states)}")
+    if obs.cancelled not in pred.cancelled:
+        problems.append(f"cancelled={obs.cancelled}, allowed {sorted(pred.cancelled)}")
+    if obs.turns not in pred.turns:
+        problems.append(f"turns {obs.turns}, allowed {sorted(pred.turns)}")
+    if obs.requests not in pred.requests:
+        problems.append(f"requests {obs.requests}, allowed {sorted(pred.requests)}")
+    if pred.users is not None and obs.users not in pred.users:
+        problems.append(f"{obs.users} user messages added, expected {sorted(pred.users)}")
+    seen: dict[str, list[str]] = {}
+    for call_id, kind in obs.results:
+        seen.setdefault(call_id, []).append(kind)
+    optional = pred.results_optional
+    for call_id, allowed in pred.results.items():
+        kinds = seen.get(call_id, [])
+        if not kinds:
+            if call_id not in optional:
+                problems.append(f"call {call_id}: no result, allowed {sorted(allowed)}")
+            continue
+        if len(kinds) > 1:
+            problems.append(f"call {call_id}: {len(kinds)} results {kinds}")
+        if not _matches(kinds[0], allowed):
+            problems.append(f"call {call_id}: result {kinds[0]!r}, allowed {sorted(allowed)}")
+    for call_id in seen:
+        if call_id not in pred.results:
+            problems.append(f"call {call_id}: a result the oracle did not expect ({seen[call_id]})")
+    result_order = [c for c, _ in obs.results]
+    for batch in pred.order:
+        got = [c for c in result_order if c in batch]
+        if got and got != batch[: len(got)] and sorted(got) == sorted(batch):
+            problems.append(f"results {got} not in declaration order {batch}")
+    ran = obs.ran
+    counts = Counter(ran)
+    for call_id, count in counts.items():
+        if count > 1:
+            problems.append(f"tool of call {call_id} ran {count} times")
+    allowed_ran = pred.ran_must | pred.ran_may
+    for call_id in counts:
+        if call_id not in allowed_ran:
+            problems.append(f"tool of call {call_id} ran; the oracle says it must not")
+    for call_id in sorted(pred.ran_must - set(counts)):
+        problems.append(f"tool of call {call_id} never ran; the oracle says it must")
+    for sequence in pred.ran_order:
+        got = [c for c in ran if c in sequence]
+        if got != [c for c in sequence if c in got]:
+            problems.append(f"tools ran in order {got}, the rules fix {sequence}")
+    return problems
+
+
+def compare(
+    scenario: Scenario, obs: ScenarioObservation, oracle: Oracle | None = None
+) -> tuple[list[str], Prediction]:
+    """Predict ``scenario`` and list every difference from ``obs`` (run by run)."""
+    oracle = oracle or oracle_for(scenario)
+    ids = scenario_ids(scenario)
+    prediction = oracle.predict(scenario, ids)
+    problems: list[str] = []
+    for n, (pred, got) in enumerate(zip(prediction.runs, obs.runs, strict=False), 1):
+        if pred is None and scenario.cut is not None and n > 1 and obs.log_lines is not None:
+            tokens, state = predict_resume(obs.log_lines)
+            if obs.resumed != tokens:
+                problems.append(
+                    f"resume rebuilt {obs.resumed}, the oracle says {tokens} (state {state})"
+                )
+            if obs.resumed_state != state:
+                problems.append(f"resumed in state {obs.resumed_state!r}, the oracle says {state!r}")
+            resumed = Oracle(
+                max_turns=oracle.max_turns,
+                max_continuations=oracle.max_continuations,
+                max_tokens_policy=oracle.policy,
+                mode=oracle.mode,
+                model_retries=oracle.model_retries,
+            )
+            resumed.world_from(tokens, state)
+            pred = resumed.predict_run(scenario.runs[n - 1], ids[n - 1])
+            prediction.runs[n - 1] = pred
+            earlier = {t[1] for t in tokens if t[0] == "result"}
+            again = sorted(set(got.ran) & earlier)
+            if again:
+                problems.append(f"resumed calls ran again: {again}")
+        if pred is None:
+            continue
+        problems += [f"run {n}: {p}" for p in compare_run(pred, got)]
+    return problems, prediction
+
+
+def oracle_for(scenario: Scenario) -> Oracle:
+    """An `Oracle` with the scenario's agent options."""
+    return Oracle(
+        max_turns=scenario.max_turns,
+        max_continuations=scenario.max_continuations,
+        max_tokens_policy=scenario.max_tokens_policy,
+        mode=scenario.mode,
+        model_retries=1,
+    )
+
+
+def check_scenario(scenario: Scenario, workdir: Path | None = None) -> Prediction:
+    """Play ``scenario``, check the invariants and compare with the oracle.
+
+    Raises:
+        AssertionError: listing every difference and broken invariant.
+    """
+    obs = asyncio.run(play(scenario, workdir))
+    problems, prediction = compare(scenario, obs)
+    for n, history in enumerate(obs.histories, 1):
+        problems += [f"history after run {n}: {p}" for p in find_violations(history)]
+    if obs.agent is not None and obs.agent.is_running:
+        problems.append("the agent still says it is running")
+    if problems:
+        raise AssertionError(
+            "the engine and the oracle disagree:\n  " + "\n  ".join(problems)
+        )
+    return prediction
