@@ -5,6 +5,9 @@
   queued input and histories.
 - `agent_state_machine(factory)`: a ready `RuleBasedStateMachine` for your agent and hooks;
   `AgentKit` is what your factory receives.
+- `Oracle`: a reference model of the loop that predicts a `Scenario`'s outcome (calls run, result
+  kinds, final state, turns, requests); `check_scenario` plays a scenario on a real agent and
+  compares (`strategies.scenarios` generates them).
 - `drive_run` / `check_run`: one run with aborts and queued input at chosen events, and the list
   of invariants (1-6) it broke, for your own ``@given`` tests.
 """
@@ -24,12 +27,52 @@ from ._kit import (
     kit_before_tool_call,
     prefix_ids,
 )
+from ._oracle import (
+    JOURNAL,
+    ORACLE_TOOLS,
+    Anchor,
+    Call,
+    Cut,
+    Declared,
+    Input,
+    Oracle,
+    Prediction,
+    RunPrediction,
+    RunSpec,
+    Scenario,
+    Step,
+    check_scenario,
+    classify,
+    compare,
+    play,
+    predict_resume,
+    tokens_of,
+)
 from ._stateful import AgentCheck, AgentFactory, AgentStateMachine, agent_state_machine
 from .strategies import AbortPoint, QueuedInput
 
 __all__ = [
+    "JOURNAL",
     "KIT_TOOLS",
+    "ORACLE_TOOLS",
     "AbortPoint",
+    "Anchor",
+    "Call",
+    "Cut",
+    "Declared",
+    "Input",
+    "Oracle",
+    "Prediction",
+    "RunPrediction",
+    "RunSpec",
+    "Scenario",
+    "Step",
+    "check_scenario",
+    "classify",
+    "compare",
+    "play",
+    "predict_resume",
+    "tokens_of",
     "AgentCheck",
     "AgentFactory",
     "AgentKit",

@@ -29,8 +29,9 @@ from typing import Any, Literal
 from .._agent import Agent
 from .._errors import ToolError, UsageError
 from .._events import Event, MessageEnd, RunEnd, ToolExecutionStart, TurnStart
-from .._hooks import Allow, Deny, ToolCallInfo
+from .._hooks import Allow, Deny, ToolCallInfo, TurnInfo
 from .._messages import (
+    HISTORY_ADAPTER,
     AssistantMessage,
     Message,
     TextBlock,
@@ -163,6 +164,9 @@ class Scenario:
         history: the history the agent starts from: none, a clean one, or one that ends
             mid-batch (a call without its result).
         cut: resume from the session log between the runs (None: the same agent goes on).
+        should_continue: no hook, a hook that says stop after the first batch, one that raises.
+        transform: no ``transform_context`` hook, one that rewrites what is sent (adds a note),
+            one that raises.
     """
 
     runs: tuple[RunSpec, ...]
@@ -172,6 +176,8 @@ class Scenario:
     max_tokens_policy: Literal["continue", "stop"] = "continue"
     history: Literal["none", "clean", "mid_batch"] = "none"
     cut: Cut | None = None
+    should_continue: Literal["none", "stop", "raise"] = "none"
+    transform: Literal["none", "rewrite", "raise"] = "none"
 
 
 # -- result kinds ------------------------------------------------------------------------------
@@ -480,7 +486,11 @@ class Oracle:
         mode: str = "parallel",
         model_retries: int = 1,
         declared: Declared | None = None,
+        should_continue: str = "none",
+        transform: str = "none",
     ) -> None:
+        self.should_continue = should_continue
+        self.transform = transform
         self.max_turns = max_turns
         self.max_continuations = max_continuations
         self.policy = max_tokens_policy
@@ -531,7 +541,9 @@ class Oracle:
         """What the tool itself gives when it runs undisturbed."""
         tag = self._tag_of(call, call_id)
         if call.tool == "limited":
-            behaviour = call.behaviour if call.behaviour in ("return", "raise", "slow") else "return"
+            behaviour = (
+                call.behaviour if call.behaviour in ("return", "raise", "slow") else "return"
+            )
             if behaviour == "slow":
                 return "timeout"
             return f"error[{tag}]" if behaviour == "raise" else f"ok[{tag}]"
@@ -685,10 +697,12 @@ class Oracle:
             p.labels.add("dangling_repair")
         if w.dangling:
             p.order.append(list(w.dangling))
+            w.last = "result"
         w.dangling = []
         if spec.prompt:
             w.turns = 0
             users += 1
+            w.last = "user"
         else:
             users += self._inject(p, follow_too=True)
         continuations = 0
@@ -707,6 +721,15 @@ class Oracle:
                 request_slack = 1
                 p.labels.add("abort_before_request")
                 state = "aborted"
+                if self.transform == "raise":
+                    p.states.add("failed")  # building the request and the abort race
+                    p.exact = False
+                break
+            if self.transform == "raise":
+                # The request is never sent: the run fails saying the hook failed.
+                p.labels.add("raising_transform")
+                state = "failed"
+                w.last = "open"
                 break
             attempt = 0
             failed = False
@@ -762,12 +785,17 @@ class Oracle:
             if has_calls:
                 if stop != "tool_use":
                     p.labels.add(f"calls_with_{stop}")
-                terminate, aborted = self._batch(
-                    p, step, call_ids, fire, aborted_before=aborted
-                )
+                terminate, aborted = self._batch(p, step, call_ids, fire, aborted_before=aborted)
                 w.last = "result"
                 if aborted:
                     state = "aborted"
+                    break
+                keep_going = True
+                if self.should_continue == "stop":
+                    keep_going = False
+                    p.labels.add("should_continue_stop")
+                if not keep_going:
+                    state = "max_turns"
                     break
                 if w.turns >= self.max_turns:
                     p.labels.add("max_turns_after_batch")
@@ -775,6 +803,11 @@ class Oracle:
                     break
                 if terminate:
                     state = "aborted"
+                    break
+                if self.should_continue == "raise":
+                    # A failing hook ends a run that would have gone on in failed.
+                    p.labels.add("raising_should_continue")
+                    state = "failed"
                     break
                 users += self._inject(p, follow_too=False)
                 continue
@@ -807,7 +840,7 @@ class Oracle:
                 p.labels.add("unknown_stop_reason")
             state = "done"
             break
-        p.states = {state}
+        p.states.add(state)
         p.turns = {w.turns}
         p.requests = {requests, requests + request_slack}
         p.users = {users}
@@ -890,9 +923,9 @@ class Oracle:
                 abort_at = i
                 p.labels.add("abort_in_hook")
                 p.labels.add("abort_inside_batch")
-            if static == "denied" and self._before(call, call_id) == "terminate":
-                if terminate_at is None:
-                    terminate_at = i
+            terminating = static == "denied" and self._before(call, call_id) == "terminate"
+            if terminating and terminate_at is None:
+                terminate_at = i
         run_order: list[str] = []
         keys: dict[str, list[str]] = {}
         for i, (call, call_id) in enumerate(zip(calls, call_ids, strict=True)):
@@ -975,7 +1008,8 @@ def predict_resume(lines: Sequence[dict[str, Any]]) -> tuple[list[Token], str]:
     """What `Agent.resume` rebuilds from the complete lines of a session log (the README's rules):
     messages in logged order; each call's result, logged in completion order, put back right after
     its assistant message in declaration order; a call without a logged result answered "no result
-    recorded"; the state the log recorded last, ``aborted`` for a run that never ended.
+    recorded"; the terminal state the log recorded last, else ``aborted`` for a run that never
+    ended.
 
     Returns:
         (the abstract history, the state).
@@ -996,6 +1030,13 @@ def predict_resume(lines: Sequence[dict[str, Any]]) -> tuple[list[Token], str]:
                 items.append(("assistant", str(message.get("stop_reason")), ids))
             else:
                 items.append(("user",))
+        elif kind == "history":  # the history was replaced (a given history, a compaction)
+            items, results = [], {}
+            for token in tokens_of(HISTORY_ADAPTER.validate_python(line["messages"])):
+                if token[0] == "result":
+                    results.setdefault(token[1], token[2])
+                else:
+                    items.append(token)
         elif kind == "tool_result":
             message = line["message"]
             results.setdefault(message["tool_call_id"], _kind_of_dict(message))
@@ -1012,8 +1053,11 @@ def predict_resume(lines: Sequence[dict[str, Any]]) -> tuple[list[Token], str]:
         if token[0] == "assistant" and token[1] not in ("aborted", "error"):
             for call_id in token[2]:
                 out.append(("result", call_id, results.get(call_id, "no_result")))
-    if open_run or state not in ("idle", "done", "aborted", "max_turns", "failed"):
+    # A crash after the terminal state was recorded keeps that state.
+    if state not in ("done", "aborted", "max_turns", "failed") and (open_run or state != "idle"):
         state = "aborted"
+    if not items:
+        state = "idle"  # nothing was logged before the cut: a fresh agent (see the report)
     return out, state
 
 
@@ -1176,9 +1220,7 @@ def _history(kind: str) -> list[Message]:
     if kind == "clean":
         return [
             first,
-            AssistantMessage(
-                content=[TextBlock(text="earlier answer")], stop_reason="end_turn"
-            ),
+            AssistantMessage(content=[TextBlock(text="earlier answer")], stop_reason="end_turn"),
         ]
     return [
         first,
@@ -1236,7 +1278,9 @@ async def drive_scenario_run(
     before = len(agent.messages)
     unsubscribe = agent.subscribe(on_event)
     try:
-        task = asyncio.ensure_future(agent.run("do the task" if spec.prompt else None, max_turns=spec.max_turns))
+        task = asyncio.ensure_future(
+            agent.run("do the task" if spec.prompt else None, max_turns=spec.max_turns)
+        )
         try:
             result: RunResult | None = await task
         except UsageError:
@@ -1266,33 +1310,55 @@ async def drive_scenario_run(
     return obs
 
 
-def build_agent(
-    scenario: Scenario, model: ScenarioModel, hooks: _Hooks, **options: Any
-) -> Agent:
-    """The agent a scenario runs on (the oracle's tools and hooks, a 2 ms abort grace period)."""
-    return Agent(
-        model,
-        tools=ORACLE_TOOLS,
-        tool_execution=scenario.mode,
-        max_turns=scenario.max_turns,
-        max_continuations=scenario.max_continuations,
-        max_tokens_policy=scenario.max_tokens_policy,
-        abort_grace_seconds=0.002,
-        model_retries=1,
-        retry_backoff_seconds=0.0001,
-        before_tool_call=hooks.before,
-        after_tool_call=hooks.after,
-        messages=_history(scenario.history),
-        **options,
-    )
+def _should_continue(kind: str) -> Callable[[TurnInfo], bool] | None:
+    if kind == "none":
+        return None
+
+    def should_continue(info: TurnInfo) -> bool:
+        if kind == "raise":
+            raise RuntimeError("the oracle's should_continue hook raised")
+        return False
+
+    return should_continue
+
+
+def _transform(kind: str) -> Callable[[list[Message]], list[Message]] | None:
+    if kind == "none":
+        return None
+
+    def transform(messages: list[Message]) -> list[Message]:
+        if kind == "raise":
+            raise RuntimeError("the oracle's transform_context hook raised")
+        return [UserMessage("a note from transform_context"), *messages]
+
+    return transform
+
+
+def agent_options(scenario: Scenario, hooks: _Hooks) -> dict[str, Any]:
+    """The `Agent` options of a scenario: the oracle's tools and hooks, a 2 ms abort grace
+    period, one model retry."""
+    return {
+        "tools": ORACLE_TOOLS,
+        "tool_execution": scenario.mode,
+        "max_turns": scenario.max_turns,
+        "max_continuations": scenario.max_continuations,
+        "max_tokens_policy": scenario.max_tokens_policy,
+        "abort_grace_seconds": 0.002,
+        "model_retries": 1,
+        "retry_backoff_seconds": 0.0001,
+        "before_tool_call": hooks.before,
+        "after_tool_call": hooks.after,
+        "should_continue": _should_continue(scenario.should_continue),
+        "transform_context": _transform(scenario.transform),
+    }
 
 
 def rendered_steps(scenario: Scenario) -> list[list[Any]]:
     """Each run's `ScriptedModel` steps."""
     ids = scenario_ids(scenario)
     out = []
-    used: list[str] = []
     for r, run in enumerate(scenario.runs):
+        used: list[str] = []  # ids of this run's earlier steps (still in the history)
         steps = []
         for n, (step, call_ids) in enumerate(zip(run.steps, ids[r], strict=True), 1):
             steps.append(render_step(step, call_ids, n, used))
@@ -1322,26 +1388,18 @@ async def play(scenario: Scenario, workdir: Path | None = None) -> ScenarioObser
         if path.exists():
             path.unlink()
     try:
-        agent = build_agent(scenario, model, hooks, session=path)
+        agent = Agent(
+            model,
+            messages=_history(scenario.history),
+            session=path,
+            **agent_options(scenario, hooks),
+        )
         for r, run in enumerate(scenario.runs):
             if r and scenario.cut is not None:
                 assert path is not None and agent.session is not None
                 agent.session.close()
                 obs.log_lines = _cut_log(path, scenario.cut)
-                agent = Agent.resume(
-                    path,
-                    model=model,
-                    tools=ORACLE_TOOLS,
-                    tool_execution=scenario.mode,
-                    max_turns=scenario.max_turns,
-                    max_continuations=scenario.max_continuations,
-                    max_tokens_policy=scenario.max_tokens_policy,
-                    abort_grace_seconds=0.002,
-                    model_retries=1,
-                    retry_backoff_seconds=0.0001,
-                    before_tool_call=hooks.before,
-                    after_tool_call=hooks.after,
-                )
+                agent = Agent.resume(path, model=model, **agent_options(scenario, hooks))
                 obs.resumed = tokens_of(agent.messages)
                 obs.resumed_state = agent.state.value
             obs.runs.append(await drive_scenario_run(agent, model, run, steps[r], hooks))
@@ -1445,13 +1503,17 @@ def compare(
                     f"resume rebuilt {obs.resumed}, the oracle says {tokens} (state {state})"
                 )
             if obs.resumed_state != state:
-                problems.append(f"resumed in state {obs.resumed_state!r}, the oracle says {state!r}")
+                problems.append(
+                    f"resumed in state {obs.resumed_state!r}, the oracle says {state!r}"
+                )
             resumed = Oracle(
                 max_turns=oracle.max_turns,
                 max_continuations=oracle.max_continuations,
                 max_tokens_policy=oracle.policy,
                 mode=oracle.mode,
                 model_retries=oracle.model_retries,
+                should_continue=oracle.should_continue,
+                transform=oracle.transform,
             )
             resumed.world_from(tokens, state)
             pred = resumed.predict_run(scenario.runs[n - 1], ids[n - 1])
@@ -1474,6 +1536,8 @@ def oracle_for(scenario: Scenario) -> Oracle:
         max_tokens_policy=scenario.max_tokens_policy,
         mode=scenario.mode,
         model_retries=1,
+        should_continue=scenario.should_continue,
+        transform=scenario.transform,
     )
 
 
@@ -1490,7 +1554,5 @@ def check_scenario(scenario: Scenario, workdir: Path | None = None) -> Predictio
     if obs.agent is not None and obs.agent.is_running:
         problems.append("the agent still says it is running")
     if problems:
-        raise AssertionError(
-            "the engine and the oracle disagree:\n  " + "\n  ".join(problems)
-        )
+        raise AssertionError("the engine and the oracle disagree:\n  " + "\n  ".join(problems))
     return prediction

@@ -7,14 +7,15 @@ script reads as what happened: which call raised, slept, ignored the abort or wa
 
 Building blocks: `text_blocks`, `thinking_blocks`, `provider_blocks`, `tool_behaviours`,
 `tool_arguments`, `tool_use_blocks`, `stop_reasons`, `responses`, `error_steps`, `scripts`,
-`abort_points`, `queued_inputs`, `histories`.
+`abort_points`, `queued_inputs`, `histories`; for the oracle: `oracle_calls`, `oracle_steps`,
+`oracle_anchors`, `oracle_inputs`, `oracle_runs`, `scenarios`.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from hypothesis import strategies as st
@@ -27,6 +28,21 @@ from .._messages import (
     ToolCallBlock,
     ToolResultMessage,
     UserMessage,
+)
+from ._oracle import (
+    AfterKind,
+    Anchor,
+    ArgsKind,
+    BeforeKind,
+    BehaviourName,
+    Call,
+    Cut,
+    Input,
+    RunSpec,
+    Scenario,
+    Step,
+    StepKind,
+    ToolName,
 )
 
 Behaviour = Literal["return", "raise", "tool_error", "sleep", "ignore_abort", "deny", "deny_stop"]
@@ -273,3 +289,178 @@ def histories(draw: st.DrawFn, *, max_turns: int = 3, id_prefix: str = "hist") -
         if not calls or draw(st.booleans()):
             messages.append(UserMessage(draw(texts(blank=False))))
     return messages
+
+
+# -- scenarios for the oracle (`statemachine_agent.testing.Oracle`) ------------------------------
+#
+# A scenario is abstract (what each call and hook does, where the abort lands); the oracle predicts
+# its outcome and `check_scenario` plays it on a real agent. Shrinking works on the abstract form,
+# so a failure reads as "a batch of a raising call and a slow call, aborted at the 2nd tool start".
+
+_CALL_TOOLS: tuple[ToolName, ...] = (
+    "job",
+    "job",
+    "job",
+    "job",
+    "limited",
+    "limited",
+    "write",
+    "nope",
+)
+
+
+@st.composite
+def oracle_calls(draw: st.DrawFn) -> Call:
+    """A `Call`: mostly valid calls of the oracle's tools that run, with every behaviour (timeouts,
+    raising, slow), invalid or unparsable arguments, and what each hook does with it."""
+    tool_name = draw(st.sampled_from(_CALL_TOOLS))
+    behaviour: BehaviourName
+    if tool_name == "limited":
+        behaviour = draw(st.sampled_from(("return", "raise", "slow")))
+    elif tool_name == "job":
+        behaviour = draw(st.sampled_from(("return", "raise", "tool_error", "sleep", "hang")))
+    else:
+        behaviour = "return"
+    args: ArgsKind = draw(st.sampled_from(("valid",) * 10 + ("invalid", "unparsable")))
+    before: BeforeKind = draw(
+        st.sampled_from(
+            ("allow",) * 10 + ("rewrite", "deny", "terminate", "raise", "raise", "abort")
+        )
+    )
+    after: AfterKind = draw(st.sampled_from(("keep",) * 8 + ("rewrite", "raise")))
+    key = draw(st.sampled_from(("a", "b")))
+    return Call(tool_name, behaviour, args, before, after, key)
+
+
+_GOING_ON: tuple[StepKind, ...] = (
+    "tool_use",
+    "tool_use",
+    "tool_use",
+    "tool_use",
+    "tool_use",
+    "max_tokens",  # with calls: the last one is truncated; without: a continuation
+    "max_tokens",
+    "brand_new_reason",  # an unknown stop reason with calls
+    "pause_turn",
+    "pause_turn",
+    "overloaded",
+    "cut",
+)
+_FINAL: tuple[StepKind, ...] = (
+    "end_turn",
+    "end_turn",
+    "end_turn",
+    "stop_sequence",
+    "refusal",
+    "refusal",
+    "brand_new_reason",
+    "invalid_request",
+    "reused_id",
+)
+
+
+@st.composite
+def oracle_steps(draw: st.DrawFn, *, max_steps: int = 4, max_calls: int = 4) -> tuple[Step, ...]:
+    """Model steps for one run: 0 to ``max_steps - 1`` steps after which the run goes on (tool
+    batches, truncated calls, continuations, retryable errors), then one that ends it (a final
+    answer, a refusal with or without calls, a final error). No step is wasted after a final
+    answer."""
+    steps = []
+    for _ in range(draw(st.integers(0, max_steps - 1))):
+        kind = draw(st.sampled_from(_GOING_ON))
+        calls: tuple[Call, ...] = ()
+        if kind in ("tool_use", "brand_new_reason") or (
+            kind == "max_tokens" and draw(st.booleans())
+        ):
+            n = draw(st.sampled_from((1, 2, 2, 3, 4)[: max_calls + 1] or (1,)))
+            calls = tuple(draw(oracle_calls()) for _ in range(min(n, max_calls)))
+        steps.append(Step(kind, calls))
+    final = draw(st.sampled_from(_FINAL))
+    calls = ()
+    if final == "refusal" and draw(st.booleans()):
+        calls = tuple(draw(oracle_calls()) for _ in range(draw(st.integers(1, 2))))
+    steps.append(Step(final, calls))
+    return tuple(steps)
+
+
+@st.composite
+def oracle_anchors(draw: st.DrawFn, steps: Sequence[Step], *, cancel: bool = True) -> Anchor | None:
+    """An abort or a cancellation anchored to an event of the run these ``steps`` drive: the k-th
+    tool start (landing inside a batch), the k-th response, the k-th turn start; or none."""
+    n_calls = sum(len(s.calls) for s in steps)
+    n_responses = max(1, len(steps))
+    options = ["none", "none", "response", "turn_start"]
+    if n_calls:
+        options += ["tool_start", "tool_start", "tool_start"]
+    event = draw(st.sampled_from(options))
+    if event == "none":
+        return None
+    k = draw(st.integers(1, n_calls if event == "tool_start" else n_responses))
+    how = draw(st.sampled_from(("abort", "abort", "abort", "cancel"))) if cancel else "abort"
+    return Anchor(event, k, how)  # type: ignore[arg-type]
+
+
+@st.composite
+def oracle_inputs(draw: st.DrawFn, steps: Sequence[Step]) -> tuple[Input, ...]:
+    """Steering and follow-up input: queued before the run, at a tool start or at a response."""
+    n_calls = sum(len(s.calls) for s in steps)
+    out = []
+    for _ in range(draw(st.sampled_from((0, 0, 0, 1, 1, 2)))):
+        kind = draw(st.sampled_from(("steer", "follow_up")))
+        events: list[str] = ["before", "response"] + (["tool_start"] if n_calls else [])
+        event = draw(st.sampled_from(events))
+        if event == "before":
+            out.append(Input(kind))
+        else:
+            bound = n_calls if event == "tool_start" else len(steps)
+            out.append(Input(kind, event, draw(st.integers(1, max(1, bound)))))  # type: ignore[arg-type]
+    return tuple(out)
+
+
+@st.composite
+def oracle_runs(
+    draw: st.DrawFn, *, prompt: bool = True, max_steps: int = 4, cancel: bool = True
+) -> RunSpec:
+    """One `RunSpec`: steps, an anchored abort or cancellation, queued input."""
+    steps = draw(oracle_steps(max_steps=max_steps))
+    anchor = draw(oracle_anchors(steps, cancel=cancel))
+    inputs = draw(oracle_inputs(steps))
+    return RunSpec(steps, prompt=prompt, abort=anchor, inputs=inputs)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn, *, max_steps: int = 4, second_run: bool = True) -> Scenario:
+    """A whole `Scenario`: agent options (tool execution, ``max_turns`` 1-3 or many, continuation
+    cap 0-3, ``max_tokens_policy`` both ways, ``should_continue`` and ``transform_context``
+    hooks), a starting history (none, clean, ending mid-batch), a first run, and maybe a second
+    one: continued without a prompt (raising ``max_turns``), a new prompt, or a new prompt after
+    the session log was cut at a random line (maybe mid-line) and resumed."""
+    mode = draw(st.sampled_from(("parallel", "sequential")))
+    max_turns = draw(st.sampled_from((50, 50, 1, 2, 3)))
+    max_continuations = draw(st.sampled_from((3, 0, 1, 2)))
+    policy = draw(st.sampled_from(("continue", "stop")))
+    history = draw(st.sampled_from(("none", "none", "none", "clean", "mid_batch")))
+    should_continue = draw(st.sampled_from(("none",) * 8 + ("stop", "raise")))
+    transform = draw(st.sampled_from(("none",) * 8 + ("rewrite", "raise")))
+    first = draw(oracle_runs(max_steps=max_steps))
+    runs = [first]
+    cut = None
+    then = draw(st.sampled_from(("none", "none", "continue", "prompt", "resume", "resume")))
+    if second_run and then != "none":
+        second = draw(oracle_runs(prompt=then != "continue", max_steps=3, cancel=False))
+        if then == "continue":
+            second = replace(second, max_turns=max_turns + draw(st.integers(1, 2)))
+        runs.append(second)
+        if then == "resume":
+            cut = Cut(draw(st.integers(0, 12)), draw(st.booleans()))
+    return Scenario(
+        tuple(runs),
+        mode,  # type: ignore[arg-type]
+        max_turns,
+        max_continuations,
+        policy,  # type: ignore[arg-type]
+        history,  # type: ignore[arg-type]
+        cut,
+        should_continue,  # type: ignore[arg-type]
+        transform,  # type: ignore[arg-type]
+    )
