@@ -301,9 +301,9 @@ _CALL_TOOLS: tuple[ToolName, ...] = (
     "job",
     "job",
     "job",
-    "job",
     "limited",
     "limited",
+    "write",
     "write",
     "nope",
 )
@@ -316,7 +316,7 @@ def oracle_calls(draw: st.DrawFn) -> Call:
     tool_name = draw(st.sampled_from(_CALL_TOOLS))
     behaviour: BehaviourName
     if tool_name == "limited":
-        behaviour = draw(st.sampled_from(("return", "raise", "slow")))
+        behaviour = draw(st.sampled_from(("return", "raise", "slow", "slow")))
     elif tool_name == "job":
         behaviour = draw(st.sampled_from(("return", "raise", "tool_error", "sleep", "hang")))
     else:
@@ -328,19 +328,20 @@ def oracle_calls(draw: st.DrawFn) -> Call:
         )
     )
     after: AfterKind = draw(st.sampled_from(("keep",) * 8 + ("rewrite", "raise")))
-    key = draw(st.sampled_from(("a", "b")))
+    key = draw(st.sampled_from(("a", "a", "b")))
     return Call(tool_name, behaviour, args, before, after, key)
 
 
-_GOING_ON: tuple[StepKind, ...] = (
+_GOING_ON: tuple[str, ...] = (
     "tool_use",
     "tool_use",
     "tool_use",
     "tool_use",
-    "tool_use",
-    "max_tokens",  # with calls: the last one is truncated; without: a continuation
-    "max_tokens",
+    "truncated",  # max_tokens with calls: the last one is truncated
+    "truncated",
+    "max_tokens",  # without calls: a continuation
     "brand_new_reason",  # an unknown stop reason with calls
+    "writes",  # calls of the write-queue tool: their effects show the order
     "pause_turn",
     "pause_turn",
     "overloaded",
@@ -369,12 +370,16 @@ def oracle_steps(draw: st.DrawFn, *, max_steps: int = 4, max_calls: int = 4) -> 
     for _ in range(draw(st.integers(0, max_steps - 1))):
         kind = draw(st.sampled_from(_GOING_ON))
         calls: tuple[Call, ...] = ()
-        if kind in ("tool_use", "brand_new_reason") or (
-            kind == "max_tokens" and draw(st.booleans())
-        ):
-            n = draw(st.sampled_from((1, 2, 2, 3, 4)[: max_calls + 1] or (1,)))
+        if kind in ("tool_use", "brand_new_reason", "truncated"):
+            n = draw(st.sampled_from((1, 2, 2, 3, 4)))
             calls = tuple(draw(oracle_calls()) for _ in range(min(n, max_calls)))
-        steps.append(Step(kind, calls))
+        if kind == "writes":
+            calls = tuple(
+                replace(draw(oracle_calls()), tool="write", args="valid")
+                for _ in range(draw(st.integers(2, max(2, max_calls))))
+            )
+            kind = "tool_use"
+        steps.append(Step("max_tokens" if kind == "truncated" else kind, calls))  # type: ignore[arg-type]
     final = draw(st.sampled_from(_FINAL))
     calls = ()
     if final == "refusal" and draw(st.booleans()):
