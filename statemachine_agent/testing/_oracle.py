@@ -47,7 +47,7 @@ from ..models import ModelRequest, ResponseStart, ScriptedModel, StreamEvent, Te
 # -- the scenario ------------------------------------------------------------------------------
 
 ToolName = Literal["job", "limited", "write", "nope"]
-"""``job`` (does what ``behaviour`` says), ``limited`` (``timeout_seconds=0.005``), ``write`` (a
+"""``job`` (does what ``behaviour`` says), ``limited`` (``timeout_seconds=0.002``), ``write`` (a
 write queue: calls on one ``key`` run in declaration order), ``nope`` (no such tool)."""
 BehaviourName = Literal["return", "raise", "tool_error", "sleep", "hang", "slow"]
 BeforeKind = Literal["allow", "rewrite", "deny", "terminate", "raise", "abort"]
@@ -71,7 +71,7 @@ AnchorEvent = Literal["turn_start", "response", "tool_start"]
 TRUNCATING = frozenset({"max_tokens", "model_context_window_exceeded"})
 ERROR_STEPS = frozenset({"overloaded", "cut", "invalid_request"})
 RETRYABLE = frozenset({"overloaded", "cut"})
-TIMEOUT_SECONDS = 0.005
+TIMEOUT_SECONDS = 0.002
 HANG_SECONDS = 0.02
 
 
@@ -277,7 +277,7 @@ async def job(
 async def limited(
     behaviour: Literal["return", "raise", "slow"], ctx: ToolContext, text: str = "out-x"
 ) -> str:
-    """A tool with a 5 ms timeout.
+    """A tool with a 2 ms timeout.
 
     Args:
         behaviour: return ``text``; raise `ValueError`; slow (sleeps 1 s, so it times out).
@@ -1541,13 +1541,28 @@ def oracle_for(scenario: Scenario) -> Oracle:
     )
 
 
-def check_scenario(scenario: Scenario, workdir: Path | None = None) -> Prediction:
-    """Play ``scenario``, check the invariants and compare with the oracle.
+def check_scenario(
+    scenario: Scenario,
+    workdir: Path | None = None,
+    *,
+    loop: asyncio.AbstractEventLoop | None = None,
+) -> Prediction:
+    """Play ``scenario`` (in ``loop``, else a new event loop), check the invariants and
+    compare with the oracle.
 
     Raises:
         AssertionError: listing every difference and broken invariant.
     """
-    obs = asyncio.run(play(scenario, workdir))
+    if loop is not None:
+        obs = loop.run_until_complete(play(scenario, workdir))
+    else:
+        # A plain loop, not asyncio.run: its SIGINT handling costs more than a short run.
+        own = asyncio.new_event_loop()
+        try:
+            obs = own.run_until_complete(play(scenario, workdir))
+            own.run_until_complete(own.shutdown_asyncgens())
+        finally:
+            own.close()
     problems, prediction = compare(scenario, obs)
     for n, history in enumerate(obs.histories, 1):
         problems += [f"history after run {n}: {p}" for p in find_violations(history)]
@@ -1556,3 +1571,58 @@ def check_scenario(scenario: Scenario, workdir: Path | None = None) -> Predictio
     if problems:
         raise AssertionError("the engine and the oracle disagree:\n  " + "\n  ".join(problems))
     return prediction
+
+
+# -- bounded exhaustive mode -------------------------------------------------------------------
+
+EXHAUSTIVE_OUTCOMES: tuple[Call, ...] = (
+    Call("job", "return"),
+    Call("job", "raise"),
+    Call("limited", "slow"),  # times out
+    Call("job", "return", before="deny"),
+)
+"""The call outcomes of the exhaustive alphabet: returns, raises, times out, is denied."""
+
+
+def _exhaustive_steps(outcomes: Sequence[Call]) -> tuple[list[Step], list[Step]]:
+    going_on: list[Step] = [Step("pause_turn")]
+    for a in outcomes:
+        going_on.append(Step("tool_use", (a,)))
+        going_on.append(Step("max_tokens", (a, Call())))  # the second call is truncated
+        going_on += [Step("tool_use", (a, b)) for b in outcomes]
+    final = [Step("end_turn"), Step("refusal", (Call(),))]
+    return going_on, final
+
+
+def exhaustive_scenarios(
+    depth: int = 3,
+    *,
+    outcomes: Sequence[Call] = EXHAUSTIVE_OUTCOMES,
+    modes: Sequence[Literal["parallel", "sequential"]] = ("parallel", "sequential"),
+    max_abort: int = 3,
+) -> Iterable[Scenario]:
+    """Every scenario over a small abstract alphabet, up to ``depth`` responses: response kinds
+    (a final answer, a refusal with a call, a pause, one or two calls, two calls the second of which
+    is truncated) x call outcomes (``outcomes``) x abort position (none, or the k-th tool start for
+    k up to ``max_abort``), in each tool-execution mode. The last response ends the run, the ones
+    before go on."""
+    going_on, final = _exhaustive_steps(outcomes)
+    for n in range(1, depth + 1):
+        for prefix in _product(going_on, n - 1):
+            for last in final:
+                steps = (*prefix, last)
+                n_calls = sum(len(s.calls) for s in steps[:-1])
+                anchors: list[Anchor | None] = [None]
+                anchors += [Anchor("tool_start", k) for k in range(1, min(n_calls, max_abort) + 1)]
+                for anchor in anchors:
+                    for mode in modes:
+                        yield Scenario((RunSpec(steps, abort=anchor),), mode=mode)
+
+
+def _product(items: Sequence[Step], n: int) -> Iterable[tuple[Step, ...]]:
+    if n == 0:
+        yield ()
+        return
+    for head in items:
+        for tail in _product(items, n - 1):
+            yield (head, *tail)
