@@ -34,6 +34,7 @@ from .._result import RunResult
 from .._tools import Tool, ToolContext, tool
 from ..models._base import ModelRequest, StreamEvent
 from ..models._offline import ScriptedModel
+from ._oracle import ORACLE_TOOLS, ScenarioHooks, cut_stream
 from .strategies import AbortPoint, Behaviour, QueuedInput
 
 
@@ -105,6 +106,8 @@ class ScriptPlayer:
 
     def __init__(self) -> None:
         self._current = ScriptedModel([])
+        self._cuts: set[int] = set()
+        self._played = 0
         self.requests: list[ModelRequest] = []
 
     @property
@@ -112,13 +115,22 @@ class ScriptPlayer:
         """The model name reported."""
         return "kit-script"
 
-    def load(self, steps: Sequence[dict[str, Any]]) -> None:
-        """Play ``steps`` from now on (an exhausted script fails the request)."""
-        self._current = ScriptedModel(list(steps), record_requests=False)
+    def load(self, steps: Sequence[dict[str, Any] | None]) -> None:
+        """Play ``steps`` from now on (an exhausted script fails the request; a None step is a
+        stream that ends before its stop event)."""
+        self._cuts = {i for i, step in enumerate(steps) if step is None}
+        self._played = 0
+        self._current = ScriptedModel(
+            [step for step in steps if step is not None], record_requests=False
+        )
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Record the request and play the next step."""
         self.requests.append(request)
+        index = self._played
+        self._played += 1
+        if index in self._cuts:
+            return cut_stream()
         return self._current.stream(request)
 
 
@@ -129,14 +141,17 @@ class AgentKit:
     Attributes:
         model: the kit's model; each run plays its own script.
         tool_execution: ``"parallel"`` or ``"sequential"`` (drawn per example).
-        tools: the kit's tools.
+        tools: the kit's tools and the oracle's (`ORACLE_TOOLS`).
         abort_grace_seconds: short, so tools that ignore an abort are cancelled quickly.
+        hooks: the oracle scenarios' ``before_tool_call`` / ``after_tool_call`` hooks; they pass
+            every call they do not handle on to the hooks given to `agent`.
     """
 
     model: ScriptPlayer
     tool_execution: ToolExecution = "parallel"
-    tools: tuple[Tool, ...] = KIT_TOOLS
+    tools: tuple[Tool, ...] = (*KIT_TOOLS, *ORACLE_TOOLS)
     abort_grace_seconds: float = 0.002
+    hooks: ScenarioHooks = field(default_factory=ScenarioHooks)
 
     def agent(
         self,
@@ -146,15 +161,20 @@ class AgentKit:
         **options: Any,
     ) -> Agent:
         """An `Agent` on the kit's model and tools plus ``tools``; ``before_tool_call`` runs after
-        the kit's own (which denies ``deny`` calls); other ``options`` go to `Agent` as they are."""
+        the kit's own (which denies ``deny`` calls) and the oracle scenarios' (which handle only
+        the calls of an oracle scenario that say so), ``after_tool_call`` after the scenarios';
+        other ``options`` go to `Agent` as they are."""
         options.setdefault("abort_grace_seconds", self.abort_grace_seconds)
         options.setdefault("tool_execution", self.tool_execution)
         options.setdefault("model_retries", 1)
         options.setdefault("retry_backoff_seconds", 0.001)
+        self.hooks.user_before = before_tool_call
+        self.hooks.user_after = options.pop("after_tool_call", None)
         return Agent(
             self.model,
             tools=[*self.tools, *tools],
-            before_tool_call=_chain(kit_before_tool_call, before_tool_call),
+            before_tool_call=_chain(kit_before_tool_call, self.hooks.before),
+            after_tool_call=self.hooks.after,
             **options,
         )
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import json
 import re
 import tempfile
@@ -1092,12 +1093,13 @@ class ScenarioModel:
         index = self._next
         self._next += 1
         if index < len(self._steps) and self._steps[index] is None:
-            return _cut_stream()
+            return cut_stream()
         steps = [self._steps[index]] if index < len(self._steps) else []
         return ScriptedModel(steps, record_requests=False).stream(request)  # type: ignore[arg-type]
 
 
-async def _cut_stream() -> AsyncIterator[StreamEvent]:
+async def cut_stream() -> AsyncIterator[StreamEvent]:
+    """A response stream that ends before its stop event (the engine retries it)."""
     yield ResponseStart("oracle-scenario")
     yield TextDelta(0, "partial")
 
@@ -1125,20 +1127,32 @@ def render_step(step: Step, call_ids: Sequence[str], n: int, used: Sequence[str]
     return response
 
 
+def run_ids(spec: RunSpec, prefix: str) -> list[list[str]]:
+    """The tool-call ids of a run's steps: ``<prefix>_<n>``."""
+    counter = 0
+    out = []
+    for step in spec.steps:
+        ids = []
+        for _ in step.calls:
+            counter += 1
+            ids.append(f"{prefix}_{counter}")
+        out.append(ids)
+    return out
+
+
 def scenario_ids(scenario: Scenario) -> list[list[list[str]]]:
     """The tool-call ids of each run's steps: ``r<run>_<n>``, unique across the scenario."""
-    out = []
-    for r, run in enumerate(scenario.runs, 1):
-        counter = 0
-        per_run = []
-        for step in run.steps:
-            ids = []
-            for _ in step.calls:
-                counter += 1
-                ids.append(f"r{r}_{counter}")
-            per_run.append(ids)
-        out.append(per_run)
-    return out
+    return [run_ids(run, f"r{r}") for r, run in enumerate(scenario.runs, 1)]
+
+
+def run_steps(spec: RunSpec, ids: Sequence[Sequence[str]]) -> list[Any]:
+    """A run's `ScriptedModel` steps (None for a stream cut short)."""
+    used: list[str] = []  # ids of this run's earlier steps (still in the history)
+    steps = []
+    for n, (step, call_ids) in enumerate(zip(spec.steps, ids, strict=True), 1):
+        steps.append(render_step(step, call_ids, n, used))
+        used.extend(call_ids)
+    return steps
 
 
 @dataclass
@@ -1168,8 +1182,10 @@ class ScenarioObservation:
     agent: Agent | None = None
 
 
-class _Hooks:
-    """The scenario's hooks: behaviour per call id; ``abort`` stops the agent set in ``agent``."""
+class ScenarioHooks:
+    """The scenario's ``before_tool_call`` and ``after_tool_call`` hooks: what each does is looked up
+    by call id in ``calls``; a call they allow or keep goes on to the user's own hooks
+    (``user_before``, ``user_after``); ``abort`` stops ``agent``."""
 
     def __init__(self) -> None:
         self.calls: dict[str, Call] = {}
@@ -1193,7 +1209,7 @@ class _Hooks:
             return None
         if self.user_before is not None:
             result = self.user_before(info)
-            return await result if asyncio.iscoroutine(result) else result
+            return await result if inspect.isawaitable(result) else result
         return None
 
     async def after(self, info: ToolCallInfo, result: ToolResultMessage) -> Any:
@@ -1209,7 +1225,7 @@ class _Hooks:
             raise RuntimeError("the oracle's after hook raised")
         if self.user_after is not None:
             value = self.user_after(info, result)
-            return await value if asyncio.iscoroutine(value) else value
+            return await value if inspect.isawaitable(value) else value
         return None
 
 
@@ -1236,11 +1252,21 @@ def _history(kind: str) -> list[Message]:
 
 
 async def drive_scenario_run(
-    agent: Agent, model: ScenarioModel, spec: RunSpec, steps: Sequence[Any], hooks: _Hooks
+    agent: Agent, model: Any, spec: RunSpec, steps: Sequence[Any], hooks: ScenarioHooks
 ) -> RunObservation:
-    """Play one run of a scenario on ``agent`` (anchored abort or cancellation and input)."""
+    """Play one run of a scenario on ``agent`` (anchored abort or cancellation and input).
+
+    Args:
+        agent: an agent with the oracle's tools and ``hooks`` installed.
+        model: the agent's model: a `ScenarioModel`, or the kit's `ScriptPlayer`; ``load(steps)``
+            plays the run's steps, ``requests`` counts (or lists) the requests.
+        spec: the run.
+        steps: its rendered steps (`run_steps`).
+        hooks: the scenario's hooks (they learn the agent, for the hook-anchored abort).
+    """
     obs = RunObservation()
     model.load(steps)
+    first_request = _requests(model)
     journal: list[str] = []
     token = JOURNAL.set(journal)
     counters: Counter[str] = Counter()
@@ -1295,7 +1321,7 @@ async def drive_scenario_run(
         unsubscribe()
         JOURNAL.reset(token)
     obs.ran = journal
-    obs.requests = model.requests
+    obs.requests = _requests(model) - first_request
     if result is not None:
         obs.state = result.state.value
         obs.turns = result.turns
@@ -1308,6 +1334,11 @@ async def drive_scenario_run(
         elif isinstance(message, UserMessage):
             obs.users += 1
     return obs
+
+
+def _requests(model: Any) -> int:
+    requests = model.requests
+    return requests if isinstance(requests, int) else len(requests)
 
 
 def _should_continue(kind: str) -> Callable[[TurnInfo], bool] | None:
@@ -1334,7 +1365,7 @@ def _transform(kind: str) -> Callable[[list[Message]], list[Message]] | None:
     return transform
 
 
-def agent_options(scenario: Scenario, hooks: _Hooks) -> dict[str, Any]:
+def agent_options(scenario: Scenario, hooks: ScenarioHooks) -> dict[str, Any]:
     """The `Agent` options of a scenario: the oracle's tools and hooks, a 2 ms abort grace
     period, one model retry."""
     return {
@@ -1356,21 +1387,13 @@ def agent_options(scenario: Scenario, hooks: _Hooks) -> dict[str, Any]:
 def rendered_steps(scenario: Scenario) -> list[list[Any]]:
     """Each run's `ScriptedModel` steps."""
     ids = scenario_ids(scenario)
-    out = []
-    for r, run in enumerate(scenario.runs):
-        used: list[str] = []  # ids of this run's earlier steps (still in the history)
-        steps = []
-        for n, (step, call_ids) in enumerate(zip(run.steps, ids[r], strict=True), 1):
-            steps.append(render_step(step, call_ids, n, used))
-            used.extend(call_ids)
-        out.append(steps)
-    return out
+    return [run_steps(run, ids[r]) for r, run in enumerate(scenario.runs)]
 
 
 async def play(scenario: Scenario, workdir: Path | None = None) -> ScenarioObservation:
     """Play ``scenario`` on a fresh agent (a session log in ``workdir`` when it has a cut)."""
     model = ScenarioModel()
-    hooks = _Hooks()
+    hooks = ScenarioHooks()
     ids = scenario_ids(scenario)
     for r, run in enumerate(scenario.runs):
         for step, call_ids in zip(run.steps, ids[r], strict=True):

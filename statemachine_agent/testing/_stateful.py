@@ -30,7 +30,25 @@ from .._agent import Agent
 from .._machine import TERMINAL_STATES, State
 from .._messages import Message
 from ._kit import AgentKit, RunReport, ScriptPlayer, check_history, check_run, drive_run, prefix_ids
-from .strategies import AbortPoint, QueuedInput, abort_points, histories, queued_inputs, scripts
+from ._oracle import (
+    Declared,
+    Oracle,
+    RunSpec,
+    compare_run,
+    drive_scenario_run,
+    run_ids,
+    run_steps,
+    tokens_of,
+)
+from .strategies import (
+    AbortPoint,
+    QueuedInput,
+    abort_points,
+    histories,
+    oracle_runs,
+    queued_inputs,
+    scripts,
+)
 
 AgentFactory = Callable[[AgentKit], Agent]
 """Builds the agent under test from the kit's parts (``kit.agent(**options)``)."""
@@ -45,14 +63,17 @@ class AgentStateMachine(RuleBasedStateMachine):
 
     factory: ClassVar[AgentFactory] = staticmethod(lambda kit: kit.agent())
     check: ClassVar[AgentCheck | None] = None
+    declared: ClassVar[Declared | None] = None
     max_responses: ClassVar[int] = 8
 
     def __init__(self) -> None:
         super().__init__()
         self.runner = asyncio.Runner()  # a fresh event loop per example
         self.agent: Agent | None = None
+        self.kit: AgentKit | None = None
         self.runs = 0
         self.last: RunReport | None = None
+        self.input_pending = False  # steering or follow-up input the oracle cannot count
 
     @initialize(
         mode=st.sampled_from(["parallel", "sequential"]),
@@ -63,6 +84,7 @@ class AgentStateMachine(RuleBasedStateMachine):
         kit = AgentKit(
             ScriptPlayer(), tool_execution="parallel" if mode == "parallel" else "sequential"
         )
+        self.kit = kit
         self.agent = type(self).factory(kit)
         if history:
             self.agent.messages = history
@@ -77,6 +99,7 @@ class AgentStateMachine(RuleBasedStateMachine):
         agent = self.agent
         assert agent is not None
         self.runs += 1
+        self.input_pending = self.input_pending or bool(inputs)
         model = agent.model
         if isinstance(model, ScriptPlayer):
             model.load(prefix_ids(script, f"r{self.runs}_"))
@@ -103,11 +126,48 @@ class AgentStateMachine(RuleBasedStateMachine):
         """``agent.run()`` without a prompt (it may refuse: nothing to continue)."""
         self._run(None, script, abort, inputs)
 
+    @rule(spec=oracle_runs(max_steps=3))
+    def oracle_run(self, spec: RunSpec) -> None:
+        """A run of an oracle scenario from a new prompt (the oracle's tools and hooks, an abort
+        or cancellation anchored to an event, queued input). Checked by the invariants, and
+        compared with the oracle when the agent's hooks were declared
+        (``agent_state_machine(declared=...)``) and no input of an earlier step may be pending."""
+        agent, kit = self.agent, self.kit
+        assert agent is not None and kit is not None
+        self.runs += 1
+        ids = run_ids(spec, f"k{self.runs}")
+        for step, call_ids in zip(spec.steps, ids, strict=True):
+            kit.hooks.calls.update(zip(call_ids, step.calls, strict=True))
+        declared = type(self).declared
+        oracle = None
+        if declared is not None and not self.input_pending:
+            oracle = Oracle(
+                max_turns=agent.max_turns,
+                max_continuations=declared.max_continuations,
+                max_tokens_policy=declared.max_tokens_policy,
+                mode=agent.tool_execution,
+                model_retries=agent.model_retries,
+                declared=declared,
+            )
+            oracle.world_from(tokens_of(agent.messages), agent.state.value)
+        observed = self.runner.run(
+            drive_scenario_run(agent, agent.model, spec, run_steps(spec, ids), kit.hooks)
+        )
+        problems = check_history(agent)
+        if oracle is not None:
+            prediction = oracle.predict_run(spec, ids)
+            problems += [f"oracle: {p}" for p in compare_run(prediction, observed)]
+            self.input_pending = bool(oracle.world.steer or oracle.world.follow)
+        else:
+            self.input_pending = self.input_pending or bool(spec.inputs)
+        assert not problems, _explain(problems, agent)
+
     @rule(inputs=queued_inputs(max_events=0, max_size=1))
     def queue_between_runs(self, inputs: list[QueuedInput]) -> None:
         """Steering or follow-up input queued while no run is in progress."""
         agent = self.agent
         assert agent is not None
+        self.input_pending = self.input_pending or bool(inputs)
         for item in inputs:
             (agent.steer if item.kind == "steer" else agent.follow_up)(item.text)
 
@@ -145,6 +205,7 @@ def agent_state_machine(
     factory: AgentFactory | None = None,
     *,
     check: AgentCheck | None = None,
+    declared: Declared | None = None,
     max_runs: int = 4,
     max_examples: int | None = None,
     name: str = "AgentMachine",
@@ -155,6 +216,12 @@ def agent_state_machine(
         factory: ``factory(kit) -> Agent``; build it with ``kit.agent(...)`` (or pass ``kit.model``,
             ``kit.tools`` and ``kit.tool_execution`` to `Agent` yourself). Default: a plain agent.
         check: ``check(agent)`` after every step, for your hooks' own promises.
+        declared: your hooks described to the oracle (`Declared`: ``before`` allow, deny,
+            terminate, raise or rewrite; ``after`` keep, rewrite or raise; each a constant or a
+            function of the tool name and arguments; your ``max_continuations`` and
+            ``max_tokens_policy``). With it, the oracle-scenario runs are also compared with the
+            oracle's prediction; without it (hooks it cannot describe: ``should_continue``,
+            ``transform_context``, added transitions or guards), they are checked by the invariants.
         max_runs: steps per example (each is a run, a continuation or queued input).
         max_examples: examples to try (default: the current hypothesis profile's).
         name: the class name (shown in reports).
@@ -163,7 +230,10 @@ def agent_state_machine(
         The class; its ``TestCase`` attribute is a `unittest.TestCase` pytest collects, and
         ``hypothesis.stateful.run_state_machine_as_test(cls)`` runs it directly.
     """
-    attrs: dict[str, Any] = {"check": None if check is None else staticmethod(check)}
+    attrs: dict[str, Any] = {
+        "check": None if check is None else staticmethod(check),
+        "declared": declared,
+    }
     if factory is not None:
         attrs["factory"] = staticmethod(factory)
     machine: type[AgentStateMachine] = type(name, (AgentStateMachine,), attrs)

@@ -3,8 +3,18 @@ kind (issue 5, deliverable 6)."""
 
 from __future__ import annotations
 
-from statemachine_agent import Agent, Allow, LoopData, State, ToolCallInfo, TransitionSpec, TurnInfo
-from statemachine_agent.testing import AgentKit, agent_state_machine
+from statemachine_agent import (
+    Agent,
+    Allow,
+    Deny,
+    LoopData,
+    State,
+    ToolCallInfo,
+    ToolResultMessage,
+    TransitionSpec,
+    TurnInfo,
+)
+from statemachine_agent.testing import AgentKit, Declared, agent_state_machine
 
 
 def plain(kit: AgentKit) -> Agent:
@@ -40,7 +50,22 @@ def with_added_transition(kit: AgentKit) -> Agent:
     return agent
 
 
-TestPlainAgent = agent_state_machine(plain, name="PlainAgent").TestCase
+def with_declared_hooks(kit: AgentKit) -> Agent:
+    def no_writes(info: ToolCallInfo) -> Deny | None:
+        return Deny("writes are not allowed here") if info.tool.name == "write" else None
+
+    def audit(info: ToolCallInfo, result: ToolResultMessage) -> None:
+        return None  # keeps every result
+
+    return kit.agent(before_tool_call=no_writes, after_tool_call=audit, max_turns=3)
+
+
+TestPlainAgent = agent_state_machine(plain, declared=Declared(), name="PlainAgent").TestCase
+TestAgentWithDeclaredHooks = agent_state_machine(
+    with_declared_hooks,
+    declared=Declared(before=lambda name, arguments: "deny" if name == "write" else "allow"),
+    name="AgentWithDeclaredHooks",
+).TestCase
 TestAgentWithHooks = agent_state_machine(with_hooks, name="AgentWithHooks").TestCase
 TestAgentWithAddedTransition = agent_state_machine(
     with_added_transition, name="AgentWithAddedTransition"
