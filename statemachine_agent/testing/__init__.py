@@ -28,6 +28,7 @@ from ._kit import (
     prefix_ids,
 )
 from ._oracle import (
+    EXHAUSTIVE_OUTCOMES,
     JOURNAL,
     ORACLE_TOOLS,
     Anchor,
@@ -44,14 +45,17 @@ from ._oracle import (
     check_scenario,
     classify,
     compare,
+    exhaustive_scenarios,
     play,
     predict_resume,
+    scenario_ids,
     tokens_of,
 )
 from ._stateful import AgentCheck, AgentFactory, AgentStateMachine, agent_state_machine
 from .strategies import AbortPoint, QueuedInput
 
 __all__ = [
+    "EXHAUSTIVE_OUTCOMES",
     "JOURNAL",
     "KIT_TOOLS",
     "ORACLE_TOOLS",
@@ -82,11 +86,13 @@ __all__ = [
     "classify",
     "compare",
     "drive_run",
+    "exhaustive_scenarios",
     "find_violations",
     "kit_before_tool_call",
     "play",
     "predict_resume",
     "prefix_ids",
+    "scenario_ids",
     "strategies",
     "tokens_of",
 ]

@@ -27,22 +27,34 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from .._agent import Agent
-from .._errors import ToolError, UsageError
-from .._events import Event, MessageEnd, RunEnd, ToolExecutionStart, TurnStart
-from .._hooks import Allow, Deny, ToolCallInfo, TurnInfo
-from .._messages import (
+# Public names only (the engine's internals may change under it): the oracle sees the loop as a
+# user does.
+from .. import (
     HISTORY_ADAPTER,
+    Agent,
+    Allow,
     AssistantMessage,
+    Deny,
+    Event,
     Message,
+    MessageEnd,
+    RunEnd,
+    RunResult,
     TextBlock,
+    Tool,
     ToolCallBlock,
+    ToolCallInfo,
+    ToolContext,
+    ToolError,
+    ToolExecutionStart,
     ToolResultMessage,
+    TurnInfo,
+    TurnStart,
+    UsageError,
     UserMessage,
+    tool,
 )
 from .._protocol import find_violations
-from .._result import RunResult
-from .._tools import Tool, ToolContext, tool
 from ..models import ModelRequest, ResponseStart, ScriptedModel, StreamEvent, TextDelta
 
 # -- the scenario ------------------------------------------------------------------------------
@@ -319,12 +331,18 @@ def call_block(call: Call, call_id: str) -> dict[str, Any]:
     elif call.tool == "write":
         arguments = {"key": call.key, "text": tag}
     elif call.tool == "limited":
-        behaviour = call.behaviour if call.behaviour in ("return", "raise", "slow") else "return"
-        arguments = {"behaviour": behaviour, "text": tag}
+        arguments = {"behaviour": _limited_behaviour(call), "text": tag}
     else:
-        behaviour = call.behaviour if call.behaviour != "slow" else "hang"
-        arguments = {"behaviour": behaviour, "text": tag}
+        arguments = {"behaviour": _job_behaviour(call), "text": tag}
     return {"type": "tool_use", "id": call_id, "name": call.tool, "input": arguments}
+
+
+def _limited_behaviour(call: Call) -> str:
+    return call.behaviour if call.behaviour in ("return", "raise", "slow") else "return"
+
+
+def _job_behaviour(call: Call) -> str:
+    return call.behaviour if call.behaviour != "slow" else "hang"
 
 
 def _tag(call_id: str) -> str:
@@ -542,15 +560,13 @@ class Oracle:
         """What the tool itself gives when it runs undisturbed."""
         tag = self._tag_of(call, call_id)
         if call.tool == "limited":
-            behaviour = (
-                call.behaviour if call.behaviour in ("return", "raise", "slow") else "return"
-            )
+            behaviour = _limited_behaviour(call)
             if behaviour == "slow":
                 return "timeout"
             return f"error[{tag}]" if behaviour == "raise" else f"ok[{tag}]"
         if call.tool == "write":
             return f"ok[{tag}]"
-        behaviour = call.behaviour if call.behaviour != "slow" else "hang"
+        behaviour = _job_behaviour(call)
         if behaviour == "raise":
             return f"error[{tag}]"
         if behaviour == "tool_error":

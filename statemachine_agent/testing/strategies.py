@@ -411,7 +411,7 @@ def oracle_inputs(draw: st.DrawFn, steps: Sequence[Step]) -> tuple[Input, ...]:
     n_calls = sum(len(s.calls) for s in steps)
     out = []
     for _ in range(draw(st.sampled_from((0, 0, 0, 1, 1, 2)))):
-        kind = draw(st.sampled_from(("steer", "follow_up")))
+        kind: Literal["steer", "follow_up"] = draw(st.sampled_from(("steer", "follow_up")))
         events: list[str] = ["before", "response"] + (["tool_start"] if n_calls else [])
         event = draw(st.sampled_from(events))
         if event == "before":
@@ -440,13 +440,19 @@ def scenarios(draw: st.DrawFn, *, max_steps: int = 4, second_run: bool = True) -
     hooks), a starting history (none, clean, ending mid-batch), a first run, and maybe a second
     one: continued without a prompt (raising ``max_turns``), a new prompt, or a new prompt after
     the session log was cut at a random line (maybe mid-line) and resumed."""
-    mode = draw(st.sampled_from(("parallel", "sequential")))
+    mode: Literal["parallel", "sequential"] = draw(st.sampled_from(("parallel", "sequential")))
     max_turns = draw(st.sampled_from((50, 50, 1, 2, 3)))
     max_continuations = draw(st.sampled_from((3, 0, 1, 2)))
-    policy = draw(st.sampled_from(("continue", "stop")))
-    history = draw(st.sampled_from(("none", "none", "none", "clean", "mid_batch")))
-    should_continue = draw(st.sampled_from(("none",) * 8 + ("stop", "raise")))
-    transform = draw(st.sampled_from(("none",) * 8 + ("rewrite", "raise")))
+    policy: Literal["continue", "stop"] = draw(st.sampled_from(("continue", "stop")))
+    history: Literal["none", "clean", "mid_batch"] = draw(
+        st.sampled_from(("none", "none", "none", "clean", "mid_batch"))
+    )
+    should_continue: Literal["none", "stop", "raise"] = draw(
+        st.sampled_from(("none",) * 8 + ("stop", "raise"))
+    )
+    transform: Literal["none", "rewrite", "raise"] = draw(
+        st.sampled_from(("none",) * 8 + ("rewrite", "raise"))
+    )
     first = draw(oracle_runs(max_steps=max_steps))
     runs = [first]
     cut = None
@@ -460,12 +466,12 @@ def scenarios(draw: st.DrawFn, *, max_steps: int = 4, second_run: bool = True) -
             cut = Cut(draw(st.integers(0, 12)), draw(st.booleans()))
     return Scenario(
         tuple(runs),
-        mode,  # type: ignore[arg-type]
+        mode,
         max_turns,
         max_continuations,
-        policy,  # type: ignore[arg-type]
-        history,  # type: ignore[arg-type]
+        policy,
+        history,
         cut,
-        should_continue,  # type: ignore[arg-type]
-        transform,  # type: ignore[arg-type]
+        should_continue,
+        transform,
     )

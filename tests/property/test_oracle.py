@@ -5,7 +5,9 @@ generators reach every scenario class often enough; case 1 of the issue."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -21,6 +23,7 @@ from statemachine_agent.testing import (
     Scenario,
     Step,
     check_scenario,
+    scenario_ids,
 )
 from statemachine_agent.testing.strategies import scenarios
 
@@ -77,8 +80,6 @@ def test_every_scenario_class_reaches_its_minimum_share() -> None:
             should_continue=scenario.should_continue,
             transform=scenario.transform,
         )
-        from statemachine_agent.testing._oracle import scenario_ids
-
         seen.update(oracle.predict(scenario, scenario_ids(scenario)).labels)
 
     draw()
@@ -88,10 +89,6 @@ def test_every_scenario_class_reaches_its_minimum_share() -> None:
 
 
 # -- case 1: a raising call next to a call that times out ---------------------------------------
-
-
-class Boom(ValueError):
-    pass
 
 
 @tool
@@ -167,3 +164,15 @@ def test_an_abort_at_the_second_tool_start_of_a_sequential_batch() -> None:
     assert run.results["r1_1"] == {"ok[out-r11]"}
     assert run.results["r1_3"] == {"not_run"}
     assert run.states == {"aborted"} and run.turns == {1} and run.requests == {1}
+
+
+def test_the_readme_oracle_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    ours = [b for b in blocks if "check_scenario" in b or "Declared(" in b]
+    assert len(ours) == 2
+    for block in ours:
+        exec(compile(block, "README.md", "exec"), {"__name__": "readme_example"})
+    out = capsys.readouterr().out
+    assert "{'r1_1': {'error[out-r11]'}, 'r1_2': {'timeout'}, 'r1_3': {'ok[out-r13]'}}" in out
+    assert "['aborted']" in out

@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from statemachine_agent.testing import check_scenario
-from statemachine_agent.testing._oracle import EXHAUSTIVE_OUTCOMES, exhaustive_scenarios
+from statemachine_agent.testing import EXHAUSTIVE_OUTCOMES, check_scenario, exhaustive_scenarios
 
 
 def test_every_small_scenario_matches_the_oracle() -> None:
