@@ -30,8 +30,9 @@ FIND = settings(
     deadline=None,
     database=None,
     phases=[Phase.explicit, Phase.generate, Phase.shrink],
+    report_multiple_bugs=False,  # a broken hook may fail by several routes: show the shortest
 )
-STEP = re.compile(r"^state\.(run|continue_run|queue_between_runs)\(", re.MULTILINE)
+STEP = re.compile(r"^state\.(run|continue_run|oracle_run|queue_between_runs)\(", re.MULTILINE)
 
 
 def kit_failure(factory: Any) -> str:
