@@ -324,7 +324,8 @@ def oracle_calls(draw: st.DrawFn) -> Call:
     args: ArgsKind = draw(st.sampled_from(("valid",) * 10 + ("invalid", "unparsable")))
     before: BeforeKind = draw(
         st.sampled_from(
-            ("allow",) * 10 + ("rewrite", "deny", "terminate", "raise", "raise", "abort")
+            ("allow",) * 8
+            + ("rewrite", "deny", "terminate", "terminate", "raise", "raise", "abort")
         )
     )
     after: AfterKind = draw(st.sampled_from(("keep",) * 8 + ("rewrite", "raise")))
@@ -339,9 +340,12 @@ _GOING_ON: tuple[str, ...] = (
     "tool_use",
     "truncated",  # max_tokens with calls: the last one is truncated
     "truncated",
-    "max_tokens",  # without calls: a continuation
+    "truncated",
+    "max_tokens",  # without calls: a continuation (or past the cap, or policy "stop")
+    "max_tokens",
     "brand_new_reason",  # an unknown stop reason with calls
     "writes",  # calls of the write-queue tool: their effects show the order
+    "writes",
     "pause_turn",
     "pause_turn",
     "overloaded",
@@ -382,7 +386,7 @@ def oracle_steps(draw: st.DrawFn, *, max_steps: int = 4, max_calls: int = 4) -> 
         steps.append(Step("max_tokens" if kind == "truncated" else kind, calls))  # type: ignore[arg-type]
     final = draw(st.sampled_from(_FINAL))
     calls = ()
-    if final == "refusal" and draw(st.booleans()):
+    if final == "refusal" and draw(st.sampled_from((True, True, False))):
         calls = tuple(draw(oracle_calls()) for _ in range(draw(st.integers(1, 2))))
     steps.append(Step(final, calls))
     return tuple(steps)

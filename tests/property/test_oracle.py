@@ -52,7 +52,6 @@ MINIMUM_SHARES = {
     "refusal_with_calls": 0.02,
     "terminating_denial": 0.02,
     "dangling_repair": 0.05,
-    "write_queue": 0.01,
     "continue": 0.05,
 }
 
