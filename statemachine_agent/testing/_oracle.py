@@ -392,10 +392,10 @@ class RunPrediction:
 
 @dataclass
 class Prediction:
-    """The oracle's answer for a scenario: one `RunPrediction` per run (None: the run is checked
-    by the invariants only, after a cancellation made the first run's end timing-dependent), and
-    what `Agent.resume` must rebuild (``resumed``; None without a cut; the tokens are only known
-    once the log exists, see `predict_resume`)."""
+    """The oracle's answer for a scenario: one `RunPrediction` per run. None for a run after a
+    cancellation (the first run's end is timing-dependent: checked by the invariants only) and, until
+    `compare` fills it in, for the run after a session-log cut (what `Agent.resume` rebuilds is
+    predicted from the log's lines once they exist, `predict_resume`)."""
 
     runs: list[RunPrediction | None]
     labels: set[str] = field(default_factory=set)

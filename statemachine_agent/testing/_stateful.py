@@ -12,8 +12,12 @@ TestMyAgent = agent_state_machine(build).TestCase  # collected by pytest / unitt
 Each example gets a fresh agent (from the factory) and a fresh event loop, in parallel or
 sequential tool execution, optionally starting from a random history. Its steps are runs under
 random scripts (tool failures, provider errors, aborts and task cancellation at any event, steering
-and follow-up input), continuations and input queued between runs. After every step it checks DESIGN
-invariants 1-6 (`check_run`) plus your own ``check(agent)``. A failure shrinks to a short script.
+and follow-up input), runs of oracle scenarios (`strategies.oracle_runs`: timeouts, raising and
+rewriting hooks, truncated calls, refusals with calls, aborts anchored to a tool start, a response or
+a turn start), continuations and input queued between runs. After every step it checks DESIGN
+invariants 1-6 (`check_run`) plus your own ``check(agent)``; with ``declared=Declared(...)`` (your
+hooks described to the oracle) each oracle-scenario run is also compared with the `Oracle`'s
+prediction. A failure shrinks to a short script.
 """
 
 from __future__ import annotations

@@ -346,6 +346,7 @@ _GOING_ON: tuple[str, ...] = (
     "brand_new_reason",  # an unknown stop reason with calls
     "writes",  # calls of the write-queue tool: their effects show the order
     "writes",
+    "timeouts",  # a call that times out next to raising and slow calls
     "pause_turn",
     "pause_turn",
     "overloaded",
@@ -377,6 +378,15 @@ def oracle_steps(draw: st.DrawFn, *, max_steps: int = 4, max_calls: int = 4) -> 
         if kind in ("tool_use", "brand_new_reason", "truncated"):
             n = draw(st.sampled_from((1, 2, 2, 3, 4)))
             calls = tuple(draw(oracle_calls()) for _ in range(min(n, max_calls)))
+        if kind == "timeouts":
+            neighbours = (Call("limited", "raise"), Call("job", "raise"), Call("job", "hang"))
+            calls = (
+                replace(draw(oracle_calls()), tool="limited", behaviour="slow", args="valid"),
+                *(draw(st.sampled_from(neighbours)) for _ in range(draw(st.integers(1, 2)))),
+            )
+            if draw(st.booleans()):
+                calls = calls[::-1]
+            kind = "tool_use"
         if kind == "writes":
             calls = tuple(
                 replace(draw(oracle_calls()), tool="write", args="valid")
@@ -405,7 +415,7 @@ def oracle_anchors(draw: st.DrawFn, steps: Sequence[Step], *, cancel: bool = Tru
     if event == "none":
         return None
     k = draw(st.integers(1, n_calls if event == "tool_start" else n_responses))
-    how = draw(st.sampled_from(("abort", "abort", "abort", "cancel"))) if cancel else "abort"
+    how = draw(st.sampled_from(("abort", "cancel", "abort"))) if cancel else "abort"
     return Anchor(event, k, how)  # type: ignore[arg-type]
 
 

@@ -47,7 +47,7 @@ MINIMUM_SHARES = {
     "resume": 0.10,  # a session log cut, resumed, continued
     # Others, with a margin under what the generators reach:
     "timeout": 0.03,
-    "cancel": 0.05,
+    "cancel": 0.03,
     "hit_max_turns": 0.05,
     "refusal_with_calls": 0.02,
     "terminating_denial": 0.02,
