@@ -226,6 +226,8 @@ def agent_state_machine(
             ``max_tokens_policy``). With it, the oracle-scenario runs are also compared with the
             oracle's prediction; without it (hooks it cannot describe: ``should_continue``,
             ``transform_context``, added transitions or guards), they are checked by the invariants.
+            Build the agent with ``kit.agent(...)``: it installs the scenarios' hooks in front of
+            yours.
         max_runs: steps per example (each is a run, a continuation or queued input).
         max_examples: examples to try (default: the current hypothesis profile's).
         name: the class name (shown in reports).
