@@ -415,6 +415,7 @@ class _World:
     dangling: list[str] = field(default_factory=list)
     steer: int = 0
     follow: int = 0
+    uncertain: bool = False  # input may have been queued at an event the rules do not fix
 
 
 def _last_of(tokens: Sequence[Token]) -> tuple[str, list[str]]:
@@ -621,7 +622,7 @@ class Oracle:
                 runs.append(None)  # predicted after the log exists (`predict_resume`)
                 labels.add("resume")
                 continue
-            if fuzzy:
+            if fuzzy or self.world.uncertain:
                 runs.append(None)
                 continue
             pred = self.predict_run(run, ids[n])
@@ -695,6 +696,13 @@ class Oracle:
                 p.labels.add("anchor_fired")
                 return True
             return False
+
+        def maybe(event: AnchorEvent) -> None:
+            """An event that may or may not happen (a start announced for a call that never runs,
+            after an abort): input anchored to it may or may not be queued."""
+            counters[event] += 1
+            if any(i.event == event and i.k == counters[event] for i in inputs):
+                w.uncertain = True
 
         for item in inputs:
             if item.event is None:
@@ -802,7 +810,9 @@ class Oracle:
             if has_calls:
                 if stop != "tool_use":
                     p.labels.add(f"calls_with_{stop}")
-                terminate, aborted = self._batch(p, step, call_ids, fire, aborted_before=aborted)
+                terminate, aborted = self._batch(
+                    p, step, call_ids, fire, maybe, aborted_before=aborted
+                )
                 w.last = "result"
                 if aborted:
                     state = "aborted"
@@ -889,6 +899,7 @@ class Oracle:
         step: Step,
         call_ids: list[str],
         fire: Callable[[AnchorEvent], bool],
+        maybe: Callable[[AnchorEvent], None],
         *,
         aborted_before: bool,
     ) -> tuple[bool, bool]:
@@ -917,6 +928,8 @@ class Oracle:
         if aborted_before:
             # Aborted as the response completed: no call starts; each is answered "not run" (a
             # call that cannot run may get its own error first).
+            for _ in calls:
+                maybe("tool_start")
             for i, (call, call_id) in enumerate(zip(calls, call_ids, strict=True)):
                 static = self.static(call, call_id, truncated[i])
                 kinds = {"not_run"} | ({static} if static else set())
@@ -932,7 +945,9 @@ class Oracle:
         for i, (call, call_id) in enumerate(zip(calls, call_ids, strict=True)):
             if sequential and (abort_at is not None or terminate_at is not None):
                 break  # a sequential batch starts nothing after an abort or a terminating denial
-            if fire("tool_start") and abort_at is None:
+            if abort_at is not None:
+                maybe("tool_start")  # whether a call that will not run is announced is open
+            elif fire("tool_start"):
                 abort_at = i
                 p.labels.add("abort_inside_batch")
             static = self.static(call, call_id, truncated[i])

@@ -161,7 +161,8 @@ class AgentStateMachine(RuleBasedStateMachine):
         if oracle is not None:
             prediction = oracle.predict_run(spec, ids)
             problems += [f"oracle: {p}" for p in compare_run(prediction, observed)]
-            self.input_pending = bool(oracle.world.steer or oracle.world.follow)
+            world = oracle.world
+            self.input_pending = bool(world.steer or world.follow or world.uncertain)
         else:
             self.input_pending = self.input_pending or bool(spec.inputs)
         assert not problems, _explain(problems, agent)
