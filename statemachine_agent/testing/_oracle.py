@@ -648,6 +648,12 @@ class Oracle:
         aborted = self._simulate(replace(spec, abort=replace(spec.abort, how="abort")), ids)
         end_aborted = self.world
         if "anchor_fired" not in aborted.labels:
+            if "anchor_maybe" in aborted.labels:
+                # The run was aborting already when the event may have come: a cancellation may
+                # have landed too (the run ends aborted either way).
+                aborted.cancelled = {False, True}
+                aborted.exact = False
+                self.world.uncertain = True
             return aborted  # the anchor never came: nothing was cancelled
         self.world = replace(start, dangling=list(start.dangling))
         free = self._simulate(replace(spec, abort=None), ids)
@@ -703,6 +709,8 @@ class Oracle:
             counters[event] += 1
             if any(i.event == event and i.k == counters[event] for i in inputs):
                 w.uncertain = True
+            if anchor is not None and anchor.event == event and anchor.k == counters[event]:
+                p.labels.add("anchor_maybe")  # the run is aborting already
 
         for item in inputs:
             if item.event is None:
