@@ -36,8 +36,31 @@ from ._events import (
     TurnStart,
     event_to_dict,
 )
-from ._hooks import Allow, Deny, ToolCallInfo, TurnInfo
-from ._machine import TERMINAL_STATES, LoopData, LoopMachine, State, TransitionSpec
+from ._execution import ToolExecution
+from ._hooks import (
+    AfterToolCall,
+    Allow,
+    BeforeToolCall,
+    Deny,
+    ShouldContinue,
+    ToolCallInfo,
+    TransformContext,
+    TurnInfo,
+)
+from ._machine import (
+    TERMINAL_STATES,
+    Action,
+    Effect,
+    Fired,
+    Guard,
+    LoopData,
+    LoopMachine,
+    MaxTokensPolicy,
+    State,
+    StateSpec,
+    TransitionSpec,
+    Trigger,
+)
 from ._messages import (
     HISTORY_ADAPTER,
     AssistantMessage,
@@ -53,7 +76,10 @@ from ._messages import (
     UserMessage,
 )
 from ._result import RunResult
-from ._tools import AbortSignal, Tool, ToolContext, ToolResult, tool
+from ._run import Run
+from ._cancel import AbortSignal
+from ._tools import Tool, ToolContext, ToolFunction, ToolResult, tool
+from .session import SessionLog
 
 __version__ = "0.1.0"
 
@@ -61,19 +87,26 @@ __all__ = [
     "HISTORY_ADAPTER",
     "TERMINAL_STATES",
     "AbortSignal",
+    "Action",
+    "AfterToolCall",
     "Agent",
     "AgentBusyError",
     "AgentError",
     "Allow",
     "AssistantMessage",
+    "BeforeToolCall",
     "Deny",
+    "Effect",
     "Event",
+    "Fired",
     "GraphvizNotFoundError",
+    "Guard",
     "ImageBlock",
     "InvalidHistoryError",
     "LoopData",
     "LoopMachine",
     "MachineDefinitionError",
+    "MaxTokensPolicy",
     "Message",
     "MessageDelta",
     "MessageEnd",
@@ -83,12 +116,16 @@ __all__ = [
     "ModelRetry",
     "ModelRetryableError",
     "ProviderBlock",
+    "Run",
     "RunEnd",
     "RunResult",
     "RunStart",
     "ScriptExhaustedError",
+    "SessionLog",
+    "ShouldContinue",
     "State",
     "StateChanged",
+    "StateSpec",
     "StopReason",
     "TextBlock",
     "ThinkingBlock",
@@ -98,12 +135,16 @@ __all__ = [
     "ToolContext",
     "ToolDefinitionError",
     "ToolError",
+    "ToolExecution",
     "ToolExecutionEnd",
     "ToolExecutionStart",
     "ToolExecutionUpdate",
+    "ToolFunction",
     "ToolResult",
     "ToolResultMessage",
+    "TransformContext",
     "TransitionSpec",
+    "Trigger",
     "TurnEnd",
     "TurnInfo",
     "TurnStart",

@@ -33,7 +33,7 @@ class AgentBusyError(UsageError):
 
 
 class InvalidHistoryError(AgentError):
-    """A history breaks the tool-use protocol (DESIGN invariants 1-4).
+    """A history breaks the tool-use protocol (rules 1-4 of ``statemachine_agent.testing.assert_valid_history``).
 
     Attributes:
         violations: one line per problem, each naming the message index.

@@ -2,7 +2,7 @@
 
 Plain frozen dataclasses (cheap on the hot path); ``event_to_dict`` gives their JSON shape. Pairs
 always match: each ``ToolExecutionStart`` has one ``ToolExecutionEnd``, each ``TurnStart`` one
-``TurnEnd``, each ``RunStart`` one ``RunEnd`` (DESIGN invariant 6).
+``TurnEnd``, each ``RunStart`` one ``RunEnd``.
 """
 
 from __future__ import annotations

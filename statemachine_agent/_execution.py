@@ -2,7 +2,7 @@
 
 Every call of the batch gets exactly one result, in declaration order, whatever happens: the five
 failure paths (unknown tool, invalid arguments, exception, denial, abort) and truncated calls all
-drain into a `ToolResultMessage` with ``is_error=True`` (DESIGN section 3). End events fire in
+drain into a `ToolResultMessage` with ``is_error=True`` (texts in `statemachine_agent._protocol`). End events fire in
 completion order.
 """
 
@@ -19,27 +19,25 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from ._cancel import AbortSignal, abort_scope
 from ._errors import ToolError
 from ._events import Event, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
 from ._hooks import AfterToolCall, Allow, BeforeToolCall, Deny, ToolCallInfo
 from ._messages import ImageBlock, TextBlock, ToolCallBlock, ToolResultMessage, text_result
-from ._tools import AbortSignal, Tool, ToolContext, ToolResult, format_validation_error, repr_json
+from ._protocol import (
+    AFTER_TERMINATION,
+    EMPTY_OUTPUT,
+    INTERRUPTED,
+    NO_OUTPUT,
+    NOT_RUN,
+    TRUNCATED,
+    without_blank_text,
+)
+from ._tools import Tool, ToolContext, ToolResult, format_validation_error, repr_json
 
 ToolExecution = Literal["parallel", "sequential"]
 
 RAW_ARGUMENTS_CAP = 200
-
-NOT_RUN = "Not run: the run was aborted before this call started."
-INTERRUPTED = (
-    "Interrupted while running: the run was aborted. The call may have partly completed; "
-    "check its effects before retrying."
-)
-TRUNCATED = (
-    "Not run: the arguments of this call were truncated because the response hit its token "
-    "limit (max_tokens). Call the tool again with complete arguments, or split the work into "
-    "smaller calls."
-)
-
 
 _JSON_KINDS = {
     "NoneType": "null",
@@ -49,14 +47,6 @@ _JSON_KINDS = {
     "float": "number",
     "bool": "boolean",
 }
-
-
-def raise_if_cancelling() -> None:
-    """Re-raise a cancellation of the current task that code it awaited swallowed (a tool or a
-    model catching `asyncio.CancelledError`): cancellation is never lost."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
 
 
 async def resolve(value: Any) -> Any:
@@ -107,9 +97,8 @@ def check_call(call: ToolCallBlock, tools: dict[str, Tool]) -> str | dict[str, A
 
 
 def _clean(blocks: list[TextBlock | ImageBlock]) -> list[TextBlock | ImageBlock]:
-    # Blank text is invalid for a provider (invariant 4); an output with nothing left says so.
-    kept = [b for b in blocks if not (isinstance(b, TextBlock) and not b.text.strip())]
-    return kept or [TextBlock(text="(empty output)")]
+    # Blank text is invalid for a provider (protocol rule 4); an output with nothing left says so.
+    return without_blank_text(blocks, EMPTY_OUTPUT)
 
 
 def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
@@ -128,7 +117,7 @@ def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
     if isinstance(value, ToolResult):
         is_error, details, value = value.is_error, value.details, value.content
     if value is None:
-        blocks: list[TextBlock | ImageBlock] = [TextBlock(text="(no output)")]
+        blocks: list[TextBlock | ImageBlock] = [TextBlock(text=NO_OUTPUT)]
     elif isinstance(value, str):
         blocks = _clean([TextBlock(text=value)])
     elif isinstance(value, TextBlock | ImageBlock):
@@ -167,6 +156,7 @@ class BatchRun:
             are cancelled.
         emit: receives the tool-execution events.
         listening: whether anyone receives events (skips building them when not).
+        on_result: called with each call's result the moment it is final (completion order).
     """
 
     def __init__(
@@ -182,6 +172,7 @@ class BatchRun:
         after: AfterToolCall | None = None,
         deps: Any = None,
         listening: Callable[[], bool] = lambda: True,
+        on_result: Callable[[ToolResultMessage], None] = lambda _result: None,
     ) -> None:
         self._slots = [_Slot(call) for call in calls]
         self._tools = tools
@@ -190,6 +181,7 @@ class BatchRun:
         self._grace = abort_grace_seconds
         self._emit = emit
         self._listening = listening
+        self._on_result = on_result
         self._before = before
         self._after = after
         self._deps = deps
@@ -207,7 +199,7 @@ class BatchRun:
         for slot in self._slots:
             if slot.result is None:
                 if self._terminated and not self._signal.aborted:
-                    text = "Not run: an earlier call of this batch ended the run."
+                    text = AFTER_TERMINATION
                 else:
                     text = INTERRUPTED if slot.started else NOT_RUN
                 self._finish(slot, text_result(slot.call, text, is_error=True))
@@ -221,6 +213,7 @@ class BatchRun:
         slot.result = result
         if slot.announced:
             self._emit(ToolExecutionEnd(slot.call, result))
+        self._on_result(result)
 
     async def run(self) -> None:
         """Run the batch until every call has a result, or until abort (plus the grace period).
@@ -243,17 +236,8 @@ class BatchRun:
     async def _process_inline(self, slot: _Slot) -> None:
         """Process one call in this task (no task of its own: a per-turn cost); an abort gives it
         the grace period, then cancels it (recorded as interrupted)."""
-        try:
-            async with asyncio.timeout(None) as scope:
-                disarm = self._signal.arm(scope, self._grace)
-                try:
-                    await self._process(slot)
-                finally:
-                    disarm()
-        except TimeoutError:
-            if not scope.expired():
-                raise  # not the grace period running out: nothing of ours (tools' own are results)
-        raise_if_cancelling()  # a tool that caught the run task's cancellation
+        async with abort_scope(self._signal, self._grace):
+            await self._process(slot)
 
     async def _watch(self, tasks: Sequence[asyncio.Future[None]]) -> None:
         try:

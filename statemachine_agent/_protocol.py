@@ -1,13 +1,26 @@
-"""The tool-use protocol checker: DESIGN invariants 1-4 over a history, every violation at once.
+"""The tool-use protocol: its rules, the texts that answer a call that could not run, and the checker.
 
 The rules come from the Anthropic tool-use protocol (each ``tool_use`` answered by a ``tool_result``
 in the next user message, results first) and from what the Messages API rejects (empty text blocks,
-empty messages, a request not ending in a user message).
+empty messages, a request not ending in a user message). Every history the engine leaves keeps them:
+
+1. Each assistant message with tool calls ``c1..cn`` is followed directly by exactly one result for
+   each, in declaration order (``c1..cn``), before any other message.
+2. No result answers a call outside the assistant message directly before its batch.
+3. No tool-call id appears twice in a history.
+4. No empty or whitespace-only text block; an aborted or errored (partial) assistant message holds
+   no tool call; and in a request, no empty message, and the last message is from the user side
+   (a user message or tool results), except a ``pause_turn`` continuation.
+
+A call that cannot run still gets its result: the placeholder texts below say why (it was cut off,
+refused, not reached, interrupted, or the run ended first), and `answer_dangling` answers the calls
+left open when a run ends or a history is loaded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from typing import TypeVar
 
 from ._errors import InvalidHistoryError
 from ._messages import (
@@ -17,9 +30,82 @@ from ._messages import (
     TextBlock,
     ToolResultMessage,
     UserMessage,
+    text_result,
 )
 
-_INCOMPLETE = (StopReason.ABORTED, StopReason.ERROR)
+INCOMPLETE_STOP_REASONS = (StopReason.ABORTED, StopReason.ERROR)
+"""Stop reasons of a partial assistant message (cut off by an abort or a failure)."""
+_INCOMPLETE = INCOMPLETE_STOP_REASONS
+_B = TypeVar("_B")
+
+# -- the results of calls that did not run (or did not finish) -------------------------------
+
+NOT_RUN = "Not run: the run was aborted before this call started."
+INTERRUPTED = (
+    "Interrupted while running: the run was aborted. The call may have partly completed; "
+    "check its effects before retrying."
+)
+TRUNCATED = (
+    "Not run: the arguments of this call were truncated because the response hit its token "
+    "limit (max_tokens). Call the tool again with complete arguments, or split the work into "
+    "smaller calls."
+)
+REFUSED = "Not executed: the model's response was a refusal."
+AFTER_TERMINATION = "Not run: an earlier call of this batch ended the run."
+NO_RESULT = (
+    "no result recorded: the run ended before this call finished; it may or may not have run; "
+    "check before retrying"
+)
+"""The result of a call that has none in a loaded history (a crash mid-batch)."""
+NO_OUTPUT = "(no output)"
+EMPTY_OUTPUT = "(empty output)"
+
+
+def ended_text(state: str, transition: str) -> str:
+    """The result of a call left open when a transition ended the run (a user's transition into
+    a terminal state, for example)."""
+    return f"Not run: the run ended in state {state} by transition {transition!r}."
+
+
+# -- blank text: stored as it came, never sent -------------------------------------------------
+
+
+def is_blank(block: object) -> bool:
+    """A whitespace-only text block: the Messages API rejects it (rule 4)."""
+    return isinstance(block, TextBlock) and not block.text.strip()
+
+
+def without_blank_text(blocks: Sequence[_B], placeholder: str | None = None) -> list[_B]:
+    """``blocks`` without whitespace-only text blocks; when nothing is left and ``placeholder``
+    is given, one text block holding it (a tool result must not be empty)."""
+    kept = [b for b in blocks if not is_blank(b)]
+    if not kept and placeholder is not None:
+        kept = [TextBlock(text=placeholder)]  # type: ignore[list-item]
+    return kept
+
+
+# -- answering open calls ----------------------------------------------------------------------
+
+
+def answer_dangling(messages: Sequence[Message], text: str = NO_RESULT) -> list[ToolResultMessage]:
+    """Error results for the calls of the last assistant message that have no result after it (a
+    history that ended mid-batch, or a run ended before its batch ran), in declaration order;
+    empty when nothing is owed. Each result's text is ``text``."""
+    answered: set[str] = set()
+    for message in reversed(messages):
+        if isinstance(message, ToolResultMessage):
+            answered.add(message.tool_call_id)
+        elif isinstance(message, AssistantMessage):
+            if message.stop_reason in _INCOMPLETE:
+                return []
+            return [
+                text_result(call, text, is_error=True)
+                for call in message.tool_calls
+                if call.id not in answered
+            ]
+        else:
+            return []
+    return []
 
 
 def find_violations(
@@ -29,7 +115,7 @@ def find_violations(
     prior_ids: Collection[str] = frozenset(),
     offset: int = 0,
 ) -> list[str]:
-    """List every violation of DESIGN invariants 1-4 in ``messages``, each naming its index.
+    """List every violation of rules 1-4 (module docstring) in ``messages``, each naming its index.
 
     Args:
         messages: the history (or, with ``prior_ids``, the tail after a checked prefix that ended
@@ -103,12 +189,12 @@ def find_violations(
 
 def _check_text(content: Sequence[object], index: int, problems: list[str]) -> None:
     for j, block in enumerate(content):
-        if isinstance(block, TextBlock) and not block.text.strip():
+        if is_blank(block):
             problems.append(f"message {index}: block {j} is an empty or whitespace-only text")
 
 
 def assert_valid_history(messages: Sequence[Message], *, request: bool = False) -> None:
-    """Check DESIGN invariants 1-4 on a history.
+    """Check the protocol's rules 1-4 on a history.
 
     1. each assistant message with calls ``c1..cn`` is followed directly by the results of
        ``c1..cn`` in that order; 2. no result answers a call outside the assistant message directly

@@ -1,15 +1,20 @@
 """Turning a model's stream into a response the engine can act on.
 
+`request_response` sends one request with the engine's retries, under the run's abort scope;
 `consume` reads a `Model` stream, passing deltas on as events and keeping the streamed text in a
 `Partial` (what an aborted response keeps); `normalize` makes a finished response safe to act on.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 
+from ._cancel import AbortSignal, abort_scope
 from ._errors import ModelError, ModelRetryableError
-from ._events import Event, MessageDelta, MessageStart
+from ._events import Event, MessageDelta, MessageStart, ModelRetry
 from ._messages import (
     TRUNCATING_STOP_REASONS,
     AssistantMessage,
@@ -19,6 +24,8 @@ from ._messages import (
     ToolCallBlock,
 )
 from .models._base import (
+    Model,
+    ModelRequest,
     ResponseComplete,
     ResponseStart,
     StreamEvent,
@@ -26,6 +33,8 @@ from .models._base import (
     ThinkingDelta,
     ToolCallDelta,
 )
+
+logger = logging.getLogger("statemachine_agent")
 
 
 class Partial:
@@ -46,6 +55,78 @@ class Partial:
             model=self.model,
             error=reason,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFailed:
+    """The request failed for good; ``message`` is the run's error text."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestAborted:
+    """The run was aborted during the request; ``partial`` is what had streamed."""
+
+    partial: AssistantMessage
+
+
+async def request_response(
+    model: Model,
+    request: ModelRequest,
+    *,
+    signal: AbortSignal,
+    used_ids: set[str],
+    emit: Callable[[Event], None],
+    listening: Callable[[], bool],
+    retries: int,
+    backoff_seconds: float,
+    on_cancel: Callable[[AssistantMessage], None],
+) -> AssistantMessage | RequestFailed | RequestAborted:
+    """Send ``request`` and return the normalized response, retrying a `ModelRetryableError` up
+    to ``retries`` times (the delay starts at ``backoff_seconds`` and doubles).
+
+    The stream is read in the caller's task under `abort_scope`: an abort cancels it at once and
+    the streamed text is returned as `RequestAborted`. A model's own failure is `RequestFailed`
+    with a message saying how many requests were made (the provider's own retries included).
+
+    Raises:
+        asyncio.CancelledError: the task was cancelled; ``on_cancel`` got the partial response
+            first.
+    """
+    attempt = 0
+    requests_made = 0
+    while True:
+        attempt += 1
+        partial = Partial()
+        try:
+            async with abort_scope(signal) as scope:
+                message = await consume(model.stream(request), partial, used_ids, emit, listening)
+            if not scope.aborted:
+                return message
+            return RequestAborted(partial.message(signal.reason or "aborted"))
+        except asyncio.CancelledError:
+            on_cancel(partial.message("the task running the agent was cancelled"))
+            raise
+        except Exception as exc:
+            error = exc
+        requests_made += error.attempts if isinstance(error, ModelError) else 1
+        if isinstance(error, ModelRetryableError) and attempt <= retries:
+            delay = backoff_seconds * 2 ** (attempt - 1)
+            emit(ModelRetry(attempt, delay, str(error)))
+            async with abort_scope(signal) as scope:
+                await asyncio.sleep(delay)
+            if scope.aborted:
+                return RequestAborted(Partial().message(signal.reason or "aborted"))
+            continue
+        if isinstance(error, ModelError):
+            status = f", HTTP {error.status_code}" if error.status_code else ""
+            return RequestFailed(
+                f"Model request failed ({error.kind}{status}) after {requests_made} attempt(s): "
+                f"{error.message}"
+            )
+        logger.error("model %r raised", model, exc_info=error)
+        return RequestFailed(f"Model request failed: {type(error).__name__}: {error}")
 
 
 async def consume(

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._machine import State
 from ._messages import AssistantMessage, Message, ToolResultMessage, Usage
+from ._states import State
 
 
 @dataclass(frozen=True)

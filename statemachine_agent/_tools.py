@@ -11,7 +11,6 @@ import contextvars
 import functools
 import inspect
 import re
-import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ import docstring_parser
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
+from ._cancel import AbortSignal
 from ._errors import ToolDefinitionError
 from ._messages import ImageBlock, TextBlock
 
@@ -33,87 +33,6 @@ SYNC_TOOL_WORKERS = 64
 _sync_tool_pool = ThreadPoolExecutor(
     SYNC_TOOL_WORKERS, thread_name_prefix="statemachine-agent-tool"
 )
-
-
-class AbortSignal:
-    """Set when the run is aborted. Tools should check it and stop early.
-
-    Readable from any thread (sync tools run in a worker thread).
-    """
-
-    def __init__(self) -> None:
-        self._aborted = False
-        self.reason: str | None = None
-        self._callbacks: list[Callable[[], None]] = []
-        self._lock = threading.Lock()
-
-    @property
-    def aborted(self) -> bool:
-        """True once the run has been aborted."""
-        return self._aborted
-
-    def set(self, reason: str | None = None) -> None:
-        """Abort (idempotent). Call from the event loop's thread."""
-        if self._aborted:
-            return
-        self._aborted = True
-        self.reason = reason
-        with self._lock:
-            callbacks = list(self._callbacks)
-        for callback in callbacks:
-            callback()
-
-    def add_callback(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback()`` on abort; returns a function that removes it."""
-        with self._lock:
-            self._callbacks.append(callback)
-
-        def remove() -> None:
-            with self._lock:
-                if callback in self._callbacks:
-                    self._callbacks.remove(callback)
-
-        return remove
-
-    def arm(self, scope: asyncio.Timeout, after_seconds: float = 0.0) -> Callable[[], None]:
-        """Make ``scope`` (an ``asyncio.timeout(None)``) expire ``after_seconds`` after an abort,
-        cancelling the block it guards; leaving it then raises `TimeoutError` and
-        ``scope.expired()`` is true. Returns the function that disarms it.
-        """
-        loop = asyncio.get_running_loop()
-
-        def on_abort() -> None:
-            if scope.when() is None:
-                scope.reschedule(loop.time() + after_seconds)
-
-        remove = self.add_callback(on_abort)
-        if self._aborted:
-            on_abort()
-        return remove
-
-    def future(self) -> asyncio.Future[None]:
-        """A future resolved on abort (already resolved if aborted)."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self._aborted:
-            fut.set_result(None)
-            return fut
-
-        def wake() -> None:
-            if not fut.done():
-                fut.set_result(None)
-
-        remove = self.add_callback(wake)
-        fut.add_done_callback(lambda _fut: remove())  # a cancelled waiter does not linger
-        return fut
-
-    async def wait(self) -> None:
-        """Return once the run is aborted."""
-        await self.future()
-
-    def raise_if_aborted(self) -> None:
-        """Raise `asyncio.CancelledError` if the run was aborted (for cooperative tools)."""
-        if self._aborted:
-            raise asyncio.CancelledError(self.reason or "aborted")
 
 
 @dataclass(frozen=True, slots=True)

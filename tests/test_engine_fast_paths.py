@@ -104,4 +104,6 @@ async def test_abort_waiters_do_not_pile_up_over_a_run() -> None:
     agent = Agent(ScriptedModel(script, record_requests=False), tools=[noop], max_turns=40)
     result = await agent.run("go")
     assert result.state is State.DONE and result.turns == 31
-    assert agent._signal._callbacks == []  # abort waiters are callbacks too
+    assert (
+        agent._run is not None and agent._run.signal._callbacks == []
+    )  # abort waiters are callbacks too

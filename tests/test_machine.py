@@ -87,11 +87,11 @@ def test_abort_and_fail_sources() -> None:
 
 def test_definition_is_valid_and_invalid_ones_are_refused() -> None:
     validate_definition(State, TRANSITIONS)
-    without_fail = [t for t in TRANSITIONS if t.trigger != "fail"]
+    without_fail = [t for t in TRANSITIONS if t.dest != State.FAILED]
     with pytest.raises(MachineDefinitionError, match="'failed' is unreachable"):
         validate_definition(State, without_fail)
     without_start = [t for t in TRANSITIONS if t.trigger != "start"]
-    with pytest.raises(MachineDefinitionError, match="dead end"):
+    with pytest.raises(MachineDefinitionError, match="no way out"):
         validate_definition(State, without_start)
 
 
@@ -107,6 +107,12 @@ def test_user_guards_callbacks_and_transitions() -> None:
     with pytest.raises(MachineDefinitionError, match="no guard"):
         machine.fire("tools_finished", LoopData(turns=3))
     machine.add_transition(
-        TransitionSpec("tools_finished", (State.EXECUTING_TOOLS,), State.DONE, label="budget")
+        TransitionSpec(
+            "tools_finished",
+            (State.EXECUTING_TOOLS,),
+            State.DONE,
+            label="budget",
+            after="next_turn",
+        )
     )
     assert machine.fire("tools_finished", LoopData(turns=3)).label == "budget"

@@ -8,6 +8,7 @@ resuming a session".
 
 from __future__ import annotations
 
+from ._check import check_session
 from ._compaction import (
     SUMMARY_PREFIX,
     Summarize,
@@ -40,6 +41,7 @@ __all__ = [
     "SessionLog",
     "Summarize",
     "attach_session",
+    "check_session",
     "compact",
     "compact_history",
     "find_cut_points",

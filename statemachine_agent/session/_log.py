@@ -35,7 +35,6 @@ from .._events import (
     RunEnd,
     RunStart,
     StateChanged,
-    ToolExecutionEnd,
 )
 from .._machine import TERMINAL_STATES, State
 from .._messages import HISTORY_ADAPTER, MESSAGE_ADAPTER, Message, ToolResultMessage
@@ -78,7 +77,6 @@ class SessionLog:
         self.data: SessionData | None = None
         self._file: BinaryIO | None = None
         self._has_header = False
-        self._logged_results: set[str] = set()
         self._lock = threading.Lock()
         self._unsubscribe: Callable[[], None] | None = None
         self.errors: list[str] = []
@@ -198,10 +196,8 @@ class SessionLog:
         if not self._has_header:
             self._write_header(agent)
         logged = self.messages
-        if not agent.messages and logged:
-            agent.messages = logged
-            if self.state is not State.IDLE:
-                agent.machine.restore(self.state)
+        if not agent.messages and (logged or self.state is not State.IDLE):
+            agent.restore(logged, self.state)
         elif list(agent.messages) != logged:
             reason = "replaced" if logged else "initial"
             self.record_history(agent.messages, reason=reason)
@@ -262,17 +258,10 @@ class SessionLog:
 
     def _record(self, event: Event) -> None:
         if isinstance(event, MessageEnd):
+            # A tool result is announced once, the moment its call finishes (completion order).
             message = event.message
-            if (
-                isinstance(message, ToolResultMessage)
-                and message.tool_call_id in self._logged_results
-            ):
-                self._logged_results.discard(message.tool_call_id)  # logged when it finished
-                return
-            self._write({"type": "message", "message": _dump(message)})
-        elif isinstance(event, ToolExecutionEnd):
-            self._write({"type": "tool_result", "message": _dump(event.result)})
-            self._logged_results.add(event.result.tool_call_id)
+            kind = "tool_result" if isinstance(message, ToolResultMessage) else "message"
+            self._write({"type": kind, "message": _dump(message)})
         elif isinstance(event, StateChanged):
             self._write(
                 {

@@ -2,7 +2,7 @@
 
 Rebuilding is by tool-call id, not by line order: results are logged in completion order (the moment
 each call finishes), so they are put back in declaration order directly after their assistant
-message, before anything logged later (DESIGN invariant 1). Reading never writes; `SessionLog.open`
+message, before anything logged later (the tool-use protocol: results directly after their calls). Reading never writes; `SessionLog.open`
 writes the repairs this module finds.
 """
 
@@ -17,7 +17,6 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .._context import NO_RESULT
 from .._errors import AgentError
 from .._machine import State
 from .._messages import (
@@ -30,6 +29,7 @@ from .._messages import (
     Usage,
     text_result,
 )
+from .._protocol import NO_RESULT
 
 logger = logging.getLogger("statemachine_agent.session")
 

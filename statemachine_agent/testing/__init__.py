@@ -1,10 +1,11 @@
 """Testing helpers: the protocol checker, hypothesis strategies and the stateful test kit.
 
-- `assert_valid_history` / `find_violations`: DESIGN invariants 1-4 on a history.
+- `assert_valid_history` / `find_violations`: the tool-use protocol's rules 1-4 on a history.
 - `strategies`: hypothesis strategies for responses, scripts, tool behaviours, abort points,
   queued input and histories.
 - `agent_state_machine(factory)`: a ready `RuleBasedStateMachine` for your agent and hooks;
-  `AgentKit` is what your factory receives.
+  `AgentKit` is what your factory receives. It may seed a random starting history;
+  `produced_messages(agent)` is what the runs added.
 - `drive_run` / `check_run`: one run with aborts and queued input at chosen events, and the list
   of invariants (1-6) it broke, for your own ``@given`` tests.
 """
@@ -24,7 +25,13 @@ from ._kit import (
     kit_before_tool_call,
     prefix_ids,
 )
-from ._stateful import AgentCheck, AgentFactory, AgentStateMachine, agent_state_machine
+from ._stateful import (
+    AgentCheck,
+    AgentFactory,
+    AgentStateMachine,
+    agent_state_machine,
+    produced_messages,
+)
 from .strategies import AbortPoint, QueuedInput
 
 __all__ = [
@@ -45,5 +52,6 @@ __all__ = [
     "find_violations",
     "kit_before_tool_call",
     "prefix_ids",
+    "produced_messages",
     "strategies",
 ]

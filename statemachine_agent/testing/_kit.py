@@ -1,5 +1,6 @@
 """The pieces of the property-test kit: the kit's tools and model, one run driven with aborts and
-queued input at chosen events, and the DESIGN section 2 checks of what that run left.
+queued input at chosen events, and the checks of what that run left (the protocol's rules 1-4, one run end in a
+terminal state, matching event pairs).
 
 `AgentKit` is what a user's factory receives: ``kit.agent(**their_options)`` builds an `Agent` on the
 kit's model and tools (adding their tools and hooks). `drive_run` runs it once; `check_run` lists
@@ -264,7 +265,7 @@ def check_history(agent: Agent) -> list[str]:
 
 
 def check_run(agent: Agent, report: RunReport) -> list[str]:
-    """Every DESIGN section 2 invariant the run broke (empty when all hold).
+    """Every invariant the run broke (empty when all hold).
 
     1-4 on the history and on each request sent; 5: one ``run_end``, whose result's state is the
     agent's state and terminal; 6: tool-execution starts and ends pair up by call id, turn starts
@@ -287,11 +288,11 @@ def _check_ending(agent: Agent, report: RunReport) -> list[str]:
     if starts != 1 or len(ends) != 1:
         problems.append(f"invariant 5: {starts} run_start and {len(ends)} run_end events")
     if agent.state not in TERMINAL_STATES:
-        problems.append(f"invariant 5: the run ended in non-terminal state {agent.state.value!r}")
+        problems.append(f"invariant 5: the run ended in non-terminal state {str(agent.state)!r}")
     if report.result is not None and report.result.state != agent.state:
         problems.append(
             f"invariant 5: RunResult.state {report.result.state.value!r} != agent.state "
-            f"{agent.state.value!r}"
+            f"{str(agent.state)!r}"
         )
     if agent.is_running:
         problems.append("invariant 5: the agent still says it is running")

@@ -12,13 +12,14 @@ TestMyAgent = agent_state_machine(build).TestCase  # collected by pytest / unitt
 Each example gets a fresh agent (from the factory) and a fresh event loop, in parallel or
 sequential tool execution, optionally starting from a random history. Its steps are runs under
 random scripts (tool failures, provider errors, aborts and task cancellation at any event, steering
-and follow-up input), continuations and input queued between runs. After every step it checks DESIGN
+and follow-up input), continuations and input queued between runs. After every step it checks the
 invariants 1-6 (`check_run`) plus your own ``check(agent)``. A failure shrinks to a short script.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -36,7 +37,17 @@ AgentFactory = Callable[[AgentKit], Agent]
 """Builds the agent under test from the kit's parts (``kit.agent(**options)``)."""
 
 AgentCheck = Callable[[Agent], None]
-"""An extra check after every step; raise `AssertionError` when it fails."""
+"""An extra check after every step; raise `AssertionError` when it fails. The agent may start
+from a seeded random history: `produced_messages` gives what the kit's runs added."""
+
+_SEEDED: weakref.WeakKeyDictionary[Agent, int] = weakref.WeakKeyDictionary()
+
+
+def produced_messages(agent: Agent) -> list[Message]:
+    """The messages of ``agent``'s history that its runs produced, without the random starting
+    history the kit seeded it with (for a user's ``check``: "at most 3 successful lookups"
+    should count these, not the seed's)."""
+    return list(agent.messages[_SEEDED.get(agent, 0) :])
 
 
 class AgentStateMachine(RuleBasedStateMachine):
@@ -46,6 +57,7 @@ class AgentStateMachine(RuleBasedStateMachine):
     factory: ClassVar[AgentFactory] = staticmethod(lambda kit: kit.agent())
     check: ClassVar[AgentCheck | None] = None
     max_responses: ClassVar[int] = 8
+    seed_history: ClassVar[bool] = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -59,13 +71,15 @@ class AgentStateMachine(RuleBasedStateMachine):
         history=st.one_of(st.just([]), histories()),
     )
     def build(self, mode: str, history: list[Message]) -> None:
-        """Build the agent (``mode`` is its tool execution) and give it a starting history."""
+        """Build the agent (``mode`` is its tool execution) and give it a random starting history
+        (unless ``seed_history`` is off); `produced_messages` excludes it."""
         kit = AgentKit(
             ScriptPlayer(), tool_execution="parallel" if mode == "parallel" else "sequential"
         )
         self.agent = type(self).factory(kit)
-        if history:
-            self.agent.messages = history
+        if history and type(self).seed_history:
+            self.agent.messages = [*self.agent.messages, *history]
+        _SEEDED[self.agent] = len(self.agent.messages)
 
     def _run(
         self,
@@ -148,8 +162,13 @@ def agent_state_machine(
     max_runs: int = 4,
     max_examples: int | None = None,
     name: str = "AgentMachine",
+    seed_history: bool = True,
 ) -> type[AgentStateMachine]:
     """A `RuleBasedStateMachine` class for the agent ``factory`` builds.
+
+    Each example may start the agent from a random, valid history (seeded after the factory ran):
+    runs must keep the protocol whatever came before. A ``check`` that counts what the runs did
+    should read `produced_messages(agent)`, which leaves the seeded messages out.
 
     Args:
         factory: ``factory(kit) -> Agent``; build it with ``kit.agent(...)`` (or pass ``kit.model``,
@@ -158,12 +177,16 @@ def agent_state_machine(
         max_runs: steps per example (each is a run, a continuation or queued input).
         max_examples: examples to try (default: the current hypothesis profile's).
         name: the class name (shown in reports).
+        seed_history: start some examples from a random history (default True).
 
     Returns:
         The class; its ``TestCase`` attribute is a `unittest.TestCase` pytest collects, and
         ``hypothesis.stateful.run_state_machine_as_test(cls)`` runs it directly.
     """
-    attrs: dict[str, Any] = {"check": None if check is None else staticmethod(check)}
+    attrs: dict[str, Any] = {
+        "check": None if check is None else staticmethod(check),
+        "seed_history": seed_history,
+    }
     if factory is not None:
         attrs["factory"] = staticmethod(factory)
     machine: type[AgentStateMachine] = type(name, (AgentStateMachine,), attrs)

@@ -14,11 +14,11 @@ from statemachine_agent import (
     Agent,
     AssistantMessage,
     LoopData,
-    MessageEnd,
     State,
     ToolCallInfo,
     ToolResultMessage,
     TransitionSpec,
+    TurnEnd,
 )
 from statemachine_agent.testing import AgentKit, agent_state_machine
 
@@ -61,9 +61,11 @@ def drops_second_result(kit: AgentKit) -> Agent:
             dropping.add(info.call.id)
 
     def drop(event: object) -> None:
-        message = getattr(event, "message", None) if isinstance(event, MessageEnd) else None
-        if isinstance(message, ToolResultMessage) and message.tool_call_id in dropping:
-            agent.messages.remove(message)
+        # When the turn ends, its results are in the history: take the second one out.
+        if isinstance(event, TurnEnd):
+            for message in list(agent.messages):
+                if isinstance(message, ToolResultMessage) and message.tool_call_id in dropping:
+                    agent.messages.remove(message)
 
     agent = kit.agent(after_tool_call=after_tool_call)
     agent.subscribe(drop)

@@ -1,0 +1,41 @@
+"""The names of the loop's states and triggers (a leaf module: the effects and the machine share it)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class State(StrEnum):
+    """The built-in states of an agent.
+
+    ``idle`` (constructed, no run yet) -> ``awaiting_model`` (a model request is in flight) ->
+    ``executing_tools`` (the tool calls of the last response are running) -> ``awaiting_model`` ...
+    until a terminal state ends the run: ``done`` (the model answered and nothing is queued),
+    ``aborted`` (an abort, a cancelled task, or a terminating denial), ``max_turns`` (the turn cap
+    or ``should_continue``), ``failed`` (the provider failed for good, or a bug escaped). A terminal
+    state ends a run, not the agent: ``start`` leaves each of them.
+    """
+
+    IDLE = "idle"
+    AWAITING_MODEL = "awaiting_model"
+    EXECUTING_TOOLS = "executing_tools"
+    DONE = "done"
+    ABORTED = "aborted"
+    MAX_TURNS = "max_turns"
+    FAILED = "failed"
+
+
+TERMINAL_STATES: frozenset[State] = frozenset(
+    {State.DONE, State.ABORTED, State.MAX_TURNS, State.FAILED}
+)
+"""States that end a run (not the agent: ``start`` leaves each of them)."""
+
+
+class Trigger(StrEnum):
+    """The built-in triggers. An effect returns the trigger to fire next."""
+
+    START = "start"
+    MODEL_REPLIED = "model_replied"
+    TOOLS_FINISHED = "tools_finished"
+    ABORT = "abort"
+    FAIL = "fail"
