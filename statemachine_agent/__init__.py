@@ -6,6 +6,7 @@ The public names are listed in ``__all__``; modules whose names start with ``_``
 from __future__ import annotations
 
 from ._agent import Agent
+from ._cancel import AbortSignal
 from ._diagram import GraphvizNotFoundError, render_diagram
 from ._errors import (
     AgentBusyError,
@@ -77,7 +78,6 @@ from ._messages import (
 )
 from ._result import RunResult
 from ._run import Run
-from ._cancel import AbortSignal
 from ._tools import Tool, ToolContext, ToolFunction, ToolResult, tool
 from .session import SessionLog
 

@@ -54,9 +54,8 @@ def test_every_type_in_a_public_signature_is_exported() -> None:
     import inspect
     import typing
 
-    from statemachine_agent import Agent, LoopMachine, Run, TransitionSpec
-
     import statemachine_agent.session
+    from statemachine_agent import Agent, LoopMachine, Run, TransitionSpec
 
     exported = {
         getattr(module, name)

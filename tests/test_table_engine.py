@@ -257,7 +257,7 @@ def test_placement_is_explicit_and_checked() -> None:
             TransitionSpec("model_replied", (State.AWAITING_MODEL,), State.DONE, before="nope")
         )
     # An unguarded branch placed last is itself shadowed by final_answer.
-    with pytest.raises(MachineDefinitionError, match="'final_answer'.*'late'"):
+    with pytest.raises(MachineDefinitionError, match=r"'final_answer'.*'late'"):
         agent.machine.add_transition(
             TransitionSpec(
                 "model_replied",
@@ -413,9 +413,9 @@ LABELS = (
 
 
 def test_case6_no_comparison_with_branch_labels_outside_the_table() -> None:
+    names = "|".join(LABELS)
     pattern = re.compile(
-        r"""(==|!=|\bin\b|\bis\b)\s*\(?\s*["'](%s)["']|["'](%s)["']\s*(==|!=)"""
-        % ("|".join(LABELS), "|".join(LABELS))
+        rf"""(==|!=|\bin\b|\bis\b)\s*\(?\s*["']({names})["']|["']({names})["']\s*(==|!=)"""
     )
     offenders = []
     for path in sorted(PACKAGE.rglob("*.py")):
