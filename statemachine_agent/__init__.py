@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from ._agent import Agent
 from ._cancel import AbortSignal
-from ._diagram import GraphvizNotFoundError, render_diagram
+from ._diagram import render_diagram
 from ._errors import (
     AgentBusyError,
     AgentError,
+    GraphvizNotFoundError,
     InvalidHistoryError,
     MachineDefinitionError,
     ModelAuthError,

@@ -15,16 +15,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._errors import UsageError
+from ._errors import GraphvizNotFoundError, UsageError
 from ._machine import LoopMachine, State
 
 DiagramFormat = Literal["mermaid", "dot", "svg", "png"]
 TEXT_FORMATS: tuple[str, ...] = ("mermaid", "dot")
 IMAGE_FORMATS: tuple[str, ...] = ("svg", "png")
-
-
-class GraphvizNotFoundError(UsageError):
-    """Graphviz's ``dot`` binary is needed for SVG/PNG and is not installed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ resuming a session".
 
 from __future__ import annotations
 
+from .._errors import SessionCorruptError
 from ._check import check_session
 from ._compaction import (
     SUMMARY_PREFIX,
@@ -23,7 +24,6 @@ from ._read import (
     NO_RESULT_RECORDED,
     VERSION,
     Record,
-    SessionCorruptError,
     SessionData,
     load_history,
     read_session,

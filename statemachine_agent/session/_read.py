@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .._errors import AgentError
+from .._errors import AgentError, SessionCorruptError
 from .._machine import State
 from .._messages import (
     HISTORY_ADAPTER,
@@ -44,26 +44,6 @@ RECORD_TYPES = frozenset(
     {"header", "message", "tool_result", "state", "run_start", "run_end", "history"}
 )
 _INCOMPLETE = (StopReason.ABORTED, StopReason.ERROR)
-
-
-class SessionCorruptError(AgentError):
-    """A complete line of a session log cannot be read (only a torn last line may be).
-
-    Attributes:
-        path: the log.
-        problems: ``(line number, what is wrong)`` for each unreadable line (1-based).
-        data: everything the other lines hold, rebuilt (`SessionData`): nothing else is lost.
-    """
-
-    def __init__(self, path: Path, problems: list[tuple[int, str]], data: SessionData) -> None:
-        self.path = path
-        self.problems = problems
-        self.data = data
-        lines = "; ".join(f"line {n}: {why}" for n, why in problems)
-        super().__init__(
-            f"session log {path} has {len(problems)} unreadable line(s): {lines}. "
-            "The other lines were read (see .data); pass strict=False to resume without them."
-        )
 
 
 @dataclass(frozen=True, slots=True)
