@@ -153,6 +153,7 @@ class SandboxStatus:
             "writable": [str(p) for p in self.config.writable],
             "hidden": [str(p) for p in self.config.hidden],
             "problem": self.problem,
+            "summary": self.describe(),
         }
 
 
@@ -174,11 +175,12 @@ def _probe(bwrap: str) -> str | None:
     return None
 
 
-def check_sandbox(config: Sandbox | None = None) -> SandboxStatus:
+def check_sandbox(config: Sandbox | None = None, *, warn: bool = True) -> SandboxStatus:
     """Find out whether ``config`` can be had here: ``bwrap`` on PATH and working.
 
-    ``mode="auto"`` without it logs one warning (logger ``statemachine_agent.workspace``) and
-    returns an inactive status; ``mode="off"`` checks nothing.
+    ``mode="auto"`` without it returns an inactive status saying why, and (with ``warn``) logs
+    a warning on the logger ``statemachine_agent.workspace``; ``mode="off"`` checks nothing.
+    Whether ``bwrap`` works is found out once per process (running it once, about 10 ms).
 
     Raises:
         SandboxUnavailableError: ``mode="require"`` and bubblewrap is missing or fails (the
@@ -197,10 +199,10 @@ def check_sandbox(config: Sandbox | None = None) -> SandboxStatus:
         return SandboxStatus(config, bwrap=bwrap)
     if config.mode == "require":
         raise SandboxUnavailableError(
-            f"run_command must be sandboxed (sandbox mode 'require'), but {problem}. "
-            f"{INSTALL_HINT}"
+            f"run_command must be sandboxed (sandbox mode 'require'), but {problem}. {INSTALL_HINT}"
         )
-    logger.warning("%s; run_command runs commands without a sandbox", problem)
+    if warn:
+        logger.warning("%s; run_command runs commands without a sandbox", problem)
     return SandboxStatus(config, problem=problem)
 
 

@@ -33,20 +33,45 @@ def live_members(pgid: int) -> list[int]:
     return alive
 
 
-def pids_running(*argv: str) -> list[int]:
-    """Live processes whose command line is exactly ``argv`` (e.g. ``sleep 300.25``)."""
-    wanted = "\0".join(argv) + "\0"
-    found = []
+def _parents() -> dict[int, int]:
+    parents = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_text(errors="replace")
-        except OSError:
-            continue
-        if cmdline == wanted and _alive(int(entry)):
-            found.append(int(entry))
-    return found
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return parents
+
+
+def descendants(pid: int | None = None) -> list[int]:
+    """Live descendants of ``pid`` (default: this test process), by host PID, from /proc."""
+    root = os.getpid() if pid is None else pid
+    parents = _parents()
+    found: list[int] = []
+    frontier = [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, up in parents.items() if up == parent]
+        found += children
+        frontier += children
+    return [p for p in found if _alive(p)]
+
+
+def cmdline(pid: int) -> list[str]:
+    """The command line of ``pid`` ([] when it is gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0")[:-1]]
+
+
+def pids_running(*argv: str) -> list[int]:
+    """Live processes started by this test process (at any depth) whose command line is
+    exactly ``argv`` (e.g. ``sleep 300.25``): other people's processes never count."""
+    return [pid for pid in descendants() if cmdline(pid) == list(argv)]
 
 
 def _settle(check: object) -> list[int]:
