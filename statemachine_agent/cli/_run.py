@@ -27,7 +27,6 @@ from .._result import RunResult
 from ..models._base import Model
 from ..models._offline import ScriptedModel
 from ..workspace import (
-    INSTALL_HINT,
     Permissions,
     Sandbox,
     SandboxStatus,
@@ -348,10 +347,10 @@ def resolve_sandbox(
         flags += ["--sandbox", "require"]
     if allow_network:
         flags.append("--allow-network")
-    for path in writable:
-        flags += ["--writable", str(path)]
-    for path in hide:
-        flags += ["--hide", path]
+    for extra in writable:
+        flags += ["--writable", str(extra)]
+    for hidden in hide:
+        flags += ["--hide", hidden]
     return status, flags
 
 

@@ -282,7 +282,8 @@ async def abort_when_running(
     agent.subscribe(lambda e: started.set() if isinstance(e, ToolExecutionStart) else None)
     task = asyncio.ensure_future(agent.run("go"))
     await started.wait()
-    while sorted(cmdline(p) for p in descendants() if cmdline(p) in wanted) != sorted(wanted):
+    # Polling /proc: no event tells when the sandboxed processes have started.
+    while sorted(cmdline(p) for p in descendants() if cmdline(p) in wanted) != sorted(wanted):  # noqa: ASYNC110
         await asyncio.sleep(0.02)
     pids = {pid: cmdline(pid) for pid in descendants()}
     begin = time.monotonic()
