@@ -44,8 +44,8 @@ EXIT_CODES = {State.DONE: 0, State.FAILED: 1, State.MAX_TURNS: 3, State.ABORTED:
 SYSTEM_PROMPT = """\
 You are a careful software agent working in the folder {root} (the workspace). Use the tools to \
 look around before you change anything: list_files, read_file, then edit_file or write_file, and \
-run_command to run tests or other commands. Paths are relative to the workspace; nothing outside \
-it can be read or changed. When the task is done, answer with a short summary of what you did \
+run_command to run tests or other commands. Paths are relative to the workspace; the file tools \
+cannot reach outside it. When the task is done, answer with a short summary of what you did \
 and how you checked it."""
 
 ABORT_REASON = "interrupted by the user (Ctrl-C)"

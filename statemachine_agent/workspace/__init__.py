@@ -1,6 +1,6 @@
-"""Built-in workspace tools, confined to one folder: ``list_files``, ``read_file``,
-``write_file``, ``edit_file`` and ``run_command``, plus the `Permissions` hook that guards commands
-and writes. ``run_command`` runs in a bubblewrap sandbox where it can (`Sandbox`).
+"""Built-in workspace tools for one folder: ``list_files``, ``read_file``, ``write_file`` and
+``edit_file`` (confined to it), ``run_command`` (in a bubblewrap sandbox where it can: `Sandbox`),
+plus the `Permissions` hook that guards commands and writes.
 
 Example::
 
