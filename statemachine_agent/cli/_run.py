@@ -27,6 +27,7 @@ from .._result import RunResult
 from ..models._base import Model
 from ..models._offline import ScriptedModel
 from ..workspace import (
+    DEFAULT_HIDDEN,
     Permissions,
     Sandbox,
     SandboxStatus,
@@ -35,7 +36,6 @@ from ..workspace import (
     check_sandbox,
     workspace_tools,
 )
-from ..workspace._sandbox import DEFAULT_HIDDEN
 from ._view import JsonLinesView, LiveView, final_line, sandbox_line
 
 EXIT_CODES = {State.DONE: 0, State.FAILED: 1, State.MAX_TURNS: 3, State.ABORTED: 130}
@@ -325,6 +325,9 @@ def resolve_sandbox(
     if no_sandbox and mode not in (None, "off"):
         raise click.UsageError(f"--no-sandbox contradicts --sandbox={mode}; give one of them.")
     chosen = "off" if no_sandbox else (mode or "auto")
+    # Relative paths are relative to the current folder (not the workspace); ~ stays as given.
+    writable = [path.resolve() for path in writable]
+    hide = [path if path.startswith("~") else str(Path(path).resolve()) for path in hide]
     config = Sandbox.model_validate(
         {
             "mode": chosen,
@@ -362,7 +365,8 @@ def resolve_sandbox(
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=".",
     show_default=True,
-    help="The folder the agent works in; its tools cannot reach outside it.",
+    help="The folder the agent works in; its file tools cannot reach outside it (for "
+    "run_command, see --sandbox).",
 )
 @click.option(
     "--model",

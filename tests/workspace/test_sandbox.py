@@ -453,3 +453,14 @@ def test_demo_says_commands_are_sandboxed(tmp_path: Path) -> None:
     assert "Sandbox: on. run_command is sandboxed (bubblewrap)" in " ".join(
         result.output.split()  # type: ignore[attr-defined]
     )
+
+
+def test_readme_sandbox_example_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    blocks = [b.split("```", 1)[0] for b in readme.split("```python\n")[1:]]
+    (example,) = [b for b in blocks if "Sandbox(" in b]
+    monkeypatch.chdir(tmp_path)  # its workspace is "."
+    exec(compile(example, "README.md", "exec"), {})
+    assert capsys.readouterr().out.startswith("run_command is ")
