@@ -224,9 +224,14 @@ async def run_shell(
             "\n[Background processes still held the output open after the command exited; "
             "they were stopped.]"
         )
-    if bwrap is not None and config is not None and code != 0 and "Read-only file system" in text:
-        extra = "".join(f", {p}" for p in config.writable)
-        note += READ_ONLY_NOTE.format(extra=extra)
+    if bwrap is not None and config is not None and code != 0:
+        if text.startswith("bwrap: "):
+            note += (
+                "\n[The sandbox (bubblewrap) could not start the command; the command did not run.]"
+            )
+        elif "Read-only file system" in text:
+            extra = "".join(f", {p}" for p in config.writable)
+            note += READ_ONLY_NOTE.format(extra=extra)
     details["summary"] = f"exit code {code}"
     return ToolResult(f"{text}{note}\n[exit code {code}]", details=details)
 

@@ -36,10 +36,6 @@ SANDBOXED = Sandbox(mode="require")
 API_KEY = "sk-ant-test-0123456789abcdefSECRET"
 
 
-def text_of(result: ToolResultMessage) -> str:
-    return result.text
-
-
 def cli(*args: str) -> object:
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
@@ -137,6 +133,27 @@ def test_writable_paths_are_added(workspace: Path, tmp_path: Path) -> None:
     assert "not-made.txt: Read-only file system" in results[0].text
     assert f"workspace, {extra} and a private /tmp are writable" in results[0].text
     assert not (tmp_path / "not-made.txt").exists()
+
+
+@needs_bwrap
+def test_a_sandbox_that_cannot_start_says_so(workspace: Path, tmp_path: Path) -> None:
+    extra = tmp_path / "gone-later"
+    extra.mkdir()
+    tools = workspace_tools(workspace, sandbox=Sandbox(mode="require", writable=(extra,)))
+    extra.rmdir()  # bwrap cannot bind what is gone
+    agent = Agent(
+        ScriptedModel(script_for([("run_command", {"command": "touch ran.txt"})])),
+        tools=tools,
+        before_tool_call=Permissions(allow_all=True),
+    )
+    result = agent.run_sync("go")
+    (text,) = [m.text for m in result.messages if isinstance(m, ToolResultMessage)]
+    assert text.startswith("bwrap: ")
+    assert text.endswith(
+        "[The sandbox (bubblewrap) could not start the command; the command did not run.]"
+        "\n[exit code 1]"
+    )
+    assert not (workspace / "ran.txt").exists()
 
 
 @needs_bwrap
