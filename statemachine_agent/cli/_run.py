@@ -26,8 +26,17 @@ from .._machine import State
 from .._result import RunResult
 from ..models._base import Model
 from ..models._offline import ScriptedModel
-from ..workspace import Permissions, Workspace, workspace_tools
-from ._view import JsonLinesView, LiveView, final_line
+from ..workspace import (
+    DEFAULT_HIDDEN,
+    Permissions,
+    Sandbox,
+    SandboxStatus,
+    SandboxUnavailableError,
+    Workspace,
+    check_sandbox,
+    workspace_tools,
+)
+from ._view import JsonLinesView, LiveView, final_line, sandbox_line
 
 EXIT_CODES = {State.DONE: 0, State.FAILED: 1, State.MAX_TURNS: 3, State.ABORTED: 130}
 """The process exit code of each terminal state."""
@@ -35,8 +44,8 @@ EXIT_CODES = {State.DONE: 0, State.FAILED: 1, State.MAX_TURNS: 3, State.ABORTED:
 SYSTEM_PROMPT = """\
 You are a careful software agent working in the folder {root} (the workspace). Use the tools to \
 look around before you change anything: list_files, read_file, then edit_file or write_file, and \
-run_command to run tests or other commands. Paths are relative to the workspace; nothing outside \
-it can be read or changed. When the task is done, answer with a short summary of what you did \
+run_command to run tests or other commands. Paths are relative to the workspace; the file tools \
+cannot reach outside it. When the task is done, answer with a short summary of what you did \
 and how you checked it."""
 
 ABORT_REASON = "interrupted by the user (Ctrl-C)"
@@ -176,13 +185,14 @@ def build_agent(
     system: str | None = None,
     max_turns: int = 50,
     session: Path | None = None,
+    sandbox: SandboxStatus | Sandbox | None = None,
     **kwargs: Any,
 ) -> Agent:
     """An agent with the workspace tools and the permission hook; with ``session``, it continues
-    (or starts) that session log."""
+    (or starts) that session log. ``sandbox`` is passed to `workspace_tools` (default: auto)."""
     system_prompt = system if system is not None else SYSTEM_PROMPT.format(root=workspace.root)
     options: dict[str, Any] = {
-        "tools": workspace_tools(workspace),
+        "tools": workspace_tools(workspace, sandbox=sandbox if sandbox is not None else "auto"),
         "system": system_prompt,
         "max_turns": max_turns,
         "before_tool_call": permissions,
@@ -201,6 +211,7 @@ def execute(
     json_lines: bool = False,
     interactive: bool = False,
     continue_hint: str | None = None,
+    sandbox: SandboxStatus | None = None,
 ) -> RunResult:
     """Run ``prompt`` on ``agent`` with a live view (or JSON lines on stdout) and Ctrl-C handling.
 
@@ -209,6 +220,8 @@ def execute(
         interactive: ask at the terminal for calls the permission hook does not allow already
             (sets the hook's ``confirm``).
         continue_hint: printed under a ``max_turns`` or ``aborted`` final line (see `final_line`).
+        sandbox: the ``run_command`` sandbox, stated before the run starts (live view) or in
+            the ``run_start`` line under ``"sandbox"`` (JSON lines).
 
     Returns:
         The run's result; the final line has been printed (not in JSON mode).
@@ -220,7 +233,10 @@ def execute(
     interrupts = Interrupts(agent, view, console)
     if interactive and isinstance(agent.before_tool_call, Permissions):
         agent.before_tool_call.confirm = interrupts.confirm
-    handler = view.handle if view is not None else JsonLinesView(sys.stdout).handle
+    if sandbox is not None and (view is not None or sandbox.problem is not None):
+        console.print(sandbox_line(sandbox), soft_wrap=True)  # on stderr with JSON lines
+    run_start = {"sandbox": sandbox.as_dict()} if sandbox is not None else None
+    handler = view.handle if view is not None else JsonLinesView(sys.stdout, run_start).handle
     unsubscribe = agent.subscribe(handler)
 
     async def main() -> RunResult:
@@ -264,6 +280,7 @@ def continue_command(
     system_file: Path | None,
     yes: bool,
     allow: Sequence[str],
+    sandbox_flags: Sequence[str] = (),
 ) -> str:
     """How to continue a run that stopped (``max_turns`` or ``aborted``) from the command line:
     the same options and the session log, without a prompt. Without a session log there is
@@ -281,11 +298,63 @@ def continue_command(
         words.append("--yes")
     for rule in allow:
         words += ["--allow", rule]
+    words += sandbox_flags
     turns = f"{max_turns} more turn{'s' if max_turns != 1 else ''}"
     hint = f"To continue (up to {turns}; raise --max-turns for more): {shlex.join(words)}"
     if model_spec.startswith("script:"):
         hint += "\n(a script plays from its first step again: give one holding the steps to come)"
     return hint
+
+
+def resolve_sandbox(
+    mode: str | None,
+    *,
+    no_sandbox: bool = False,
+    allow_network: bool = False,
+    writable: Sequence[Path] = (),
+    hide: Sequence[str] = (),
+) -> tuple[SandboxStatus, list[str]]:
+    """The ``run_command`` sandbox the options ask for, checked on this machine; and the same
+    options as command-line words (for the continue hint).
+
+    Raises:
+        click.UsageError: ``--no-sandbox`` with another ``--sandbox`` mode, or
+            ``--sandbox=require`` and bubblewrap is missing or fails (exit code 2; the message
+            names bubblewrap and how to install it).
+    """
+    if no_sandbox and mode not in (None, "off"):
+        raise click.UsageError(f"--no-sandbox contradicts --sandbox={mode}; give one of them.")
+    chosen = "off" if no_sandbox else (mode or "auto")
+    # Relative paths are relative to the current folder (not the workspace); ~ stays as given.
+    writable = [path.resolve() for path in writable]
+    hide = [path if path.startswith("~") else str(Path(path).resolve()) for path in hide]
+    config = Sandbox.model_validate(
+        {
+            "mode": chosen,
+            "allow_network": allow_network,
+            "writable": tuple(writable),
+            "hidden": (*DEFAULT_HIDDEN, *hide),
+        }
+    )
+    try:
+        status = check_sandbox(config, warn=False)
+    except SandboxUnavailableError as exc:
+        raise click.UsageError(
+            f"{exc}\nOr run with --sandbox=auto to run commands unsandboxed with a warning, or "
+            "--no-sandbox."
+        ) from exc
+    except UsageError as exc:
+        raise click.BadParameter(str(exc), param_hint="--writable") from exc
+    flags = ["--no-sandbox"] if chosen == "off" else []
+    if chosen == "require":
+        flags += ["--sandbox", "require"]
+    if allow_network:
+        flags.append("--allow-network")
+    for extra in writable:
+        flags += ["--writable", str(extra)]
+    for hidden in hide:
+        flags += ["--hide", hidden]
+    return status, flags
 
 
 @click.command("run")
@@ -296,7 +365,8 @@ def continue_command(
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=".",
     show_default=True,
-    help="The folder the agent works in; its tools cannot reach outside it.",
+    help="The folder the agent works in; its file tools cannot reach outside it (for "
+    "run_command, see --sandbox).",
 )
 @click.option(
     "--model",
@@ -328,6 +398,31 @@ def continue_command(
     help="Allow without asking: run_command, write_file, edit_file, writes (both write tools), "
     "or run_command:PREFIX (e.g. 'run_command:python3 -m unittest'). Repeatable.",
 )
+@click.option(
+    "--sandbox",
+    "sandbox_mode",
+    type=click.Choice(["auto", "require", "off"]),
+    help="run_command's bubblewrap sandbox: auto (default: on where bwrap works, else off with "
+    "a warning), require (refuse to run without it), off.",
+)
+@click.option("--no-sandbox", is_flag=True, help="Same as --sandbox=off.")
+@click.option(
+    "--allow-network", is_flag=True, help="Let sandboxed commands use the network (default: off)."
+)
+@click.option(
+    "--writable",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="Also writable by sandboxed commands, besides the workspace and a private /tmp. "
+    "Repeatable.",
+)
+@click.option(
+    "--hide",
+    multiple=True,
+    metavar="PATH",
+    help="Also hidden from sandboxed commands, besides ~/.ssh, ~/.aws, ~/.config/gcloud and "
+    "~/.netrc. Repeatable.",
+)
 @click.option("--json", "json_lines", is_flag=True, help="Print events as JSON lines on stdout.")
 def run_command(
     prompt: str | None,
@@ -338,6 +433,11 @@ def run_command(
     system_file: Path | None,
     yes: bool,
     allow: Sequence[str],
+    sandbox_mode: str | None,
+    no_sandbox: bool,
+    allow_network: bool,
+    writable: Sequence[Path],
+    hide: Sequence[str],
     json_lines: bool,
 ) -> None:
     """Run an agent on PROMPT in a workspace folder, showing the state machine as it goes.
@@ -348,6 +448,12 @@ def run_command(
     Reading and listing files is always allowed. Commands and writes ask for confirmation in an
     interactive terminal; --yes or --allow permit them up front; without a terminal (or with
     --json) they are otherwise denied, and the model is told why. Ctrl-C aborts the run cleanly.
+
+    Commands run in a bubblewrap sandbox where bwrap works: the workspace (and --writable paths)
+    and a private /tmp are writable, the rest read-only; no network (--allow-network); ~/.ssh,
+    ~/.aws, ~/.config/gcloud, ~/.netrc (and --hide paths) hidden; a short environment
+    allow-list. Where bwrap is missing, commands run unsandboxed with a warning
+    (--sandbox=require refuses instead); --no-sandbox turns it off.
 
     Exit codes: 0 done, 1 failed, 3 max_turns, 130 aborted, 2 usage error.
     """
@@ -371,6 +477,13 @@ def run_command(
                 f"No PROMPT and {session} does not exist (or is empty): there is no run to "
                 "continue; give a PROMPT to start one."
             )
+    sandbox, sandbox_flags = resolve_sandbox(
+        sandbox_mode,
+        no_sandbox=no_sandbox,
+        allow_network=allow_network,
+        writable=writable,
+        hide=hide,
+    )
     model = load_model(model_spec)
     system = system_file.read_text(encoding="utf-8") if system_file is not None else None
     try:
@@ -381,6 +494,7 @@ def run_command(
             system=system,
             max_turns=max_turns,
             session=session,
+            sandbox=sandbox,
         )
     except UsageError as exc:
         raise click.UsageError(str(exc)) from exc
@@ -395,6 +509,7 @@ def run_command(
         system_file=system_file,
         yes=yes,
         allow=allow,
+        sandbox_flags=sandbox_flags,
     )
     try:
         result = execute(
@@ -404,6 +519,7 @@ def run_command(
             json_lines=json_lines,
             interactive=interactive,
             continue_hint=hint,
+            sandbox=sandbox,
         )
     except UsageError as exc:  # e.g. no PROMPT and the logged run ended with an answer
         raise click.UsageError(str(exc)) from exc
