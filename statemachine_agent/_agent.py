@@ -9,20 +9,29 @@ import logging
 import os
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 from ._context import ContextProjector
 from ._errors import AgentBusyError, ToolDefinitionError, UsageError
-from ._events import Event
-from ._execution import ToolExecution
-from ._hooks import AfterToolCall, BeforeToolCall, ShouldContinue, TransformContext
+from ._events import Event, RunEnd, RunStart
+from ._execution import PendingBatch, ToolExecution
+from ._hooks import (
+    AfterToolCall,
+    Approve,
+    BeforeToolCall,
+    Decision,
+    Deny,
+    PendingCall,
+    ShouldContinue,
+    TransformContext,
+)
 from ._machine import LoopMachine, MaxTokensPolicy
-from ._messages import AssistantMessage, Message, StopReason, UserMessage
+from ._messages import AssistantMessage, Message, StopReason, ToolResultMessage, UserMessage
 from ._responses import call_ids
 from ._result import RunResult
 from ._run import Run
-from ._states import State
+from ._states import State, Trigger
 from ._tools import Tool, ToolFunction, tool_from_function
 from .models._base import Model, ToolDefinition
 
@@ -119,6 +128,7 @@ class Agent:
         self._follow_ups: deque[UserMessage] = deque()
         self._subscribers: list[Callable[[Event], Any]] = []
         self._run: Run | None = None  # the current or last run
+        self._pending: PendingBatch | None = None  # a batch waiting for decisions
         self._running = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
@@ -186,15 +196,48 @@ class Agent:
         """The machine's current state (a `State`, or the name of a state a user added)."""
         return self.machine.state
 
-    def restore(self, messages: Sequence[Message], state: State) -> None:
-        """Put back a saved history and state (``idle`` or terminal), as a session log does.
+    def restore(
+        self,
+        messages: Sequence[Message],
+        state: State,
+        *,
+        pending: tuple[Sequence[PendingCall], Sequence[ToolResultMessage]] | None = None,
+    ) -> None:
+        """Put back a saved history and state (``idle``, terminal or ``awaiting_approval``), as a
+        session log does.
+
+        Args:
+            messages: the history (for ``awaiting_approval``, ending with the held batch's
+                assistant message).
+            state: the state to be in.
+            pending: for ``awaiting_approval``: the calls waiting for a decision and the results
+                the batch already has.
 
         Raises:
             AgentBusyError: a run is in progress.
             MachineDefinitionError: ``state`` is mid-run (a run cannot be resumed mid-flight).
+            UsageError: ``awaiting_approval`` without pending calls, or they do not belong to the
+                last message.
         """
+        batch = None
+        if state is State.AWAITING_APPROVAL:
+            last = messages[-1] if messages else None
+            calls, results = pending or ((), ())
+            ids = {c.id for c in getattr(last, "tool_calls", [])}
+            if not isinstance(last, AssistantMessage) or not calls:
+                raise UsageError("awaiting_approval needs the pending calls of the last message")
+            if not {c.id for c in calls} <= ids or not {r.tool_call_id for r in results} <= ids:
+                raise UsageError("the pending calls are not calls of the last message")
+            batch = PendingBatch(last, {r.tool_call_id: r for r in results}, list(calls))
         self.messages = messages
         self.machine.restore(state)
+        self._pending = batch
+
+    @property
+    def pending(self) -> list[PendingCall]:
+        """The deferred calls waiting for a decision (in ``awaiting_approval``), in declaration
+        order."""
+        return [] if self._pending is None else list(self._pending.calls)
 
     @property
     def messages(self) -> list[Message]:
@@ -263,6 +306,9 @@ class Agent:
         Safe to call from any thread and at any moment. Returns False when no run is in progress.
         """
         run = self._run
+        if not self._running and self._pending is not None:
+            self._abort_pending(reason)
+            return True
         if not self._running or run is None:
             return False
         loop = self._loop
@@ -287,14 +333,21 @@ class Agent:
         raise UsageError("run_sync() cannot run inside an event loop; use 'await agent.run()'")
 
     async def run(
-        self, prompt: str | UserMessage | None = None, *, max_turns: int | None = None
+        self,
+        prompt: str | UserMessage | None = None,
+        *,
+        max_turns: int | None = None,
+        decisions: Mapping[str, Decision] | None = None,
     ) -> RunResult:
-        """Run until a terminal state and return how it ended.
+        """Run until a terminal state (or ``awaiting_approval``) and return how it ended.
 
         Args:
             prompt: the user input; None continues from the current history (after ``aborted``
                 or ``max_turns``, or with queued input) and keeps counting turns.
             max_turns: change the turn cap (it stays changed).
+            decisions: in ``awaiting_approval``, ``{call_id: Approve() | Approve(arguments={...})
+                | Deny(reason)}`` for some or all pending calls: decided calls run (or are
+                answered), the rest stay pending; once none is left the run goes on.
 
         Returns:
             The `RunResult`; its ``state`` is the agent's state.
@@ -302,16 +355,19 @@ class Agent:
         Raises:
             AgentBusyError: a run is already in progress.
             UsageError: nothing to continue from (no prompt, no queued input, and the history ends
-                with the model's complete answer).
+                with the model's complete answer); a prompt (or none, or no decisions) while calls
+                are pending; decisions for unknown or already decided calls, or when nothing is
+                pending. Nothing is changed then.
             asyncio.CancelledError: the task was cancelled; the history is recorded as aborted
                 first.
         """
         if self._running:
             raise AgentBusyError("this agent is already running; await that run or abort it")
         user = None if prompt is None else _as_user(prompt)
+        first = self._check_decisions(user, decisions)
         if max_turns is not None:
             self.max_turns = max_turns
-        if user is None and not (self._steering or self._follow_ups):
+        if first is Trigger.START and user is None and not (self._steering or self._follow_ups):
             self._check_can_continue()
         previous = self._run
         turns = 0 if user is not None or previous is None else previous.data.turns
@@ -322,9 +378,47 @@ class Agent:
         self._loop_thread = threading.get_ident()
         self._running = True
         try:
-            return await run.drive(user)
+            return await run.drive(user, first)
         finally:
             self._running = False
+
+    def _check_decisions(
+        self, user: UserMessage | None, decisions: Mapping[str, Decision] | None
+    ) -> Trigger:
+        """Validate ``decisions`` (changing nothing when they are wrong); store them and return
+        the first trigger (``decided``), or ``start`` when there are none."""
+        pending = self._pending
+        if pending is None:
+            if decisions:
+                raise UsageError("no call is awaiting approval; there is nothing to decide")
+            return Trigger.START
+        waiting = [call.id for call in pending.calls]
+        if user is not None or not decisions:
+            raise UsageError(
+                f"calls {', '.join(waiting)} are awaiting approval: decide them first with "
+                "agent.run(decisions={call_id: Approve() or Deny(reason)}), or agent.abort()"
+            )
+        unknown = [cid for cid in decisions if cid not in waiting]
+        if unknown:
+            raise UsageError(
+                f"no pending call has id {', '.join(map(repr, unknown))} (pending: "
+                f"{', '.join(waiting)}); a call is decided once"
+            )
+        wrong = [cid for cid, d in decisions.items() if not isinstance(d, Approve | Deny)]
+        if wrong:
+            raise UsageError(f"decisions must be Approve() or Deny(reason); got one for {wrong}")
+        pending.decisions = dict(decisions)
+        return Trigger.DECIDED
+
+    def _abort_pending(self, reason: str) -> None:
+        """An abort while calls wait for decisions: a short run answers them and ends
+        ``aborted`` (there is no run to stop)."""
+        run = self._run = Run(self, turns=0 if self._run is None else self._run.data.turns)
+        run.signal.set(reason)
+        run.emit(RunStart(None))
+        run.fire(Trigger.ABORT)
+        run.close_turn()
+        run.emit(RunEnd(run.result()))
 
     def _check_can_continue(self) -> None:
         last = self._last()

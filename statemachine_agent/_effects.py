@@ -9,12 +9,22 @@ binds them to states and transitions; the driver only calls what the definition 
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
-from ._execution import BatchRun, resolve
-from ._hooks import TurnInfo
-from ._messages import TRUNCATING_STOP_REASONS, StopReason, UserMessage, text_result
-from ._protocol import REFUSED, answer_dangling, ended_text
+from ._events import ApprovalRequested, CallDecided
+from ._execution import BatchRun, PendingBatch, resolve
+from ._hooks import Approve, Deny, PendingCall, TurnInfo
+from ._messages import (
+    TRUNCATING_STOP_REASONS,
+    AssistantMessage,
+    StopReason,
+    ToolCallBlock,
+    ToolResultMessage,
+    UserMessage,
+    text_result,
+)
+from ._protocol import AFTER_TERMINATION, NOT_RUN_PENDING, REFUSED, answer_dangling, ended_text
 from ._responses import refusal_text
 from ._states import Trigger
 
@@ -57,12 +67,16 @@ async def request_model(run: Run) -> str:
 
 async def run_tools(run: Run) -> str:
     """``executing_tools``: run the response's tool batch; every call gets one result, appended
-    in declaration order. Then ask ``should_continue``.
+    in declaration order. Then ask ``should_continue``. Calls a hook defers (or of a tool that
+    requires approval) are held: the batch's results wait with them (``pending``). Coming from
+    ``awaiting_approval``, the decided calls run (approved) or are answered (denied).
 
-    Returns ``tools_finished`` (the guards read ``turns``, ``keep_going``, ``terminate`` and
-    ``hook_error``), or ``abort`` when the run was aborted meanwhile.
+    Returns ``tools_finished`` (the guards read ``pending``, ``turns``, ``keep_going``,
+    ``terminate`` and ``hook_error``), or ``abort`` when the run was aborted meanwhile.
     """
     data, agent = run.data, run.agent
+    if agent._pending is not None:
+        return await _run_decided(run, agent._pending)
     response = data.response
     assert response is not None
     batch = BatchRun(
@@ -82,13 +96,112 @@ async def run_tools(run: Run) -> str:
         await batch.run()
     finally:
         # Every call gets its result, even when the task is being cancelled.
-        results = batch.results()
-        for result in results:
-            run.append(result, announce=False)  # announced when its call finished
-        data.results = run.turn_results = tuple(results)
-        run.complete_turn()
+        hold = not _cancelling()  # a cancelled task answers every call
+        deferred = batch.deferred() if hold else []
+        results = batch.results(hold=hold)
+        if deferred:
+            _hold(run, response, {r.tool_call_id: r for r in results}, deferred)
+        else:
+            _append_results(run, results)
     if run.signal.aborted:
         return Trigger.ABORT
+    if deferred:
+        return Trigger.TOOLS_FINISHED  # to awaiting_approval: nothing more until decisions
+    return await _after_batch(run, response, results, batch.terminate_reason)
+
+
+async def _run_decided(run: Run, pending: PendingBatch) -> str:
+    """The decided calls of a held batch: approved ones run (without the before hook: a person
+    approved them), denied ones are answered; undecided ones stay pending."""
+    data, agent = run.data, run.agent
+    response = data.response = pending.response
+    decisions, pending.decisions = pending.decisions, {}
+    held = dict(pending.results)
+    approved: list[ToolCallBlock] = []
+    terminate: str | None = None
+    for call in pending.calls:
+        decision = decisions.get(call.id)
+        block = next(c for c in response.tool_calls if c.id == call.id)
+        if isinstance(decision, Approve):
+            arguments = call.arguments if decision.arguments is None else decision.arguments
+            approved.append(block.model_copy(update={"input": arguments, "raw_arguments": None}))
+            run.emit(CallDecided(call.id, "approve", arguments=decision.arguments))
+        elif isinstance(decision, Deny):
+            result = text_result(block, f"Denied: {decision.reason}", is_error=True)
+            held[call.id] = result
+            run.record_result(result)
+            run.emit(CallDecided(call.id, "deny", reason=decision.reason))
+            if decision.terminate:
+                terminate = terminate or decision.reason
+    batch = BatchRun(
+        approved,
+        agent.tools,
+        mode=agent.tool_execution,
+        signal=run.signal,
+        abort_grace_seconds=agent.abort_grace_seconds,
+        emit=run.emit,
+        listening=run.listening,
+        on_result=run.record_result,
+        after=agent.after_tool_call,
+        deps=agent.deps,
+        approved=True,
+    )
+    try:
+        await batch.run()
+    finally:
+        held.update((r.tool_call_id, r) for r in batch.results())
+        waiting = [c for c in pending.calls if c.id not in held]
+        if waiting and terminate is None and not run.signal.aborted and not _cancelling():
+            _hold(run, response, held, waiting)
+        else:
+            text = AFTER_TERMINATION if terminate is not None else NOT_RUN_PENDING
+            for call in waiting:
+                block = next(c for c in response.tool_calls if c.id == call.id)
+                held[call.id] = text_result(block, text, is_error=True)
+                run.record_result(held[call.id])
+            agent._pending = None
+            _append_results(run, [held[c.id] for c in response.tool_calls])
+    if run.signal.aborted:
+        return Trigger.ABORT
+    if agent._pending is not None:
+        return Trigger.TOOLS_FINISHED
+    results = [held[c.id] for c in response.tool_calls]
+    return await _after_batch(run, response, results, terminate)
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _hold(
+    run: Run,
+    response: AssistantMessage,
+    results: dict[str, ToolResultMessage],
+    waiting: list[PendingCall],
+) -> None:
+    """Keep the batch open: its results wait for the decisions (nothing is sent meanwhile)."""
+    run.agent._pending = PendingBatch(response, results, waiting)
+    run.data.pending = True
+    run.turn_results = tuple(results.values())
+    run.complete_turn()
+
+
+def _append_results(run: Run, results: list[ToolResultMessage]) -> None:
+    for result in results:
+        run.append(result, announce=False)  # announced when its call finished
+    run.data.pending = False
+    run.data.results = run.turn_results = tuple(results)
+    run.complete_turn()
+
+
+async def _after_batch(
+    run: Run,
+    response: AssistantMessage,
+    results: list[ToolResultMessage],
+    terminate_reason: str | None,
+) -> str:
+    data, agent = run.data, run.agent
     data.hook_error = None
     if agent.should_continue is not None:
         info = TurnInfo(data.turns, response, tuple(results), run.usage, run.messages)
@@ -96,10 +209,18 @@ async def run_tools(run: Run) -> str:
             data.keep_going = bool(await resolve(agent.should_continue(info)))
         except Exception as exc:
             data.hook_error = f"The should_continue hook failed: {type(exc).__name__}: {exc}"
-    run.terminate_reason = batch.terminate_reason
-    data.terminate = batch.terminate_reason is not None
+    run.terminate_reason = terminate_reason
+    data.terminate = terminate_reason is not None
     data.max_turns = agent.max_turns
     return Trigger.TOOLS_FINISHED
+
+
+async def await_decisions(run: Run) -> None:
+    """``awaiting_approval``: the run stops here (``run()`` returns) until decisions come."""
+    pending = run.agent._pending
+    assert pending is not None
+    run.emit(ApprovalRequested(tuple(pending.calls)))
+    run.close_turn()
 
 
 async def settle(run: Run) -> None:
@@ -113,6 +234,22 @@ async def settle(run: Run) -> None:
 
 
 # -- actions -----------------------------------------------------------------------------------
+
+
+def answer_pending(run: Run) -> None:
+    """An abort while calls wait for decisions: each is answered "not run", the held results
+    go in with them, in declaration order."""
+    pending = run.agent._pending
+    run.error = run.signal.reason or run.error or "aborted while awaiting approval"
+    if pending is None:
+        return
+    run.agent._pending = None
+    held = dict(pending.results)
+    for call in pending.response.tool_calls:
+        if call.id not in held:
+            held[call.id] = text_result(call, NOT_RUN_PENDING, is_error=True)
+            run.record_result(held[call.id])
+    _append_results(run, [held[c.id] for c in pending.response.tool_calls])
 
 
 def answer_refused(run: Run) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
+from ._hooks import PendingCall
 from ._messages import AssistantMessage, Message, ToolCallBlock, ToolResultMessage
 
 if TYPE_CHECKING:
@@ -128,6 +129,25 @@ class ModelRetry:
     error: str
 
 
+@dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    """The run stopped in ``awaiting_approval``: ``calls`` wait for a decision."""
+
+    type: ClassVar[str] = "approval_requested"
+    calls: tuple[PendingCall, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CallDecided:
+    """A person decided on a deferred call (``decision`` is ``"approve"`` or ``"deny"``)."""
+
+    type: ClassVar[str] = "call_decided"
+    call_id: str
+    decision: str
+    reason: str | None = None
+    arguments: dict[str, Any] | None = None
+
+
 Event = (
     RunStart
     | RunEnd
@@ -141,6 +161,8 @@ Event = (
     | ToolExecutionEnd
     | StateChanged
     | ModelRetry
+    | ApprovalRequested
+    | CallDecided
 )
 
 

@@ -14,7 +14,7 @@ import inspect
 import json
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -22,8 +22,24 @@ from pydantic import ValidationError
 from ._cancel import AbortSignal, abort_scope
 from ._errors import ToolError
 from ._events import Event, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
-from ._hooks import AfterToolCall, Allow, BeforeToolCall, Deny, ToolCallInfo
-from ._messages import ImageBlock, TextBlock, ToolCallBlock, ToolResultMessage, text_result
+from ._hooks import (
+    AfterToolCall,
+    Allow,
+    Approve,
+    BeforeToolCall,
+    Defer,
+    Deny,
+    PendingCall,
+    ToolCallInfo,
+)
+from ._messages import (
+    AssistantMessage,
+    ImageBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultMessage,
+    text_result,
+)
 from ._protocol import (
     AFTER_TERMINATION,
     EMPTY_OUTPUT,
@@ -38,6 +54,8 @@ from ._tools import Tool, ToolContext, ToolResult, format_validation_error, repr
 ToolExecution = Literal["parallel", "sequential"]
 
 RAW_ARGUMENTS_CAP = 200
+
+_DEFERRED = {"awaiting_approval": True}  # marks the placeholder a deferred call's end event shows
 
 _JSON_KINDS = {
     "NoneType": "null",
@@ -142,6 +160,7 @@ class _Slot:
     announced: bool = False  # a start event was emitted
     result: ToolResultMessage | None = None
     terminate: str | None = None
+    deferred: PendingCall | None = None  # waits for a person's decision
 
 
 class BatchRun:
@@ -157,6 +176,7 @@ class BatchRun:
         emit: receives the tool-execution events.
         listening: whether anyone receives events (skips building them when not).
         on_result: called with each call's result the moment it is final (completion order).
+        approved: the calls were approved by a person (tools that require approval run).
     """
 
     def __init__(
@@ -173,6 +193,7 @@ class BatchRun:
         deps: Any = None,
         listening: Callable[[], bool] = lambda: True,
         on_result: Callable[[ToolResultMessage], None] = lambda _result: None,
+        approved: bool = False,
     ) -> None:
         self._slots = [_Slot(call) for call in calls]
         self._tools = tools
@@ -182,6 +203,7 @@ class BatchRun:
         self._emit = emit
         self._listening = listening
         self._on_result = on_result
+        self._approved = approved
         self._before = before
         self._after = after
         self._deps = deps
@@ -193,10 +215,21 @@ class BatchRun:
         """The reason of the first terminating denial, if any."""
         return next((s.terminate for s in self._slots if s.terminate), None)
 
-    def results(self) -> list[ToolResultMessage]:
-        """One result per call in declaration order; calls never reached get "not run"."""
+    def deferred(self) -> list[PendingCall]:
+        """The calls deferred for a decision, in declaration order (none once the batch was
+        aborted or a denial ended the run: those are answered instead)."""
+        if self._terminated or self._signal.aborted:
+            return []
+        return [slot.deferred for slot in self._slots if slot.deferred is not None]
+
+    def results(self, *, hold: bool = True) -> list[ToolResultMessage]:
+        """One result per call in declaration order; calls never reached get "not run". With
+        ``hold``, deferred calls (see `deferred`) get none: they wait for a decision."""
         out = []
+        waiting = {call.id for call in self.deferred()} if hold else set()
         for slot in self._slots:
+            if slot.call.id in waiting:
+                continue
             if slot.result is None:
                 if self._terminated and not self._signal.aborted:
                     text = AFTER_TERMINATION
@@ -209,6 +242,11 @@ class BatchRun:
 
     def _finish(self, slot: _Slot, result: ToolResultMessage) -> None:
         if slot.result is not None:
+            return
+        if slot.deferred is not None and result.details == _DEFERRED:
+            if slot.announced:  # the execution ends for now; the result comes with the decision
+                self._emit(ToolExecutionEnd(slot.call, result))
+                slot.announced = False
             return
         slot.result = result
         if slot.announced:
@@ -316,6 +354,13 @@ class BatchRun:
         self._resource_tails[resource] = turn
         return previous, turn
 
+    def _defer(self, slot: _Slot, reason: str) -> ToolResultMessage:
+        call = slot.call
+        arguments = call.input if isinstance(call.input, dict) else {}
+        slot.deferred = PendingCall(call.id, call.name, dict(arguments), reason)
+        result = text_result(call, f"Awaiting approval: {reason}")
+        return result.model_copy(update={"details": _DEFERRED})
+
     async def _checked_run(
         self,
         slot: _Slot,
@@ -325,6 +370,8 @@ class BatchRun:
     ) -> ToolResultMessage:
         call = slot.call
         info = ToolCallInfo(call, tool, kwargs, self._deps)
+        if self._before is None and tool.requires_approval and not self._approved:
+            return self._defer(slot, f"{tool.name} requires approval")
         if self._before is not None:
             try:
                 decision = await resolve(self._before(info))
@@ -335,6 +382,10 @@ class BatchRun:
                     slot.terminate = decision.reason
                     self._terminated = True
                 return text_result(call, f"Denied: {decision.reason}", is_error=True)
+            if isinstance(decision, Defer):
+                return self._defer(slot, decision.reason)
+            if tool.requires_approval and not self._approved and not isinstance(decision, Allow):
+                return self._defer(slot, f"{tool.name} requires approval")
             changed = decision.arguments if isinstance(decision, Allow) else decision
             if isinstance(changed, dict):
                 try:
@@ -408,3 +459,21 @@ def _hook_failed(hook: str, call: ToolCallBlock, exc: Exception) -> ToolResultMe
         f"The {hook} hook failed ({type(exc).__name__}: {exc}); the call was not completed.",
         is_error=True,
     )
+
+
+@dataclass(slots=True)
+class PendingBatch:
+    """A tool batch waiting for decisions: what an agent in ``awaiting_approval`` holds.
+
+    Attributes:
+        response: the assistant message whose calls these are (the last message of the history).
+        results: the results the batch already has, by call id (appended, in declaration order,
+            once every call is decided and run).
+        calls: the calls still waiting, in declaration order.
+        decisions: the decisions given for the next run, by call id.
+    """
+
+    response: AssistantMessage
+    results: dict[str, ToolResultMessage]
+    calls: list[PendingCall]
+    decisions: dict[str, Approve | Deny] = field(default_factory=dict)

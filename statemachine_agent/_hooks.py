@@ -27,6 +27,45 @@ class Deny:
 
 
 @dataclass(frozen=True, slots=True)
+class Defer:
+    """Do not run the call yet: the run stops in ``awaiting_approval`` once the rest of the batch
+    has run, until a person decides (``agent.run(decisions={call_id: Approve() | Deny(reason)})``,
+    from this process or another that resumed the session log)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Approve:
+    """A decision on a deferred call: run it (with ``arguments`` instead, when given; they are
+    validated again)."""
+
+    arguments: dict[str, Any] | None = None
+
+
+Decision = Approve | Deny
+"""A person's decision on a deferred call: `Approve` it, or `Deny` it (``Deny(reason,
+terminate=True)`` answers every pending call and ends the run ``aborted``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCall:
+    """A deferred call waiting for a decision.
+
+    Attributes:
+        id: the tool-call id (the key of its decision).
+        tool_name: the tool.
+        arguments: the arguments the model sent.
+        reason: why it was deferred.
+    """
+
+    id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallInfo:
     """What a tool hook sees.
 
@@ -64,10 +103,11 @@ class TurnInfo:
 
 BeforeToolCall = Callable[
     [ToolCallInfo],
-    "Allow | Deny | dict[str, Any] | Awaitable[Allow | Deny | dict[str, Any] | None] | None",
+    "Allow | Deny | Defer | dict[str, Any] | Awaitable[Allow | Deny | Defer | dict[str, Any] | None]"
+    " | None",
 ]
 """Return None or `Allow()` to run the call, a dict or `Allow(arguments)` to change its arguments,
-`Deny(reason)` to refuse it. Sync or async."""
+`Deny(reason)` to refuse it, `Defer(reason)` to wait for a person's decision. Sync or async."""
 
 AfterToolCall = Callable[
     [ToolCallInfo, ToolResultMessage],

@@ -71,6 +71,7 @@ class LoopData:
         keep_going: what the ``should_continue`` hook said after the last turn.
         terminate: a tool result of the last batch asked to end the run (terminating denial).
         hook_error: the ``should_continue`` hook raised (its error text).
+        pending: calls of the last batch were deferred and wait for a decision.
     """
 
     response: AssistantMessage | None = None
@@ -84,6 +85,7 @@ class LoopData:
     keep_going: bool = True
     terminate: bool = False
     hook_error: str | None = None
+    pending: bool = False
 
 
 Guard = Callable[[LoopData], bool]
@@ -151,6 +153,11 @@ def terminate_requested(data: LoopData) -> bool:
     return data.terminate
 
 
+def calls_pending(data: LoopData) -> bool:
+    """Calls of the batch were deferred and wait for a person's decision."""
+    return data.pending
+
+
 def hook_failed(data: LoopData) -> bool:
     """The ``should_continue`` hook raised."""
     return data.hook_error is not None
@@ -166,12 +173,15 @@ class StateSpec:
     Attributes:
         name: the state's name (a `State` for the built-in ones).
         effect: what entering it does; None only for ``idle``.
-        terminal: a run ends here.
+        terminal: a run ends here, and so does its work (every call is answered).
+        stops_run: ``run()`` returns here though the work goes on later (``awaiting_approval``);
+            its effect returns None.
     """
 
     name: str
     effect: Effect | None = None
     terminal: bool = False
+    stops_run: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,12 +224,14 @@ class TransitionSpec:
 _S = State
 _START_FROM = (_S.IDLE, *sorted(TERMINAL_STATES))
 _ACTIVE = (_S.AWAITING_MODEL, _S.EXECUTING_TOOLS)
+_APPROVAL = (_S.AWAITING_APPROVAL,)
 _T = TransitionSpec
 
 STATES: tuple[StateSpec, ...] = (
     StateSpec(_S.IDLE),
     StateSpec(_S.AWAITING_MODEL, fx.request_model),
     StateSpec(_S.EXECUTING_TOOLS, fx.run_tools),
+    StateSpec(_S.AWAITING_APPROVAL, fx.await_decisions, stops_run=True),
     StateSpec(_S.DONE, fx.settle, terminal=True),
     StateSpec(_S.ABORTED, fx.settle, terminal=True),
     StateSpec(_S.MAX_TURNS, fx.settle, terminal=True),
@@ -237,11 +249,14 @@ TRANSITIONS: tuple[TransitionSpec, ...] = (
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (can_continue_max_tokens,),        "max_tokens",     fx.continue_truncated),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (has_queued_input,),               "queued_input",   fx.deliver_queued),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (),                                "final_answer",   fx.note_final_answer),
+    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_APPROVAL,(calls_pending,),                  "deferred"),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.MAX_TURNS,        (turn_limit_reached,),             "turn_limit",     fx.note_turn_limit),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.ABORTED,          (terminate_requested,),            "terminated",     fx.note_terminated),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.FAILED,           (hook_failed,),                    "hook_failed",    fx.note_hook_failed),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_MODEL,   (),                                "next_turn",      fx.deliver_steering),
+    _T(Trigger.DECIDED,        _APPROVAL,             _S.EXECUTING_TOOLS,  (),                                "decided"),
     _T(Trigger.ABORT,          _ACTIVE,               _S.ABORTED,          (),                                "abort",          fx.note_abort),
+    _T(Trigger.ABORT,          _APPROVAL,             _S.ABORTED,          (),                                "abort_pending",  fx.answer_pending),
     _T(Trigger.FAIL,           _ACTIVE,               _S.FAILED,           (),                                "fail"),
 )
 # fmt: on
@@ -410,6 +425,11 @@ class LoopMachine:
         """``state`` ends a run."""
         return self.states[state].terminal
 
+    def stops_run(self, state: str) -> bool:
+        """``run()`` returns in ``state`` (a terminal state, or ``awaiting_approval``)."""
+        spec = self.states[state]
+        return spec.terminal or spec.stops_run
+
     def fire(self, trigger: str, data: LoopData) -> Fired:
         """Run ``trigger`` with the guards reading ``data``.
 
@@ -493,10 +513,11 @@ class LoopMachine:
         """Put the machine in ``state`` without a transition (resuming a saved session).
 
         Raises:
-            MachineDefinitionError: ``state`` is not ``idle`` or terminal (a run cannot be resumed
-                mid-flight).
+            MachineDefinitionError: ``state`` is not ``idle``, terminal or ``awaiting_approval`` (a
+                run cannot be resumed mid-flight).
         """
-        if state != State.IDLE and not self.states.get(state, StateSpec(state)).terminal:
+        spec = self.states.get(state, StateSpec(state))
+        if state != State.IDLE and not (spec.terminal or spec.stops_run):
             raise MachineDefinitionError(f"cannot restore the mid-run state {state!r}")
         assert self._machine is not None
         self._machine.set_state(str(state), model=self._holder)

@@ -51,6 +51,7 @@ TRUNCATED = (
     "smaller calls."
 )
 REFUSED = "Not executed: the model's response was a refusal."
+NOT_RUN_PENDING = "Not run: the run was aborted while this call was awaiting approval."
 AFTER_TERMINATION = "Not run: an earlier call of this batch ended the run."
 NO_RESULT = (
     "no result recorded: the run ended before this call finished; it may or may not have run; "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._hooks import PendingCall
 from ._messages import AssistantMessage, Message, ToolResultMessage, Usage
 from ._states import State
 
@@ -14,7 +15,8 @@ class RunResult:
     """The outcome of one run.
 
     Attributes:
-        state: the terminal state: ``done``, ``aborted``, ``max_turns`` or ``failed``.
+        state: where the run stopped: ``done``, ``aborted``, ``max_turns``, ``failed``, or
+            ``awaiting_approval`` (calls wait for a decision: see ``pending``).
         messages: the whole history after the run.
         new_messages: the messages this run added (the prompt included).
         turns: model responses in this run (a continued run keeps counting).
@@ -22,6 +24,8 @@ class RunResult:
         stop_reason: the stop reason of the last response.
         error: why the run did not end ``done`` (or what to know about how it did), else None.
         refusal: the provider's refusal details (category, explanation) when the model refused.
+        pending: in ``awaiting_approval``, the deferred calls waiting for a decision (id, tool
+            name, arguments, reason), in declaration order; empty otherwise.
     """
 
     state: State
@@ -32,6 +36,7 @@ class RunResult:
     stop_reason: str | None = None
     error: str | None = None
     refusal: dict[str, Any] | None = None
+    pending: tuple[PendingCall, ...] = ()
 
     @property
     def text(self) -> str:

@@ -154,8 +154,9 @@ class Run:
             fired.spec.action(self)
         return fired
 
-    async def drive(self, prompt: UserMessage | None) -> RunResult:
-        """Run from ``start`` to a terminal state and return the result.
+    async def drive(self, prompt: UserMessage | None, first: str = Trigger.START) -> RunResult:
+        """Run from ``first`` (``start``, or ``decided`` after decisions) until a state that
+        stops the run, and return the result.
 
         Raises:
             asyncio.CancelledError: the task was cancelled (the run is recorded as aborted first).
@@ -163,19 +164,20 @@ class Run:
         """
         self.emit(RunStart(prompt))
         try:
-            for repair in answer_dangling(self.messages):  # a given history ended mid-batch
-                self.append(repair)
-            if prompt is not None:
-                self.append(prompt)
-            else:
-                self.deliver_steering() or self.deliver_follow_up()
-            trigger: str | None = Trigger.START
+            if self.agent._pending is None:
+                for repair in answer_dangling(self.messages):  # a given history ended mid-batch
+                    self.append(repair)
+                if prompt is not None:
+                    self.append(prompt)
+                else:
+                    self.deliver_steering() or self.deliver_follow_up()
+            trigger: str | None = first
             while trigger is not None:
                 fired = self.fire(trigger)
                 state = self.machine.states[fired.dest]
                 assert state.effect is not None  # validated: only idle has none
                 trigger = await state.effect(self)
-                if trigger is None and not state.terminal:
+                if trigger is None and not (state.terminal or state.stops_run):
                     raise MachineDefinitionError(
                         f"the effect of state {state.name!r} returned no trigger"
                     )
@@ -192,7 +194,7 @@ class Run:
     async def _end_after_exception(self, reason: str, trigger: str) -> None:
         """End the run in a terminal state (``aborted`` or ``failed``) with every call answered,
         before the exception propagates."""
-        if not self.machine.is_terminal(self.machine.state):
+        if not self.machine.stops_run(self.machine.state):
             self.error = self.signal.reason or reason
             try:
                 fired = self.fire(trigger)
@@ -213,8 +215,10 @@ class Run:
         if last is not None and last.stop_reason == StopReason.REFUSAL:
             refusal = dict(last.stop_details or {})
         state = self.machine.state
+        pending = self.agent._pending
         return RunResult(
             state=state if isinstance(state, State) else State.FAILED,
+            pending=() if pending is None else tuple(pending.calls),
             messages=list(messages),
             new_messages=list(new),
             turns=self.data.turns,

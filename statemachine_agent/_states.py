@@ -10,7 +10,9 @@ class State(StrEnum):
 
     ``idle`` (constructed, no run yet) -> ``awaiting_model`` (a model request is in flight) ->
     ``executing_tools`` (the tool calls of the last response are running) -> ``awaiting_model`` ...
-    until a terminal state ends the run: ``done`` (the model answered and nothing is queued),
+    until a terminal state ends the run. ``awaiting_approval`` (deferred calls wait for a person's
+    decision) ends a run without ending its work: ``agent.run(decisions=...)`` continues it, in this
+    process or another. Terminal states: ``done`` (the model answered and nothing is queued),
     ``aborted`` (an abort, a cancelled task, or a terminating denial), ``max_turns`` (the turn cap
     or ``should_continue``), ``failed`` (the provider failed for good, or a bug escaped). A terminal
     state ends a run, not the agent: ``start`` leaves each of them.
@@ -19,6 +21,7 @@ class State(StrEnum):
     IDLE = "idle"
     AWAITING_MODEL = "awaiting_model"
     EXECUTING_TOOLS = "executing_tools"
+    AWAITING_APPROVAL = "awaiting_approval"
     DONE = "done"
     ABORTED = "aborted"
     MAX_TURNS = "max_turns"
@@ -30,6 +33,9 @@ TERMINAL_STATES: frozenset[State] = frozenset(
 )
 """States that end a run (not the agent: ``start`` leaves each of them)."""
 
+RUN_STOPS: frozenset[State] = frozenset({*TERMINAL_STATES, State.AWAITING_APPROVAL})
+"""States a run returns in: the terminal ones and ``awaiting_approval``."""
+
 
 class Trigger(StrEnum):
     """The built-in triggers. An effect returns the trigger to fire next."""
@@ -39,3 +45,4 @@ class Trigger(StrEnum):
     TOOLS_FINISHED = "tools_finished"
     ABORT = "abort"
     FAIL = "fail"
+    DECIDED = "decided"

@@ -89,6 +89,8 @@ class Tool:
         run_in_thread: run a sync function in a worker thread (default; a pool of up to
             `SYNC_TOOL_WORKERS` threads, so a parallel batch really runs in parallel) so it does
             not block the event loop.
+        requires_approval: every call waits for a person's decision (the run stops in
+            ``awaiting_approval``) unless a ``before_tool_call`` hook returns `Allow` for it.
 
     Raises:
         ToolDefinitionError: the name is invalid.
@@ -102,6 +104,7 @@ class Tool:
     resource: str | ResourceKey | None = None
     run_in_thread: bool = True
     context_param: str | None = None
+    requires_approval: bool = False
     is_async: bool = field(init=False)
     input_schema: dict[str, Any] = field(init=False)
     _field_names: tuple[str, ...] = field(init=False, repr=False)
@@ -164,6 +167,7 @@ def tool_from_function(
     timeout_seconds: float | None = None,
     resource: str | ResourceKey | None = None,
     run_in_thread: bool = True,
+    requires_approval: bool = False,
 ) -> Tool:
     """Build a `Tool` from a typed function (see `tool`).
 
@@ -209,6 +213,7 @@ def tool_from_function(
         resource=resource,
         run_in_thread=run_in_thread,
         context_param=context_param,
+        requires_approval=requires_approval,
     )
 
 
@@ -224,6 +229,7 @@ def tool(
     timeout_seconds: float | None = None,
     resource: str | ResourceKey | None = None,
     run_in_thread: bool = True,
+    requires_approval: bool = False,
 ) -> Callable[[ToolFunction], Tool]: ...
 
 
@@ -236,6 +242,7 @@ def tool(
     timeout_seconds: float | None = None,
     resource: str | ResourceKey | None = None,
     run_in_thread: bool = True,
+    requires_approval: bool = False,
 ) -> Tool | Callable[[ToolFunction], Tool]:
     """Turn a typed function into a `Tool`: ``@tool`` or ``@tool(timeout_seconds=5)``.
 
@@ -254,6 +261,7 @@ def tool(
             timeout_seconds=timeout_seconds,
             resource=resource,
             run_in_thread=run_in_thread,
+            requires_approval=requires_approval,
         )
 
     return wrap(function) if function is not None else wrap

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 
-from .._machine import TERMINAL_STATES, State
+from .._machine import State
+from .._messages import text_result
 from .._protocol import find_violations
+from .._states import RUN_STOPS
 from ._read import SessionData, read_session
 
 _IN_RUN = {State.AWAITING_MODEL.value, State.EXECUTING_TOOLS.value}
@@ -40,7 +42,18 @@ def check_session(path: str | os.PathLike[str]) -> tuple[SessionData, list[str]]
             f"call {repair.tool_call_id!r} ({repair.tool_name}) has no recorded result (the "
             "process died before it finished; resume answers it with an error result)"
         )
-    problems += [f"history {p}" for p in find_violations(data.messages)]
+    messages = list(data.messages)
+    if data.pending:  # the open batch waits for decisions: what it holds so far must fit
+        held = {r.tool_call_id: r for r in data.pending_results}
+        waiting = {call.id for call in data.pending}
+        last = messages[-1] if messages else None
+        calls = getattr(last, "tool_calls", [])
+        messages += [
+            held.get(c.id) or text_result(c, "(awaiting approval)")
+            for c in calls
+            if c.id in held or c.id in waiting
+        ]
+    problems += [f"history {p}" for p in find_violations(messages)]
     problems += _check_states_and_runs(data)
     return data, problems
 
@@ -71,7 +84,7 @@ def _check_states_and_runs(data: SessionData) -> list[str]:
             if run_line is None:
                 problems.append(f"line {record.line}: a run ended that never started")
             state = body.get("state")
-            if state not in {s.value for s in TERMINAL_STATES}:
+            if state not in {s.value for s in RUN_STOPS}:
                 problems.append(f"line {record.line}: a run ended in non-terminal state {state!r}")
             elif current is not None and state != current:
                 problems.append(

@@ -30,14 +30,18 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .._errors import UsageError
 from .._events import (
+    ApprovalRequested,
+    CallDecided,
     Event,
     MessageEnd,
     RunEnd,
     RunStart,
     StateChanged,
+    event_to_dict,
 )
-from .._machine import TERMINAL_STATES, State
+from .._machine import State
 from .._messages import HISTORY_ADAPTER, MESSAGE_ADAPTER, Message, ToolResultMessage
+from .._states import RUN_STOPS
 from ._read import FORMAT, VERSION, SessionData, read_session
 
 if sys.platform != "win32":
@@ -119,7 +123,7 @@ class SessionLog:
             log._file.flush()
         for repair in data.repairs:
             log._write({"type": "tool_result", "repair": True, "message": _dump(repair)})
-        if data.run_open and data.state in TERMINAL_STATES:
+        if data.run_open and data.state in RUN_STOPS:
             # The process died between the run's last state change and its end: the run did
             # end, in that state; only its end line is missing.
             log._write({"type": "run_end", "state": data.state.value, "error": None})
@@ -149,7 +153,7 @@ class SessionLog:
         """The state to resume in: the last one recorded (``aborted`` for a run the process died
         in; ``idle`` for a new log)."""
         state = self.data.state if self.data is not None else None
-        if state is None or (state is not State.IDLE and state not in TERMINAL_STATES):
+        if state is None or (state is not State.IDLE and state not in RUN_STOPS):
             return State.IDLE if state is None else State.ABORTED
         return state
 
@@ -197,7 +201,11 @@ class SessionLog:
             self._write_header(agent)
         logged = self.messages
         if not agent.messages and (logged or self.state is not State.IDLE):
-            agent.restore(logged, self.state)
+            data = self.data
+            pending = None
+            if data is not None and data.pending:
+                pending = (data.pending, data.pending_results)
+            agent.restore(logged, self.state, pending=pending)
         elif list(agent.messages) != logged:
             reason = "replaced" if logged else "initial"
             self.record_history(agent.messages, reason=reason)
@@ -274,6 +282,10 @@ class SessionLog:
             )
         elif isinstance(event, RunStart):
             self._write({"type": "run_start"})
+        elif isinstance(event, ApprovalRequested | CallDecided):
+            body = event_to_dict(event)
+            body["type"] = "pending" if isinstance(event, ApprovalRequested) else "decision"
+            self._write(body)
         elif isinstance(event, RunEnd):
             result = event.result
             self._write(
