@@ -214,3 +214,24 @@ def assert_valid_history(messages: Sequence[Message], *, request: bool = False) 
 def is_user_side(message: Message) -> bool:
     """A user message or a tool result: what a request may end with."""
     return isinstance(message, UserMessage | ToolResultMessage)
+
+
+def with_open_batch(
+    messages: Sequence[Message],
+    held: Sequence[ToolResultMessage],
+    waiting: Collection[str],
+) -> list[Message]:
+    """``messages`` as the protocol sees them while the last message's batch waits for decisions
+    (``awaiting_approval``): its held results and a placeholder for each waiting call, in
+    declaration order, so the rules can be checked on what the batch will become."""
+    out = list(messages)
+    last = out[-1] if out else None
+    if not isinstance(last, AssistantMessage):
+        return out
+    by_id = {r.tool_call_id: r for r in held}
+    for call in last.tool_calls:
+        if call.id in by_id:
+            out.append(by_id[call.id])
+        elif call.id in waiting:
+            out.append(text_result(call, "(awaiting approval)"))
+    return out

@@ -319,3 +319,78 @@ def test_pending_event_and_state_in_json(tmp_path: Path) -> None:
         {"id": "w_b", "tool_name": "write", "arguments": {"path": "b"}, "reason": REVIEW}
     ]
     assert records[-1]["type"] == "run_end" and records[-1]["state"] == "awaiting_approval"
+
+
+# -- case 6: the CLI -----------------------------------------------------------------------------
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "statemachine_agent", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_case6_cli_stops_awaiting_approval_and_approve_continues(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    session = tmp_path / "run.jsonl"
+    write = {"type": "tool_use", "id": "c1", "name": "write_file"}
+    write["input"] = {"path": "out.txt", "content": "written once\n"}  # type: ignore[assignment]
+    first = tmp_path / "first.json"
+    first.write_text(json.dumps([{"content": [write], "stop_reason": "tool_use"}]))
+    done = cli(
+        "run", "Write out.txt", "-w", str(ws), "-m", f"script:{first}", "--session", str(session)
+    )
+    assert done.returncode == 4, done.stdout + done.stderr
+    output = " ".join((done.stdout + done.stderr).split())
+    assert "Awaiting approval:" in output
+    assert 'c1: write_file {"path": "out.txt", "content": "written once\\n"}' in output
+    assert f"statemachine-agent approve {session} --call ID" in output
+    assert not (ws / "out.txt").exists()
+
+    second = tmp_path / "second.json"
+    second.write_text(
+        json.dumps(
+            [{"content": [{"type": "text", "text": "Wrote it."}], "stop_reason": "end_turn"}]
+        )
+    )
+    done = cli("approve", str(session), "--call", "c1", "-w", str(ws), "-m", f"script:{second}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (ws / "out.txt").read_text() == "written once\n"
+    writes = [
+        json.loads(line)
+        for line in session.read_text().splitlines()
+        if '"tool_result"' in line and '"c1"' in line
+    ]
+    assert len(writes) == 1  # written once, its result logged once
+    _data, problems = check_session(session)
+    assert problems == []
+
+
+def test_case6_json_lists_the_pending_calls(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    steps = [
+        {
+            "content": [
+                {"type": "tool_use", "id": "c9", "name": "run_command", "input": {"command": "ls"}}
+            ],
+            "stop_reason": "tool_use",
+        }
+    ]
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps(steps))
+    session = tmp_path / "run.jsonl"
+    done = cli(
+        "run", "list", "-w", str(ws), "-m", f"script:{script}", "--session", str(session), "--json"
+    )
+    assert done.returncode == 4, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    pending = [e for e in events if e["type"] == "approval_requested"]
+    assert pending and pending[0]["calls"][0]["id"] == "c9"
+    assert pending[0]["calls"][0]["reason"] == "permission needed to run the command: ls"

@@ -278,6 +278,7 @@ FIND = settings(
     deadline=None,
     database=None,
     phases=[Phase.explicit, Phase.generate, Phase.shrink],
+    report_multiple_bugs=False,
 )
 
 

@@ -6,11 +6,12 @@ import click
 
 from ._demo import demo_command
 from ._diagram import diagram
-from ._run import run_command
+from ._run import approve_command, run_command
 from ._session import check_command, replay_command
 
 COMMANDS: list[click.Command] = []
 COMMANDS.append(diagram)
 COMMANDS.append(run_command)
+COMMANDS.append(approve_command)
 COMMANDS.append(demo_command)
 COMMANDS.extend([replay_command, check_command])

@@ -22,6 +22,7 @@ from rich.console import Console
 
 from .._agent import Agent
 from .._errors import AgentError, UsageError
+from .._hooks import Approve, Decision, Deny
 from .._machine import State
 from .._result import RunResult
 from ..models._base import Model
@@ -38,7 +39,13 @@ from ..workspace import (
 )
 from ._view import JsonLinesView, LiveView, final_line, sandbox_line
 
-EXIT_CODES = {State.DONE: 0, State.FAILED: 1, State.MAX_TURNS: 3, State.ABORTED: 130}
+EXIT_CODES = {
+    State.DONE: 0,
+    State.FAILED: 1,
+    State.MAX_TURNS: 3,
+    State.AWAITING_APPROVAL: 4,
+    State.ABORTED: 130,
+}
 """The process exit code of each terminal state."""
 
 SYSTEM_PROMPT = """\
@@ -212,6 +219,7 @@ def execute(
     interactive: bool = False,
     continue_hint: str | None = None,
     sandbox: SandboxStatus | None = None,
+    decisions: dict[str, Decision] | None = None,
 ) -> RunResult:
     """Run ``prompt`` on ``agent`` with a live view (or JSON lines on stdout) and Ctrl-C handling.
 
@@ -222,6 +230,7 @@ def execute(
         continue_hint: printed under a ``max_turns`` or ``aborted`` final line (see `final_line`).
         sandbox: the ``run_command`` sandbox, stated before the run starts (live view) or in
             the ``run_start`` line under ``"sandbox"`` (JSON lines).
+        decisions: for a run awaiting approval, the decisions on its pending calls.
 
     Returns:
         The run's result; the final line has been printed (not in JSON mode).
@@ -242,7 +251,7 @@ def execute(
     async def main() -> RunResult:
         try:
             with interrupts.installed(asyncio.get_running_loop()):
-                return await agent.run(prompt)
+                return await agent.run(prompt, decisions=decisions)
         finally:
             # Close the provider's HTTP client inside this event loop, before asyncio.run ends it.
             aclose = getattr(agent.model, "aclose", None)
@@ -423,6 +432,20 @@ def resolve_sandbox(
     help="Also hidden from sandboxed commands, besides ~/.ssh, ~/.aws, ~/.config/gcloud and "
     "~/.netrc. Repeatable.",
 )
+@click.option(
+    "--approve",
+    "approve",
+    multiple=True,
+    metavar="ID",
+    help="With --session and no PROMPT: approve this call awaiting approval. Repeatable.",
+)
+@click.option(
+    "--deny",
+    "deny",
+    multiple=True,
+    metavar="ID:REASON",
+    help="With --session and no PROMPT: deny this call awaiting approval. Repeatable.",
+)
 @click.option("--json", "json_lines", is_flag=True, help="Print events as JSON lines on stdout.")
 def run_command(
     prompt: str | None,
@@ -438,6 +461,8 @@ def run_command(
     allow_network: bool,
     writable: Sequence[Path],
     hide: Sequence[str],
+    approve: Sequence[str],
+    deny: Sequence[str],
     json_lines: bool,
 ) -> None:
     """Run an agent on PROMPT in a workspace folder, showing the state machine as it goes.
@@ -455,7 +480,11 @@ def run_command(
     allow-list. Where bwrap is missing, commands run unsandboxed with a warning
     (--sandbox=require refuses instead); --no-sandbox turns it off.
 
-    Exit codes: 0 done, 1 failed, 3 max_turns, 130 aborted, 2 usage error.
+    With --session and no terminal, a command or write that no rule allows is not denied: the
+    run stops awaiting approval (exit code 4) with the pending calls printed; decide them with
+    `statemachine-agent approve FILE --call ID` (or --approve ID / --deny ID:REASON here).
+
+    Exit codes: 0 done, 1 failed, 3 max_turns, 4 awaiting approval, 130 aborted, 2 usage error.
     """
     console = Console(stderr=json_lines)
     try:
@@ -501,6 +530,14 @@ def run_command(
     except AgentError as exc:  # e.g. the session log is corrupt: not a usage error, exit 1
         raise click.ClickException(str(exc)) from exc
     interactive = not json_lines and _interactive(console)
+    permissions.defer = session is not None and not interactive
+    decisions = parse_decisions(approve, deny) or None
+    if decisions is not None and (prompt is not None or session is None):
+        raise click.UsageError("--approve and --deny continue a session: give --session, no PROMPT")
+    approve_hint = (
+        f"To decide: statemachine-agent approve {shlex.quote(str(session))} --call ID "
+        f"[--deny ID:REASON] -w {shlex.quote(str(workspace))} -m {shlex.quote(model_spec)}"
+    )
     hint = continue_command(
         workspace=workspace,
         model_spec=model_spec,
@@ -520,6 +557,7 @@ def run_command(
             interactive=interactive,
             continue_hint=hint,
             sandbox=sandbox,
+            decisions=decisions,
         )
     except UsageError as exc:  # e.g. no PROMPT and the logged run ended with an answer
         raise click.UsageError(str(exc)) from exc
@@ -527,8 +565,106 @@ def run_command(
         console.print("[red]Interrupted: quit without waiting for the run to end.[/red]")
         sys.exit(130)
     finally:
-        if agent.session is not None:
-            agent.session.close()
+        agent.close()
+    if result.state is State.AWAITING_APPROVAL and not json_lines:
+        console.print(pending_text(result, approve_hint), soft_wrap=True)
     if session is not None and not json_lines:
         console.print(f"[dim]Session log: {session}[/dim]", soft_wrap=True)
     sys.exit(EXIT_CODES.get(result.state, 1))
+
+
+def pending_text(result: RunResult, approve_hint: str) -> str:
+    """The calls waiting for a decision, one a line, and how to decide them."""
+    lines = ["Awaiting approval:"]
+    for call in result.pending:
+        arguments = json.dumps(call.arguments, ensure_ascii=False)
+        lines.append(f"  {call.id}: {call.tool_name} {arguments} ({call.reason})")
+    lines.append(approve_hint)
+    return "\n".join(lines)
+
+
+def parse_decisions(approve: Sequence[str], deny: Sequence[str]) -> dict[str, Decision]:
+    """``--approve ID`` and ``--deny ID:REASON`` as decisions.
+
+    Raises:
+        click.BadParameter: a ``--deny`` without a reason, or one call decided twice.
+    """
+    decisions: dict[str, Decision] = {}
+    for call_id in approve:
+        decisions[call_id.strip()] = Approve()
+    for item in deny:
+        call_id, _, reason = item.partition(":")
+        if not call_id.strip() or not reason.strip():
+            raise click.BadParameter(
+                f"{item!r}: give ID:REASON, e.g. --deny c2:'not today'", param_hint="--deny"
+            )
+        if call_id.strip() in decisions:
+            raise click.BadParameter(f"call {call_id.strip()!r} is decided twice")
+        decisions[call_id.strip()] = Deny(reason.strip())
+    return decisions
+
+
+@click.command("approve")
+@click.argument("session", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--call", "calls", multiple=True, metavar="ID", help="Approve this call. Repeatable.")
+@click.option("--all", "approve_all", is_flag=True, help="Approve every pending call.")
+@click.option(
+    "--deny", multiple=True, metavar="ID:REASON", help="Deny this call (the model reads REASON)."
+)
+@click.option(
+    "--workspace",
+    "-w",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=".",
+    show_default=True,
+)
+@click.option("--model", "-m", "model_spec", required=True, metavar="NAME|script:FILE")
+@click.option("--max-turns", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--yes", "-y", is_flag=True, help="Allow every later command and write.")
+@click.option("--allow", multiple=True, metavar="RULE", help="As for run. Repeatable.")
+@click.option("--json", "json_lines", is_flag=True, help="Print events as JSON lines on stdout.")
+@click.pass_context
+def approve_command(
+    ctx: click.Context,
+    session: Path,
+    calls: Sequence[str],
+    approve_all: bool,
+    deny: Sequence[str],
+    workspace: Path,
+    model_spec: str,
+    max_turns: int,
+    yes: bool,
+    allow: Sequence[str],
+    json_lines: bool,
+) -> None:
+    """Decide the calls of a session awaiting approval and continue its run.
+
+    Approved calls run once (they need no permission rule: a person approved them); denied ones
+    get an error result with the reason; once no call is pending the run goes on with the model.
+    Calls left undecided stay pending. Exit codes as for `run` (4: still awaiting approval).
+    """
+    if approve_all:
+        from ..session import read_session
+
+        calls = [*calls, *(c.id for c in read_session(session).pending)]
+    if not calls and not deny:
+        raise click.UsageError("say what to decide: --call ID, --all, or --deny ID:REASON")
+    ctx.invoke(
+        run_command,
+        prompt=None,
+        workspace=workspace,
+        model_spec=model_spec,
+        max_turns=max_turns,
+        session=session,
+        system_file=None,
+        yes=yes,
+        allow=allow,
+        sandbox_mode=None,
+        no_sandbox=False,
+        allow_network=False,
+        writable=(),
+        hide=(),
+        approve=calls,
+        deny=deny,
+        json_lines=json_lines,
+    )

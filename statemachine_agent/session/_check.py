@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 
 from .._machine import State
-from .._messages import text_result
-from .._protocol import find_violations
+from .._protocol import find_violations, with_open_batch
 from .._states import RUN_STOPS
 from ._read import SessionData, read_session
 
@@ -42,17 +41,9 @@ def check_session(path: str | os.PathLike[str]) -> tuple[SessionData, list[str]]
             f"call {repair.tool_call_id!r} ({repair.tool_name}) has no recorded result (the "
             "process died before it finished; resume answers it with an error result)"
         )
-    messages = list(data.messages)
-    if data.pending:  # the open batch waits for decisions: what it holds so far must fit
-        held = {r.tool_call_id: r for r in data.pending_results}
-        waiting = {call.id for call in data.pending}
-        last = messages[-1] if messages else None
-        calls = getattr(last, "tool_calls", [])
-        messages += [
-            held.get(c.id) or text_result(c, "(awaiting approval)")
-            for c in calls
-            if c.id in held or c.id in waiting
-        ]
+    messages = with_open_batch(
+        data.messages, data.pending_results, {call.id for call in data.pending}
+    )
     problems += [f"history {p}" for p in find_violations(messages)]
     problems += _check_states_and_runs(data)
     return data, problems

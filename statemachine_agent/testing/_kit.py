@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,11 +27,11 @@ from .._events import (
     TurnStart,
 )
 from .._execution import ToolExecution, resolve
-from .._hooks import BeforeToolCall, Deny, ToolCallInfo
-from .._machine import TERMINAL_STATES
-from .._messages import UserMessage
-from .._protocol import find_violations
+from .._hooks import BeforeToolCall, Decision, Defer, Deny, ToolCallInfo
+from .._messages import Message, UserMessage
+from .._protocol import find_violations, with_open_batch
 from .._result import RunResult
+from .._states import RUN_STOPS
 from .._tools import Tool, ToolContext, tool
 from ..models._base import ModelRequest, StreamEvent
 from ..models._offline import ScriptedModel
@@ -78,9 +78,12 @@ KIT_TOOLS: tuple[Tool, ...] = (act, lookup)
 """The kit's tools: ``act`` (does what its arguments say) and ``lookup`` (sync, keyed resource)."""
 
 
-def kit_before_tool_call(info: ToolCallInfo) -> Deny | None:
-    """Deny ``act`` calls whose behaviour is ``deny`` (or ``deny_stop``: ``terminate=True``)."""
+def kit_before_tool_call(info: ToolCallInfo) -> Deny | Defer | None:
+    """Deny ``act`` calls whose behaviour is ``deny`` (or ``deny_stop``: ``terminate=True``);
+    defer those whose behaviour is ``defer`` (the run stops in ``awaiting_approval``)."""
     behaviour = info.arguments.get("behaviour") if info.tool.name == "act" else None
+    if behaviour == "defer":
+        return Defer("the kit defers this call")
     if behaviour == "deny":
         return Deny("the kit denies this call")
     if behaviour == "deny_stop":
@@ -204,9 +207,11 @@ async def drive_run(
     *,
     abort: AbortPoint | None = None,
     inputs: Sequence[QueuedInput] = (),
+    decisions: Mapping[str, Decision] | None = None,
 ) -> RunReport:
-    """Run ``agent`` once (``prompt=None`` continues), aborting and queueing input when the run's
-    n-th event is emitted. A cancelled run's `asyncio.CancelledError` is caught and reported.
+    """Run ``agent`` once (``prompt=None`` continues; with ``decisions``, decides calls awaiting
+    approval), aborting and queueing input when the run's n-th event is emitted. A cancelled
+    run's `asyncio.CancelledError` is caught and reported.
 
     Returns:
         The `RunReport`; ``started`` is False when ``run`` raised `UsageError` up front.
@@ -233,7 +238,7 @@ async def drive_run(
 
     unsubscribe = agent.subscribe(on_event)
     try:
-        task = asyncio.ensure_future(agent.run(prompt))
+        task = asyncio.ensure_future(agent.run(prompt, decisions=decisions))
         try:
             report.result = await task
         except UsageError:
@@ -260,8 +265,15 @@ def _queue(agent: Agent, item: QueuedInput) -> None:
 
 
 def check_history(agent: Agent) -> list[str]:
-    """Invariants 1-4 on the agent's whole history."""
-    return [f"history: {p}" for p in find_violations(agent.messages)]
+    """Invariants 1-4 on the agent's whole history (with a batch awaiting approval, on what it
+    holds so far: its results and its waiting calls, in declaration order)."""
+    messages: list[Message] = agent.messages
+    held = agent._pending
+    if held is not None:
+        messages = with_open_batch(
+            messages, list(held.results.values()), {call.id for call in held.calls}
+        )
+    return [f"history: {p}" for p in find_violations(messages)]
 
 
 def check_run(agent: Agent, report: RunReport) -> list[str]:
@@ -287,7 +299,7 @@ def _check_ending(agent: Agent, report: RunReport) -> list[str]:
     ends = [e for e in report.events if isinstance(e, RunEnd)]
     if starts != 1 or len(ends) != 1:
         problems.append(f"invariant 5: {starts} run_start and {len(ends)} run_end events")
-    if agent.state not in TERMINAL_STATES:
+    if agent.state not in RUN_STOPS:
         problems.append(f"invariant 5: the run ended in non-terminal state {str(agent.state)!r}")
     if report.result is not None and report.result.state != agent.state:
         problems.append(

@@ -28,10 +28,20 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from .._agent import Agent
-from .._machine import TERMINAL_STATES, State
+from .._machine import State
 from .._messages import Message
+from .._states import RUN_STOPS
 from ._kit import AgentKit, RunReport, ScriptPlayer, check_history, check_run, drive_run, prefix_ids
-from .strategies import AbortPoint, QueuedInput, abort_points, histories, queued_inputs, scripts
+from .strategies import (
+    AbortPoint,
+    QueuedInput,
+    abort_points,
+    decisions,
+    deferring_responses,
+    histories,
+    queued_inputs,
+    scripts,
+)
 
 AgentFactory = Callable[[AgentKit], Agent]
 """Builds the agent under test from the kit's parts (``kit.agent(**options)``)."""
@@ -117,6 +127,37 @@ class AgentStateMachine(RuleBasedStateMachine):
         """``agent.run()`` without a prompt (it may refuse: nothing to continue)."""
         self._run(None, script, abort, inputs)
 
+    @precondition(lambda self: self.agent is not None and not self.agent.pending)
+    @rule(first=deferring_responses(), script=scripts(max_responses=3), abort=abort_points())
+    def run_deferring(
+        self, first: dict[str, Any], script: list[dict[str, Any]], abort: AbortPoint | None
+    ) -> None:
+        """A run whose first batch defers calls for a person's decision."""
+        self._run("do the task", [first, *script], abort, [])
+
+    @precondition(lambda self: self.agent is not None and bool(self.agent.pending))
+    @rule(data=st.data(), abort=abort_points(), script=scripts(max_responses=3))
+    def decide(
+        self, data: st.DataObject, abort: AbortPoint | None, script: list[dict[str, Any]]
+    ) -> None:
+        """Decide some calls awaiting approval (approve, edit, deny, deny and stop), or abort
+        while they wait; the run then goes on with ``script``."""
+        agent = self.agent
+        assert agent is not None
+        ids = [call.id for call in agent.pending]
+        if data.draw(st.integers(0, 4), label="abort while pending") == 0:
+            assert agent.abort("aborted while pending by the kit")
+            assert agent.state is State.ABORTED and not agent.pending
+            return
+        chosen = data.draw(decisions(ids), label="decisions")
+        self.runs += 1
+        model = agent.model
+        if isinstance(model, ScriptPlayer):
+            model.load(prefix_ids(script, f"r{self.runs}_"))
+        self.last = self.runner.run(drive_run(agent, None, abort=abort, decisions=chosen))
+        problems = check_run(agent, self.last)
+        assert not problems, _explain(problems, agent)
+
     @rule(inputs=queued_inputs(max_events=0, max_size=1))
     def queue_between_runs(self, inputs: list[QueuedInput]) -> None:
         """Steering or follow-up input queued while no run is in progress."""
@@ -134,7 +175,7 @@ class AgentStateMachine(RuleBasedStateMachine):
             return
         problems = check_history(agent)
         assert not problems, _explain(problems, agent)
-        assert agent.state is State.IDLE or agent.state in TERMINAL_STATES, agent.state
+        assert agent.state is State.IDLE or agent.state in RUN_STOPS, agent.state
         check = type(self).check
         if check is not None:
             check(agent)

@@ -29,7 +29,9 @@ from .._messages import (
     UserMessage,
 )
 
-Behaviour = Literal["return", "raise", "tool_error", "sleep", "ignore_abort", "deny", "deny_stop"]
+Behaviour = Literal[
+    "return", "raise", "tool_error", "sleep", "ignore_abort", "deny", "deny_stop", "defer"
+]
 BEHAVIOURS: tuple[Behaviour, ...] = (
     "return",
     "raise",
@@ -273,3 +275,40 @@ def histories(draw: st.DrawFn, *, max_turns: int = 3, id_prefix: str = "hist") -
         if not calls or draw(st.booleans()):
             messages.append(UserMessage(draw(texts(blank=False))))
     return messages
+
+
+def deferring_responses() -> st.SearchStrategy[dict[str, Any]]:
+    """A response whose batch holds one or two calls the kit defers (``{"behaviour": "defer"}``:
+    the run stops in ``awaiting_approval``) among other calls of the kit's ``act`` tool."""
+    deferred = st.just({"behaviour": "defer", "text": "needs a person"})
+    other = tool_behaviours()
+    calls = st.lists(st.one_of(deferred, other), min_size=1, max_size=3).filter(
+        lambda items: any(item.get("behaviour") == "defer" for item in items)
+    )
+    return calls.map(
+        lambda items: {
+            "content": [
+                {"type": "tool_use", "id": f"defer_{i}", "name": "act", "input": item}
+                for i, item in enumerate(items)
+            ],
+            "stop_reason": "tool_use",
+        }
+    )
+
+
+def decisions(call_ids: Sequence[str]) -> st.SearchStrategy[dict[str, Any]]:
+    """Decisions on some of the pending calls ``call_ids`` (at least one): approve, approve with
+    edited arguments (the ``act`` tool returning a text), deny, or deny and end the run."""
+    from .._hooks import Approve, Deny
+
+    one = st.sampled_from(
+        [
+            Approve(),
+            Approve(arguments={"behaviour": "return", "text": "edited by a person"}),
+            Deny("a person said no"),
+            Deny("a person stopped the run", terminate=True),
+        ]
+    )
+    return st.lists(st.sampled_from(list(call_ids)), min_size=1, unique=True).flatmap(
+        lambda chosen: st.fixed_dictionaries({call_id: one for call_id in chosen})
+    )

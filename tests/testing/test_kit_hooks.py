@@ -30,8 +30,11 @@ FIND = settings(
     deadline=None,
     database=None,
     phases=[Phase.explicit, Phase.generate, Phase.shrink],
+    report_multiple_bugs=False,
 )
-STEP = re.compile(r"^state\.(run|continue_run|queue_between_runs)\(", re.MULTILINE)
+STEP = re.compile(
+    r"^state\.(run|continue_run|queue_between_runs|run_deferring|decide)\(", re.MULTILINE
+)
 
 
 def kit_failure(factory: Any) -> str:
