@@ -41,7 +41,7 @@ VERSION = 1
 NO_RESULT_RECORDED = NO_RESULT
 
 RECORD_TYPES = frozenset(
-    {"header", "message", "tool_result", "state", "run_start", "run_end", "history"}
+    {"header", "message", "tool_start", "tool_result", "state", "run_start", "run_end", "history"}
 )
 _INCOMPLETE = (StopReason.ABORTED, StopReason.ERROR)
 

@@ -1,0 +1,421 @@
+"""The HTML replay of a session (`render_html`, ``statemachine-agent replay --html``), clicked
+through in a real headless Chromium opened from disk with the network off.
+
+The browser tests need Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs them);
+without them they are skipped, saying so. Selenium is pointed at ``/usr/bin/chromedriver`` and
+``/usr/bin/chromium`` and never downloads a driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from statemachine_agent import Agent, tool
+from statemachine_agent.cli import main
+from statemachine_agent.cli._demo import run_demo
+from statemachine_agent.models import ScriptedModel
+from statemachine_agent.session import _html, page_model, read_session, render_html, write_html
+from statemachine_agent.testing.steps import call, text_response, tool_response
+
+from .killing import run_and_kill
+
+CRASH_CHILD = Path(__file__).with_name("crash_child.py")
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
+XSS = "<img src=x onerror=\"document.title='pwned'\">"
+SCRIPT_END = "</script><script>document.title='pwned by script'</script><!--"
+
+
+# -- logs ----------------------------------------------------------------------------------------
+
+
+def demo_log(base: Path) -> Path:
+    """The demo's session log (the same run as ``statemachine-agent demo --delay 0``)."""
+    _, _, session = run_demo(base, console=Console(file=io.StringIO()), delay_seconds=0.0)
+    return session
+
+
+def parallel_log(path: Path) -> Path:
+    """One batch of three parallel calls sleeping 0.3 s, 0.1 s and 0.2 s, then an answer."""
+
+    @tool
+    async def wait(seconds: float) -> str:
+        """Sleep, then say how long."""
+        await asyncio.sleep(seconds)
+        return f"waited {seconds}"
+
+    model = ScriptedModel(
+        [
+            tool_response(
+                call("wait", {"seconds": 0.3}, id="c1"),
+                call("wait", {"seconds": 0.1}, id="c2"),
+                call("wait", {"seconds": 0.2}, id="c3"),
+            ),
+            text_response("all waited"),
+        ]
+    )
+    agent = Agent(model, tools=[wait], session=path)
+    agent.run_sync("wait three times")
+    assert agent.session is not None
+    agent.session.close()
+    return path
+
+
+def killed_and_resumed_log(base: Path) -> Path:
+    """crash_child.py SIGKILLed inside its first batch (one of three results logged), then run
+    again: it resumes the log (repairs, ``aborted``) and runs to the end."""
+    log, markers = base / "crash.jsonl", base / "markers.txt"
+
+    def one_result(lines: list[dict[str, Any]]) -> bool:
+        return sum(1 for line in lines if line["type"] == "tool_result") >= 1
+
+    assert run_and_kill(CRASH_CHILD, log, markers, one_result), "the child ended before the kill"
+    assert not run_and_kill(CRASH_CHILD, log, markers, lambda _lines: False)
+    return log
+
+
+def xss_log(path: Path) -> Path:
+    @tool
+    def fetch_page(note: str = "") -> str:
+        """Return a page."""
+        return XSS
+
+    model = ScriptedModel(
+        [
+            tool_response(call("fetch_page", {"note": SCRIPT_END}, id="x1"), text=SCRIPT_END),
+            text_response("The page holds " + XSS),
+        ]
+    )
+    agent = Agent(model, tools=[fetch_page], session=path)
+    agent.run_sync("fetch " + XSS)
+    assert agent.session is not None
+    agent.session.close()
+    return path
+
+
+# -- the browser -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not shutil.which(p)]
+    if missing:
+        reason = (
+            f"headless Chromium is not installed ({', '.join(missing)} missing): the browser tests "
+            "need Debian's chromium and chromium-driver (.ci/run installs them)"
+        )
+        print(reason)
+        pytest.skip(reason)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",  # Chromium refuses to run as root with its sandbox
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,900",
+    ):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        driver.execute_cdp_cmd("Network.enable", {})
+        driver.execute_cdp_cmd(
+            "Network.emulateNetworkConditions",
+            {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1},
+        )
+        yield driver
+    finally:
+        driver.quit()
+
+
+def open_page(driver: Any, page: Path) -> None:
+    """Load ``page`` from disk and wait until its script has built it."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(page.resolve().as_uri())
+    WebDriverWait(driver, 30).until(
+        lambda d: d.execute_script("return document.body.dataset.ready") == "1"
+    )
+    # Nothing was fetched: the page is self-contained.
+    assert driver.execute_script("return performance.getEntriesByType('resource').length") == 0
+    assert driver.get_log("browser") == []  # no script error, no blocked request
+
+
+def press(driver: Any, *keys: str) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    actions = ActionChains(driver)
+    for key in keys:
+        actions.send_keys(key)
+    actions.perform()
+
+
+def click(driver: Any, element: Any) -> None:
+    """Scroll ``element`` to the middle of the window (clear of the sticky step bar), click it."""
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
+    element.click()
+
+
+def classes(driver: Any, element_id: str) -> list[str]:
+    return str(driver.find_element("id", element_id).get_attribute("class")).split()
+
+
+def lit_texts(driver: Any, selector: str) -> list[str]:
+    return [e.text for e in driver.find_elements("css selector", selector + ".lit")]
+
+
+def step_to(driver: Any, text: str) -> None:
+    """From the first step, press the right arrow until the step line shows ``text``."""
+    from selenium.webdriver.common.keys import Keys
+
+    press(driver, Keys.HOME)
+    count = len(page_steps(driver))
+    for _ in range(count):
+        if text in driver.find_element("id", "step-text").text:
+            return
+        press(driver, Keys.ARROW_RIGHT)
+    raise AssertionError(f"no step shows {text!r}")
+
+
+def page_steps(driver: Any) -> list[Any]:
+    return list(driver.execute_script("return DATA.steps"))
+
+
+# -- the issue's cases ---------------------------------------------------------------------------
+
+
+def test_case1_demo_log_shows_6_turns_done_and_the_first_batch_lights_executing_tools(
+    tmp_path: Path, browser: Any
+) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    page = write_html(demo_log(tmp_path / "demo"), tmp_path / "demo.html")
+    open_page(browser, page)
+    assert browser.find_element("id", "summary-turns").text == "6"
+    assert len(browser.find_elements("css selector", "#timeline .turn")) == 6
+    assert browser.find_element("id", "summary-state").text == "done"
+    assert "current" in classes(browser, "state_done")  # it opens on the last step
+
+    press(browser, Keys.HOME, Keys.ARROW_RIGHT)  # the keyboard: the first tool batch
+    assert browser.find_element("id", "step-text").text == (
+        "awaiting_model → executing_tools (model_replied: tool_calls)"
+    )
+    assert "current" in classes(browser, "state_executing_tools")
+    assert "current" not in classes(browser, "state_done")
+    assert [e.get_attribute("id") for e in browser.find_elements("css selector", ".current")] == [
+        "state_executing_tools"
+    ]
+    taken = browser.find_elements("css selector", "#diagram .edge.taken")
+    assert len(taken) == 1 and "has_tool_calls" in taken[0].text
+    (lit_call,) = browser.find_elements("css selector", ".call.lit")
+    assert lit_call.get_attribute("data-call") == "toolu_demo_01"
+    assert lit_call.find_element("css selector", ".who").text == "→ list_files"
+    arguments = lit_call.find_element("css selector", "pre").text
+    assert json.loads(arguments) == {"path": ".", "recursive": True}
+    assert arguments == '{\n  "path": ".",\n  "recursive": true\n}'
+    assert [
+        e.get_attribute("data-call")
+        for e in browser.find_elements("css selector", ".item.lit")
+        if "result" in str(e.get_attribute("class"))
+    ] == ["toolu_demo_01"]
+
+    browser.find_element("id", "next").click()  # the buttons step too
+    assert "current" in classes(browser, "state_awaiting_model")
+    browser.find_element("id", "prev").click()
+    assert "current" in classes(browser, "state_executing_tools")
+    assert browser.find_element("id", "step-count").text == "step 2 / 12"
+
+
+def test_case2_parallel_bars_overlap_and_end_2nd_3rd_1st(tmp_path: Path, browser: Any) -> None:
+    page = write_html(parallel_log(tmp_path / "parallel.jsonl"), tmp_path / "parallel.html")
+    open_page(browser, page)
+    rects = {
+        call_id: browser.execute_script(
+            "const r = document.querySelector(`#timeline .bar[data-call='${arguments[0]}']`)"
+            ".getBoundingClientRect(); return [r.left, r.right];",
+            call_id,
+        )
+        for call_id in ("c1", "c2", "c3")
+    }
+    lefts = [r[0] for r in rects.values()]
+    rights = [r[1] for r in rects.values()]
+    assert max(lefts) < min(rights), f"the bars do not overlap: {rects}"
+    assert sorted(rects, key=lambda c: rects[c][1]) == ["c2", "c3", "c1"]
+    # The widths follow the durations: 0.1 s is a third of 0.3 s (within scheduling noise).
+    width = {c: r[1] - r[0] for c, r in rects.items()}
+    assert width["c2"] < width["c3"] < width["c1"]
+
+
+def test_case3_killed_mid_batch_and_resumed_marks_the_repair_the_abort_and_the_new_run(
+    tmp_path: Path, browser: Any
+) -> None:
+    page = write_html(killed_and_resumed_log(tmp_path), tmp_path / "crash.html")
+    open_page(browser, page)
+    items = browser.execute_script(
+        "return [...document.querySelectorAll('#transcript .item')].map("
+        "n => [n.className.replace(' lit', ''), n.dataset.call || '', n.textContent])"
+    )
+    kinds = [k for k, _, _ in items]
+    crash = kinds.index("item crash")
+    repairs = [i for i, (k, _, _) in enumerate(items) if "repair" in k.split()]
+    assert len(repairs) == 2  # two of the batch's three calls had no result logged
+    for i in repairs:
+        assert "repair: answered on resume" in items[i][2]
+        assert "no result recorded" in items[i][2]
+    aborted = next(i for i, (k, _, t) in enumerate(items) if k == "item state" and "aborted" in t)
+    # In log order: the crash, its repairs, aborted, the old run's end, then the resumed run.
+    assert crash < min(repairs) and max(repairs) < aborted
+    assert items[aborted][2] == "⚠ executing_tools → aborted  (resume: recovered)"
+    assert kinds[aborted + 1] == "item run_end" and "run 1 ended: aborted" in items[aborted + 1][2]
+    assert kinds[aborted + 2] == "item run_start" and items[aborted + 2][2] == "run 2 started"
+    assert items[aborted + 3][2] == "aborted → awaiting_model  (start: start)"
+    assert browser.find_element("id", "summary-state").text == "done"
+    assert browser.find_element("id", "summary-runs").text == "2"
+    assert browser.find_element("id", "summary-repairs").text == "2"
+
+    click(browser, browser.find_elements("css selector", "#transcript .item.crash")[0])
+    assert "current" in classes(browser, "state_aborted")
+    assert "recovered after the process died" in browser.find_element("id", "step-text").text
+    lit_repairs = browser.find_elements("css selector", "#transcript .item.result.repair.lit")
+    assert len(lit_repairs) == 2
+    repaired = {items[i][1] for i in repairs}
+    for call_id in repaired:
+        bar = browser.find_element("css selector", f"#timeline .bar[data-call='{call_id}']")
+        assert "repair" in str(bar.get_attribute("class")).split()
+
+
+def test_case4_markup_in_a_tool_result_is_text_and_never_runs(tmp_path: Path, browser: Any) -> None:
+    log = xss_log(tmp_path / "xss.jsonl")
+    page = write_html(log, tmp_path / "xss.html")
+    raw = page.read_text()
+    assert XSS not in raw and "</script><script>document" not in raw
+    open_page(browser, page)
+    assert browser.title == "session xss.jsonl"
+    step_to(browser, "(model_replied: tool_calls)")
+    (result,) = browser.find_elements("css selector", ".item.result.lit")
+    assert result.find_element("css selector", "pre").text == XSS
+    assert browser.title == "session xss.jsonl"
+    assert browser.find_elements("css selector", "#transcript img, #transcript script") == []
+    user = browser.find_element("css selector", "#transcript .item.user").text
+    assert user == "user\nfetch " + XSS
+    texts = browser.find_element("id", "transcript").text
+    assert SCRIPT_END in texts and f"The page holds {XSS}" in texts
+    assert browser.title == "session xss.jsonl"
+
+
+def test_case5_screenshot_at_the_first_tool_batch(tmp_path: Path, browser: Any) -> None:
+    page = write_html(demo_log(tmp_path / "demo"), tmp_path / "demo.html")
+    open_page(browser, page)
+    step_to(browser, "awaiting_model → executing_tools")
+    shot = tmp_path / "first_tool_batch.png"
+    assert browser.save_screenshot(str(shot))
+    data = shot.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    # A blank 1400x900 page is about 6 kB; the rendered diagram, timeline and text are far more.
+    assert len(data) > 40_000, len(data)
+    print(f"screenshot: {shot} ({len(data)} bytes)")
+
+
+# -- more of the same kind -----------------------------------------------------------------------
+
+
+def test_long_results_are_folded_until_asked_for(tmp_path: Path, browser: Any) -> None:
+    output = "\n".join(f"line {n}" for n in range(1, 5001))
+
+    @tool
+    def dump() -> str:
+        """A long output."""
+        return output
+
+    log = tmp_path / "long.jsonl"
+    model = ScriptedModel([tool_response(call("dump", {}, id="d1")), text_response("long")])
+    agent = Agent(model, tools=[dump], session=log)
+    agent.run_sync("dump")
+    assert agent.session is not None
+    agent.session.close()
+    open_page(browser, write_html(log, tmp_path / "long.html"))
+    result = browser.find_element("css selector", ".item.result")
+    shown = result.find_element("css selector", "pre").text
+    assert shown.splitlines()[-2:] == ["line 20", "…"]
+    button = result.find_element("css selector", "button.fold")
+    assert button.text == f"show all (5000 lines, {len(output)} characters)"
+    click(browser, button)
+    assert result.find_element("css selector", "pre").text.splitlines()[-1] == "line 5000"
+
+
+def test_the_page_works_without_graphviz(
+    tmp_path: Path, browser: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_dot(*_args: Any, **_kwargs: Any) -> bytes:
+        raise _html.GraphvizNotFoundError("no dot")
+
+    monkeypatch.setattr(_html, "render_image", no_dot)
+    log = parallel_log(tmp_path / "p.jsonl")
+    page = write_html(log, tmp_path / "p.html")
+    assert 'class="simple"' in page.read_text()
+    open_page(browser, page)
+    step_to(browser, "awaiting_model → executing_tools")
+    assert "current" in classes(browser, "state_executing_tools")
+    assert "taken" in classes(browser, "edge_6")
+
+
+def test_every_edge_and_state_has_an_element_in_both_drawings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    edges = len(_html.diagram_graph(None).edges)
+    expected = [f'id="edge_{n}"' for n in range(edges)] + ['id="edge_x0"']
+    expected += [f'id="state_{s}"' for s in ("idle", "awaiting_model", "executing_tools", "done")]
+    extra = [("executing_tools", "aborted", "resume")]
+    drawings = [_html.simple_svg(_html._with_extra(extra), edges)]
+    if shutil.which("dot"):
+        drawings.append(_html.diagram_svg(extra))
+    for svg in drawings:
+        for element in expected:
+            assert element in svg, element
+
+
+def test_the_recovery_transition_is_drawn_as_an_extra_edge(tmp_path: Path) -> None:
+    model = page_model(read_session(killed_and_resumed_log(tmp_path)))
+    assert model["extra_edges"] == [("executing_tools", "aborted", "resume")]
+    recovered = [s for s in model["steps"] if s["recovered"]]
+    assert [(s["source"], s["dest"], s["edge"]) for s in recovered] == [
+        ("executing_tools", "aborted", "edge_x0")
+    ]
+
+
+def test_script_json_cannot_end_its_script_element() -> None:
+    text = _html._script_json({"a": "</script><!-- & >"})
+    assert "<" not in text and ">" not in text and "&" not in text
+    assert json.loads(text) == {"a": "</script><!-- & >"}
+
+
+def test_replay_html_command_writes_the_page(tmp_path: Path) -> None:
+    log = parallel_log(tmp_path / "p.jsonl")
+    out = CliRunner().invoke(main, ["replay", str(log), "--html", str(tmp_path / "p.html")])
+    assert out.exit_code == 0, out.output
+    assert f"wrote {tmp_path / 'p.html'}" in out.output
+    page = (tmp_path / "p.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<title>session p.jsonl</title>" in page
+    assert page == render_html(log)
+
+
+def test_replay_html_refuses_a_file_that_is_not_a_log(tmp_path: Path) -> None:
+    bad = tmp_path / "notes.txt"
+    bad.write_text("hello\n")
+    out = CliRunner().invoke(main, ["replay", str(bad), "--html", str(tmp_path / "x.html")])
+    assert out.exit_code == 1 and "is not a session log" in out.output
+    assert not (tmp_path / "x.html").exists()
