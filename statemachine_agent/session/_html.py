@@ -122,6 +122,7 @@ class _Builder:
         self.run = 0
         self.run_open = False
         self.crashed = False  # a crash marker was placed for the open run
+        self.crash_time: float | None = None  # seconds of the last line before that crash
         self.last_time: float | None = None
         self.origin: float | None = None
         self.calls: dict[str, dict[str, Any]] = {}  # call id -> its timeline entry
@@ -332,12 +333,10 @@ class _Builder:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    @property
-    def crash_time(self) -> float | None:
-        return self.last_time
-
     def _crash(self) -> None:
+        """Mark where the process died: after the last line it logged in the open run."""
         self.crashed = True
+        self.crash_time = self.last_time
         self._item(
             {
                 "kind": "crash",

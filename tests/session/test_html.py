@@ -293,9 +293,18 @@ def test_case3_killed_mid_batch_and_resumed_marks_the_repair_the_abort_and_the_n
     lit_repairs = browser.find_elements("css selector", "#transcript .item.result.repair.lit")
     assert len(lit_repairs) == 2
     repaired = {items[i][1] for i in repairs}
-    for call_id in repaired:
+    (finished,) = {"b0_c0", "b0_c1", "b0_c2"} - repaired
+    rights = {}
+    for call_id in ("b0_c0", "b0_c1", "b0_c2"):
         bar = browser.find_element("css selector", f"#timeline .bar[data-call='{call_id}']")
-        assert "repair" in str(bar.get_attribute("class")).split()
+        assert ("repair" in str(bar.get_attribute("class")).split()) == (call_id in repaired)
+        rights[call_id] = browser.execute_script(
+            "return arguments[0].getBoundingClientRect().right", bar
+        )
+    # The repaired calls' bars stop where the log stopped (the one logged result), not at the
+    # resume a while later.
+    for call_id in repaired:
+        assert abs(rights[call_id] - rights[finished]) < 1.0, rights
 
 
 def test_case4_markup_in_a_tool_result_is_text_and_never_runs(tmp_path: Path, browser: Any) -> None:
