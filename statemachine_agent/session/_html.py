@@ -126,6 +126,7 @@ class _Builder:
         self.last_time: float | None = None
         self.origin: float | None = None
         self.calls: dict[str, dict[str, Any]] = {}  # call id -> its timeline entry
+        self.reply: int | None = None  # the response logged since the last state change
         self.last_calls: list[tuple[str, str]] = []  # (id, name) of the newest response's calls
         self.edges = _edge_index()
         self.extra_edges: list[tuple[str, str, str]] = []
@@ -221,7 +222,7 @@ class _Builder:
                 (b.id, b.name) for b in message.content if isinstance(b, ToolCallBlock)
             ]
             turn = self.turns[-1] if self.turns else None
-            self._item(
+            self.reply = self._item(
                 {
                     "kind": "assistant",
                     "blocks": [_block(b) for b in message.content],
@@ -279,6 +280,9 @@ class _Builder:
             "calls": [],
             "recovered": recovered,
         }
+        if self.reply is not None and trigger == "model_replied" and dest != "executing_tools":
+            step["items"].append(self.reply)  # the answer that ended the run (or looped)
+        self.reply = None
         self.steps.append(step)
         number = len(self.steps) - 1
         turn = self.turns[-1] if self.turns else None

@@ -342,6 +342,83 @@ def test_case5_screenshot_at_the_first_tool_batch(tmp_path: Path, browser: Any) 
 # -- more of the same kind -----------------------------------------------------------------------
 
 
+def test_sequential_calls_are_drawn_one_after_another(tmp_path: Path, browser: Any) -> None:
+    """A bar starts when its call started (the log's ``tool_start`` line), not with its batch."""
+
+    @tool
+    async def nap(seconds: float) -> str:
+        """Sleep."""
+        await asyncio.sleep(seconds)
+        return "slept"
+
+    log = tmp_path / "seq.jsonl"
+    model = ScriptedModel(
+        [
+            tool_response(
+                call("nap", {"seconds": 0.1}, id="s1"), call("nap", {"seconds": 0.1}, id="s2")
+            ),
+            text_response("napped"),
+        ]
+    )
+    agent = Agent(model, tools=[nap], session=log, tool_execution="sequential")
+    agent.run_sync("nap twice")
+    assert agent.session is not None
+    agent.session.close()
+    starts = [line for line in log.read_text().splitlines() if '"type":"tool_start"' in line]
+    assert [json.loads(line)["call_id"] for line in starts] == ["s1", "s2"]
+    out = CliRunner().invoke(main, ["check", str(log)])
+    assert out.exit_code == 0, out.output  # a tool_start line is no violation
+
+    open_page(browser, write_html(log, tmp_path / "seq.html"))
+    first, second = (
+        browser.execute_script(
+            "const r = document.querySelector(`#timeline .bar[data-call='${arguments[0]}']`)"
+            ".getBoundingClientRect(); return [r.left, r.right];",
+            call_id,
+        )
+        for call_id in ("s1", "s2")
+    )
+    assert second[0] >= first[1] - 1.0, (first, second)
+
+
+def test_a_long_log_is_built_as_needed_and_every_step_still_lights_its_entries(
+    tmp_path: Path, browser: Any
+) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    @tool
+    def tick(n: int) -> str:
+        """Count."""
+        return f"tick {n}"
+
+    log = tmp_path / "long.jsonl"
+    steps = [tool_response(call("tick", {"n": n}, id=f"t{n}")) for n in range(150)]
+    model = ScriptedModel([*steps, text_response("ticked")])
+    agent = Agent(model, tools=[tick], session=log, max_turns=200)
+    agent.run_sync("tick 150 times")
+    assert agent.session is not None
+    agent.session.close()
+    open_page(browser, write_html(log, tmp_path / "long.html"))
+    total = browser.execute_script("return DATA.items.length")
+    assert total > 600  # more than one chunk of 200
+    built = browser.execute_script("return document.querySelectorAll('#transcript .item').length")
+    assert built < total  # the middle is built when needed
+    assert browser.find_element("id", "summary-turns").text == "151"
+    (answer,) = browser.find_elements("css selector", ".item.assistant.lit")
+    assert answer.find_element("css selector", ".text").text == "ticked"
+    assert answer.find_element("css selector", ".meta").text.startswith("turn 151 · stop end_turn")
+
+    press(browser, Keys.HOME)
+    assert "current" in classes(browser, "state_awaiting_model")
+    assert lit_texts(browser, ".item.user") == ["user\ntick 150 times"]
+    press(browser, *[Keys.ARROW_RIGHT] * (2 * 75 + 1))  # to turn 76's batch, a middle chunk
+    (lit_call,) = browser.find_elements("css selector", ".call.lit")
+    assert lit_call.get_attribute("data-call") == "t75"
+    (result,) = browser.find_elements("css selector", ".item.result.lit")
+    assert result.find_element("css selector", "pre").text == "tick 75"
+    assert lit_texts(browser, "#timeline .turn")[0].startswith("turn 76 · run 1")
+
+
 def test_long_results_are_folded_until_asked_for(tmp_path: Path, browser: Any) -> None:
     output = "\n".join(f"line {n}" for n in range(1, 5001))
 
