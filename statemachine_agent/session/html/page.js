@@ -54,6 +54,45 @@ function foldedText(tag, className, text) {
   return wrap;
 }
 
+// A long list is built a chunk at a time, when the chunk comes near the visible part (or when a
+// step needs one of its entries), so a 10,000-message log opens fast. Until then a chunk is an
+// empty box of about its height.
+const CHUNK = 200;
+
+function lazyList(box, count, render, estimate, root) {
+  const nodes = new Array(count);
+  const chunks = [];
+  const observer = new IntersectionObserver((entries) => {
+    for (const entry of entries) if (entry.isIntersecting) fill(Number(entry.target.dataset.chunk));
+  }, { root: root || null, rootMargin: "2000px 0px" });
+  for (let c = 0; c * CHUNK < count; c++) {
+    const chunk = el("div", "chunk");
+    chunk.dataset.chunk = String(c);
+    let height = 0;
+    for (let i = c * CHUNK; i < Math.min(count, (c + 1) * CHUNK); i++) height += estimate(i);
+    chunk.style.minHeight = height + "px";
+    chunks.push(chunk);
+    box.append(chunk);
+  }
+  function fill(c) {
+    const chunk = chunks[c];
+    if (!chunk || chunk.dataset.done) return;
+    chunk.dataset.done = "1";
+    observer.unobserve(chunk);
+    const fragment = document.createDocumentFragment();
+    for (let i = c * CHUNK; i < Math.min(count, (c + 1) * CHUNK); i++) {
+      nodes[i] = render(i);
+      fragment.append(nodes[i]);
+    }
+    chunk.append(fragment);
+    chunk.style.minHeight = "";
+  }
+  return {
+    node(i) { fill(Math.floor(i / CHUNK)); return nodes[i]; },
+    observe() { chunks.forEach((chunk) => { if (!chunk.dataset.done) observer.observe(chunk); }); },
+  };
+}
+
 // -- header ----------------------------------------------------------------------------------
 
 function buildHeader() {
@@ -84,8 +123,9 @@ function buildHeader() {
 
 // -- transcript ------------------------------------------------------------------------------
 
-const itemNodes = []; // item index -> element
-const callNodes = new Map(); // tool call id -> its block in the assistant message
+let items = null; // lazyList of the transcript: items.node(index) -> element
+const callNodes = new Map(); // tool call id -> its block in the assistant message (once built)
+const callItem = new Map(); // tool call id -> index of the assistant message holding it
 
 function buildItem(item, index) {
   const node = el("article", "item " + item.kind);
@@ -159,15 +199,17 @@ function buildItem(item, index) {
   return node;
 }
 
+const HEIGHTS = { state: 24, run_start: 40, run_end: 40, user: 70, result: 90, assistant: 150 };
+
 function buildTranscript() {
   const box = document.getElementById("transcript");
-  const fragment = document.createDocumentFragment();
   DATA.items.forEach((item, index) => {
-    const node = buildItem(item, index);
-    itemNodes.push(node);
-    fragment.append(node);
+    if (item.kind === "assistant") {
+      for (const block of item.blocks) if (block.type === "call") callItem.set(block.id, index);
+    }
   });
-  box.append(fragment);
+  items = lazyList(box, DATA.items.length, (i) => buildItem(DATA.items[i], i),
+                   (i) => HEIGHTS[DATA.items[i].kind] || 60);
   box.addEventListener("click", (event) => {
     if (event.target.closest("button, summary, details[open] > div")) return;
     const node = event.target.closest(".item");
@@ -177,7 +219,7 @@ function buildTranscript() {
 
 // -- timeline --------------------------------------------------------------------------------
 
-const turnNodes = []; // turn index -> row
+let turns = null; // lazyList of the timeline: turns.node(index) -> row
 
 function bar(className, start, end, origin, scale, label) {
   const node = el("div", "bar " + className);
@@ -199,8 +241,8 @@ function buildTimeline() {
     if (t.start !== null) scale = Math.max(scale, last - t.start);
   }
   scale = scale || 1;
-  const fragment = document.createDocumentFragment();
-  for (const t of DATA.turns) {
+  const render = (k) => {
+    const t = DATA.turns[k];
     const row = el("div", "turn");
     row.dataset.step = String(t.step);
     const origin = t.start === null ? 0 : t.start;
@@ -222,10 +264,10 @@ function buildTimeline() {
     }
     row.append(lanes);
     row.addEventListener("click", () => show(t.step_tools !== undefined ? t.step_tools : t.step));
-    turnNodes.push(row);
-    fragment.append(row);
-  }
-  box.append(fragment);
+    return row;
+  };
+  turns = lazyList(box, DATA.turns.length, render, (k) => 24 + 18 * DATA.turns[k].calls.length,
+                   document.getElementById("left"));
 }
 
 // -- stepping --------------------------------------------------------------------------------
@@ -250,17 +292,20 @@ function show(index) {
   const mark = (node, cls) => { if (node) { node.classList.add(cls); lit.push(node); } };
   mark(document.getElementById("state_" + step.dest), "current");
   if (step.edge) mark(document.getElementById(step.edge), "taken");
-  for (const i of step.items) mark(itemNodes[i], "lit");
-  for (const id of step.calls) mark(callNodes.get(id), "lit");
+  for (const i of step.items) mark(items.node(i), "lit");
+  for (const id of step.calls) {
+    if (callItem.has(id)) items.node(callItem.get(id)); // builds the block
+    mark(callNodes.get(id), "lit");
+  }
   const turn = turnOfStep(index);
-  if (turn >= 0 && DATA.turns[turn].run === step.run) mark(turnNodes[turn], "lit");
+  if (turn >= 0 && DATA.turns[turn].run === step.run) mark(turns.node(turn), "lit");
   document.getElementById("step-count").textContent = "step " + (index + 1) + " / " + steps.length;
   document.getElementById("step-text").textContent = step.source + " → " + step.dest +
     " (" + step.trigger + ": " + step.label + ")" + (step.recovered ? " — recovered after the process died" : "");
   document.body.dataset.state = step.dest;
-  const first = step.calls.length ? callNodes.get(step.calls[0]) : itemNodes[step.items[0]];
+  const first = step.calls.length ? callNodes.get(step.calls[0]) : items.node(step.items[0]);
   if (first) first.scrollIntoView({ block: "nearest" });
-  if (turn >= 0) turnNodes[turn].scrollIntoView({ block: "nearest" });
+  if (turn >= 0) turns.node(turn).scrollIntoView({ block: "nearest" });
 }
 
 function buildControls() {
@@ -283,5 +328,9 @@ buildHeader();
 buildTranscript();
 buildTimeline();
 buildControls();
+items.node(0);
+turns.node(0);
 show(DATA.steps.length - 1);
+items.observe();
+turns.observe();
 document.body.dataset.ready = "1";
