@@ -433,7 +433,12 @@ def _plain_name(text: str) -> str:
 
 
 def _usage(usage: Usage) -> dict[str, int]:
-    return usage.model_dump(mode="json")
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+    }
 
 
 def _block(block: Any) -> dict[str, Any]:
@@ -442,15 +447,14 @@ def _block(block: Any) -> dict[str, Any]:
     if isinstance(block, ThinkingBlock):
         return {"type": "thinking", "text": block.thinking}
     if isinstance(block, ToolCallBlock):
-        if block.raw_arguments is not None:
-            args = block.raw_arguments
-        else:
-            args = json.dumps(block.input, indent=2, ensure_ascii=False)
+        # The page indents ``input`` itself (JSON.stringify), when it shows the call; the raw
+        # text of arguments that did not parse is shown as it came.
         return {
             "type": "call",
             "id": block.id,
             "name": block.name,
-            "args": args,
+            "input": block.input,
+            "raw": block.raw_arguments,
             "truncated": block.truncated,
         }
     return {"type": "other", "text": f"[{getattr(block, 'type', 'block')} block]"}

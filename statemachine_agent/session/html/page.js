@@ -156,7 +156,8 @@ function buildItem(item, index) {
           const title = el("div");
           title.append(el("span", "who", "→ " + block.name), el("span", "meta", block.id));
           if (block.truncated) title.append(el("span", "badge error", "truncated by max_tokens: not run"));
-          call.append(title, foldedText("pre", "args", block.args));
+          const args = block.raw !== null ? block.raw : JSON.stringify(block.input, null, 2);
+          call.append(title, foldedText("pre", "args", args === undefined ? "null" : args));
           callNodes.set(block.id, call);
           node.append(call);
         } else {
