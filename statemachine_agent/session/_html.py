@@ -150,9 +150,7 @@ class _Builder:
                     "text": "the log ends during this run (the process died, or is still running)",
                 },
             )
-        for index in self.pending:  # items after the last state change
-            if self.steps:
-                self.steps[-1]["items"].append(index)
+        self._flush_pending()  # items after the last state change belong to the last step
         return {
             "summary": self._summary(),
             "items": self.items,

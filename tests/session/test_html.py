@@ -30,7 +30,7 @@ from statemachine_agent.testing.steps import call, text_response, tool_response
 
 from .killing import run_and_kill
 
-CRASH_CHILD = Path(__file__).with_name("crash_child.py")
+HANG_CHILD = Path(__file__).with_name("hang_child.py")
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
 XSS = "<img src=x onerror=\"document.title='pwned'\">"
@@ -72,16 +72,23 @@ def parallel_log(path: Path) -> Path:
     return path
 
 
-def killed_and_resumed_log(base: Path) -> Path:
-    """crash_child.py SIGKILLed inside its first batch (one of three results logged), then run
-    again: it resumes the log (repairs, ``aborted``) and runs to the end."""
+def killed_log(base: Path) -> Path:
+    """hang_child.py SIGKILLed mid-batch: of its three parallel calls, c2 and c1 finished (their
+    results are logged), c3 hangs until the kill (no result)."""
     log, markers = base / "crash.jsonl", base / "markers.txt"
 
-    def one_result(lines: list[dict[str, Any]]) -> bool:
-        return sum(1 for line in lines if line["type"] == "tool_result") >= 1
+    def two_results(lines: list[dict[str, Any]]) -> bool:
+        return sum(1 for line in lines if line["type"] == "tool_result") == 2
 
-    assert run_and_kill(CRASH_CHILD, log, markers, one_result), "the child ended before the kill"
-    assert not run_and_kill(CRASH_CHILD, log, markers, lambda _lines: False)
+    assert run_and_kill(HANG_CHILD, log, markers, two_results), "the child did not hang"
+    return log
+
+
+def killed_and_resumed_log(base: Path) -> Path:
+    """`killed_log`, then the child run again: it resumes the log (c3 repaired, the run
+    ``aborted``) and starts a new run that ends ``done``."""
+    log = killed_log(base)
+    assert not run_and_kill(HANG_CHILD, log, base / "markers.txt", lambda _lines: False)
     return log
 
 
@@ -272,39 +279,43 @@ def test_case3_killed_mid_batch_and_resumed_marks_the_repair_the_abort_and_the_n
     kinds = [k for k, _, _ in items]
     crash = kinds.index("item crash")
     repairs = [i for i, (k, _, _) in enumerate(items) if "repair" in k.split()]
-    assert len(repairs) == 2  # two of the batch's three calls had no result logged
-    for i in repairs:
-        assert "repair: answered on resume" in items[i][2]
-        assert "no result recorded" in items[i][2]
+    assert [items[i][1] for i in repairs] == ["c3"]  # the call that hung had no result
+    assert "repair: answered on resume" in items[repairs[0]][2]
+    assert "no result recorded" in items[repairs[0]][2]
     aborted = next(i for i, (k, _, t) in enumerate(items) if k == "item state" and "aborted" in t)
-    # In log order: the crash, its repairs, aborted, the old run's end, then the resumed run.
-    assert crash < min(repairs) and max(repairs) < aborted
+    # In log order: the crash, its repair, aborted, the old run's end, then the resumed run.
+    assert crash < repairs[0] < aborted
     assert items[aborted][2] == "⚠ executing_tools → aborted  (resume: recovered)"
     assert kinds[aborted + 1] == "item run_end" and "run 1 ended: aborted" in items[aborted + 1][2]
     assert kinds[aborted + 2] == "item run_start" and items[aborted + 2][2] == "run 2 started"
-    assert items[aborted + 3][2] == "aborted → awaiting_model  (start: start)"
+    assert items[aborted + 3][2] == "user" + "three at once"
+    assert items[aborted + 4][2] == "aborted → awaiting_model  (start: start)"
     assert browser.find_element("id", "summary-state").text == "done"
     assert browser.find_element("id", "summary-runs").text == "2"
-    assert browser.find_element("id", "summary-repairs").text == "2"
+    assert browser.find_element("id", "summary-repairs").text == "1"
 
     click(browser, browser.find_elements("css selector", "#transcript .item.crash")[0])
     assert "current" in classes(browser, "state_aborted")
+    assert "taken" in classes(browser, "edge_x0")  # the recovery, drawn from the log
     assert "recovered after the process died" in browser.find_element("id", "step-text").text
-    lit_repairs = browser.find_elements("css selector", "#transcript .item.result.repair.lit")
-    assert len(lit_repairs) == 2
-    repaired = {items[i][1] for i in repairs}
-    (finished,) = {"b0_c0", "b0_c1", "b0_c2"} - repaired
+    (lit_repair,) = browser.find_elements("css selector", "#transcript .item.result.repair.lit")
+    assert lit_repair.get_attribute("data-call") == "c3"
     rights = {}
-    for call_id in ("b0_c0", "b0_c1", "b0_c2"):
+    for call_id in ("c1", "c2", "c3"):
         bar = browser.find_element("css selector", f"#timeline .bar[data-call='{call_id}']")
-        assert ("repair" in str(bar.get_attribute("class")).split()) == (call_id in repaired)
+        assert ("repair" in str(bar.get_attribute("class")).split()) == (call_id == "c3")
+        # Where the bar ends, in % of the timeline's width (a very short bar is drawn 2 px wide).
         rights[call_id] = browser.execute_script(
-            "return arguments[0].getBoundingClientRect().right", bar
+            "return parseFloat(arguments[0].style.left) + parseFloat(arguments[0].style.width)",
+            bar,
         )
-    # The repaired calls' bars stop where the log stopped (the one logged result), not at the
-    # resume a while later.
-    for call_id in repaired:
-        assert abs(rights[call_id] - rights[finished]) < 1.0, rights
+    # The repaired call's bar stops where the log stopped (c1's result, the last line before the
+    # kill), not at the resume seconds later.
+    assert rights["c3"] == pytest.approx(rights["c1"]), rights
+    assert rights["c2"] < rights["c1"]
+    # The crashed turn ends there too (its row's length leaves out the time until the resume).
+    turn = browser.execute_script("return DATA.turns[0]")
+    assert turn["end"] == next(c["end"] for c in turn["calls"] if c["id"] == "c1")
 
 
 def test_case4_markup_in_a_tool_result_is_text_and_never_runs(tmp_path: Path, browser: Any) -> None:
@@ -481,6 +492,32 @@ def test_the_recovery_transition_is_drawn_as_an_extra_edge(tmp_path: Path) -> No
     assert [(s["source"], s["dest"], s["edge"]) for s in recovered] == [
         ("executing_tools", "aborted", "edge_x0")
     ]
+
+
+def test_a_log_that_ends_mid_run_says_so_and_its_unfinished_call_has_no_end(
+    tmp_path: Path,
+) -> None:
+    log = killed_log(tmp_path)
+    model = page_model(read_session(log))
+    assert model["items"][-1]["kind"] == "crash"
+    assert model["items"][-1]["text"] == (
+        "the log ends during this run (the process died, or is still running)"
+    )
+    assert model["summary"]["state"] == "executing_tools"
+    ends = {c["id"]: c["end"] for c in model["turns"][-1]["calls"]}
+    assert ends["c3"] is None and ends["c1"] is not None and ends["c2"] is not None
+    assert "the log ends during this run" in render_html(log)  # the page renders it
+
+
+def test_an_empty_log_renders_a_page(tmp_path: Path) -> None:
+    log = tmp_path / "empty.jsonl"
+    log.write_text(
+        '{"type":"header","format":"statemachine-agent-session","version":1,"tools":[]}\n'
+    )
+    model = page_model(read_session(log))
+    assert (model["items"], model["steps"], model["turns"]) == ([], [], [])
+    assert model["summary"]["state"] == "idle"
+    assert render_html(log).startswith("<!DOCTYPE html>")
 
 
 def test_script_json_cannot_end_its_script_element() -> None:
