@@ -228,8 +228,9 @@ function bar(className, start, end, origin, scale, label) {
   const to = end === null ? from : end - origin;
   node.style.left = (100 * from / scale) + "%";
   node.style.width = (100 * Math.max(to - from, 0) / scale) + "%";
-  // The label follows the bar, or sits inside it when the bar reaches far to the right.
-  node.append(el("span", to / scale > 0.6 ? "bar-text inside" : "bar-text", label));
+  // The label sits inside a wide bar, before a narrow one near the right end, else after it.
+  const place = (to - from) / scale > 0.35 ? " inside" : to / scale > 0.6 ? " before" : "";
+  node.append(el("span", "bar-text" + place, label));
   node.title = label;
   return node;
 }
