@@ -258,7 +258,7 @@ class _Builder:
             entry["error"] = message.is_error
             entry["repair"] = repair
             # A repaired call never finished: its bar ends where the log stopped.
-            entry["end"] = self.crash_time if repair else when
+            entry["end"] = self.crash_time if repair and self.crashed else when
 
     def _state(self, body: dict[str, Any], when: float | None) -> None:
         source, dest = str(body.get("source")), str(body.get("dest"))
@@ -286,7 +286,7 @@ class _Builder:
         turn = self.turns[-1] if self.turns else None
         if turn is not None and turn["end"] is None:
             # A recovered run's turn ended where the log stopped, not when it was resumed.
-            ended = self.crash_time if recovered else when
+            ended = self.crash_time if recovered and self.crashed else when
             if source == State.AWAITING_MODEL.value and turn["reply"] is None:
                 turn["reply"] = ended
             if dest != State.EXECUTING_TOOLS.value:

@@ -430,6 +430,43 @@ def test_a_long_log_is_built_as_needed_and_every_step_still_lights_its_entries(
     assert lit_texts(browser, "#timeline .turn")[0].startswith("turn 76 · run 1")
 
 
+def test_thinking_is_folded_error_results_are_marked_and_usage_adds_up(
+    tmp_path: Path, browser: Any
+) -> None:
+    @tool
+    def explode() -> str:
+        """Fail."""
+        raise RuntimeError("boom")
+
+    log = tmp_path / "think.jsonl"
+    first = tool_response(
+        call("explode", {}, id="e1"), usage={"input_tokens": 10, "output_tokens": 3}
+    )
+    first["content"].insert(0, {"type": "thinking", "thinking": "let me think", "signature": "s"})
+    model = ScriptedModel(
+        [first, text_response("it failed", usage={"input_tokens": 20, "output_tokens": 5})]
+    )
+    agent = Agent(model, tools=[explode], session=log)
+    agent.run_sync("explode")
+    assert agent.session is not None
+    agent.session.close()
+    open_page(browser, write_html(log, tmp_path / "think.html"))
+    details = browser.find_element("css selector", "details.thinking")
+    assert details.get_attribute("open") is None
+    assert details.find_element("css selector", "summary").text == "thinking (12 characters)"
+    assert "let me think" not in browser.find_element("id", "transcript").text
+    click(browser, details.find_element("css selector", "summary"))
+    assert "let me think" in browser.find_element("id", "transcript").text
+    result = browser.find_element("css selector", ".item.result")
+    assert "error" in str(result.get_attribute("class")).split()
+    assert result.find_element("css selector", ".badge.error").text == "error"
+    assert "boom" in result.find_element("css selector", "pre").text
+    metas = [e.text for e in browser.find_elements("css selector", ".item.assistant .meta")]
+    assert metas[0] == "turn 1 · stop tool_use · 10 in / 3 out tokens"
+    assert metas[-1] == "turn 2 · stop end_turn · 20 in / 5 out tokens"
+    assert browser.find_element("id", "summary-usage").text == "30 in / 8 out tokens"
+
+
 def test_long_results_are_folded_until_asked_for(tmp_path: Path, browser: Any) -> None:
     output = "\n".join(f"line {n}" for n in range(1, 5001))
 
