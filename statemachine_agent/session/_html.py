@@ -137,7 +137,7 @@ class _Builder:
             if isinstance(time, int | float) and math.isfinite(time):
                 if self.origin is None:
                     self.origin = float(time)
-                when: float | None = float(time) - self.origin
+                when: float | None = round(float(time) - self.origin, 6)  # the log's µs
             else:
                 when = None
             self._record(record.type, record.body, record.message, record.messages, when)
@@ -321,17 +321,7 @@ class _Builder:
                     turn["calls"].append(entry)
                     turn["step_tools"] = number
         self.state = dest
-        self._item(
-            {
-                "kind": "state",
-                "source": source,
-                "dest": dest,
-                "trigger": trigger,
-                "label": label,
-                "recovered": recovered,
-                "time": when,
-            }
-        )
+        self._item({"kind": "state", "time": when})  # the page reads the rest from its step
 
     # -- helpers ---------------------------------------------------------------------------
 

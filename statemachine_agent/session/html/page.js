@@ -175,10 +175,12 @@ function buildItem(item, index) {
       if (item.repair) head.append(el("span", "badge repair", "repair: answered on resume"));
       node.append(head, foldedText("pre", "result-text", item.text));
       break;
-    case "state":
-      node.textContent = (item.recovered ? "⚠ " : "") + item.source + " → " + item.dest +
-        "  (" + item.trigger + ": " + item.label + ")";
+    case "state": {
+      const step = DATA.steps[item.step];
+      node.textContent = (step.recovered ? "⚠ " : "") + step.source + " → " + step.dest +
+        "  (" + step.trigger + ": " + step.label + ")";
       break;
+    }
     case "run_start":
       node.textContent = "run " + item.run + " started";
       break;
