@@ -27,6 +27,7 @@ SCRIPTS = [
     "bench_session.py",
     "bench_profile.py",
     "bench_sandbox.py",
+    "bench_html.py",
 ]
 
 

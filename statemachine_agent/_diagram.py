@@ -172,9 +172,15 @@ def to_mermaid(graph: DiagramGraph) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_dot(graph: DiagramGraph) -> str:
+def to_dot(graph: DiagramGraph, *, element_ids: bool = False) -> str:
     """Graphviz DOT text: terminal states with a double border, the current state filled,
-    callbacks listed under the state's name."""
+    callbacks listed under the state's name.
+
+    Args:
+        graph: the graph to draw.
+        element_ids: give each state the id ``state_NAME`` and each edge ``edge_INDEX`` (its
+            position in ``graph.edges``); Graphviz's SVG keeps them, so a page can highlight one.
+    """
     lines = [
         f"digraph {graph.name} {{",
         '    node [shape=box, style=rounded, fontname="Helvetica"];',
@@ -188,10 +194,13 @@ def to_dot(graph: DiagramGraph) -> str:
             attrs.append("peripheries=2")
         if node.current:
             attrs.append('style="rounded,filled", fillcolor="#ffe08a"')
+        if element_ids:
+            attrs.append(f"id={_quote('state_' + node.name)}")
         lines.append(f"    {node.name} [{', '.join(attrs)}];")
-    for edge in graph.edges:
+    for index, edge in enumerate(graph.edges):
         label = "\n".join(part for part in (edge.trigger, edge.condition) if part)
-        lines.append(f"    {edge.source} -> {edge.dest} [label={_quote(label)}];")
+        extra = f", id={_quote(f'edge_{index}')}" if element_ids else ""
+        lines.append(f"    {edge.source} -> {edge.dest} [label={_quote(label)}{extra}];")
     lines.append("}")
     return "\n".join(lines) + "\n"
 

@@ -18,6 +18,7 @@ from ._compaction import (
     find_cut_points,
     kept_window_start,
 )
+from ._html import page_model, render_html, write_html
 from ._log import RECOVERED, SessionLog, attach_session
 from ._read import (
     FORMAT,
@@ -47,5 +48,8 @@ __all__ = [
     "find_cut_points",
     "kept_window_start",
     "load_history",
+    "page_model",
     "read_session",
+    "render_html",
+    "write_html",
 ]

@@ -5,6 +5,8 @@ One JSON object per line, each written whole and flushed (``fsync=True`` also sy
 - ``header``: ``format``, ``version``, ``created_at`` (ISO 8601, UTC), ``model`` (its name only,
   never its client or key), ``tools`` (names);
 - ``message``: a message appended to the history (prompt, response, result, injected input);
+- ``tool_start``: ``call_id`` and ``name`` of a tool call the moment it starts (so a replay can
+  draw each call from its start to its end);
 - ``tool_result``: a result the moment its call finished (completion order, before the batch
   completes); the same result appended later is not logged again. ``"repair": true`` marks the
   error result a resume gave a call the log had no result for;
@@ -37,6 +39,7 @@ from .._events import (
     RunEnd,
     RunStart,
     StateChanged,
+    ToolExecutionStart,
     event_to_dict,
 )
 from .._machine import State
@@ -270,6 +273,8 @@ class SessionLog:
             message = event.message
             kind = "tool_result" if isinstance(message, ToolResultMessage) else "message"
             self._write({"type": kind, "message": _dump(message)})
+        elif isinstance(event, ToolExecutionStart):
+            self._write({"type": "tool_start", "call_id": event.call.id, "name": event.call.name})
         elif isinstance(event, StateChanged):
             self._write(
                 {

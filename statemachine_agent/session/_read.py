@@ -45,6 +45,7 @@ RECORD_TYPES = frozenset(
     {
         "header",
         "message",
+        "tool_start",
         "tool_result",
         "state",
         "run_start",
