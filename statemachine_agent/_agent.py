@@ -35,14 +35,16 @@ from ._events import (
     TurnEnd,
     TurnStart,
 )
-from ._execution import BatchRun, ToolExecution, raise_if_cancelling, resolve
+from ._execution import TRUNCATED, BatchRun, ToolExecution, raise_if_cancelling, resolve
 from ._hooks import AfterToolCall, BeforeToolCall, ShouldContinue, TransformContext, TurnInfo
 from ._machine import TERMINAL_STATES, Fired, LoopData, LoopMachine, MaxTokensPolicy, State
 from ._messages import (
+    CONTINUE_PROMPT,
     TRUNCATING_STOP_REASONS,
     AssistantMessage,
     Message,
     StopReason,
+    ToolCallBlock,
     ToolResultMessage,
     Usage,
     UserMessage,
@@ -62,8 +64,9 @@ from .session import SessionLog, attach_session
 logger = logging.getLogger("statemachine_agent")
 
 REFUSED = "Not executed: the model's response was a refusal."
-CONTINUE_PROMPT = (
-    "Your response was cut off by the output token limit. Continue exactly where you stopped."
+STOPPED_NOT_RUN = (
+    "Not run: the response was cut off by the output token limit (max_tokens) and "
+    'max_tokens_policy is "stop", so the run ended without running its tool calls.'
 )
 
 
@@ -490,6 +493,13 @@ class Agent:
                         f"The response was truncated (stop reason {response.stop_reason}) and "
                         "was not continued (max_tokens_policy or max_continuations)."
                     )
+                if label not in ("refusal", "tool_calls") and response.tool_calls:
+                    # max_tokens_policy "stop": the calls of a cut response are never run.
+                    refused = [
+                        text_result(c, _stopped(c), is_error=True) for c in response.tool_calls
+                    ]
+                    for result in refused:
+                        self._append(result)
                 elif response.stop_reason == StopReason.TOOL_USE:
                     self._error = "The model stopped for tool use but sent no tool call."
                 self._end_turn(response, refused)
@@ -665,6 +675,10 @@ class Agent:
         self._append(AssistantMessage(content=[], stop_reason=StopReason.ERROR, error=error))
         self._error = error
         self._fire("fail")
+
+
+def _stopped(call: ToolCallBlock) -> str:
+    return TRUNCATED if call.truncated else STOPPED_NOT_RUN
 
 
 def _as_user(message: str | UserMessage) -> UserMessage:

@@ -1,7 +1,8 @@
 """Context projection: the one place a history becomes what a provider may receive (invariant 4).
 
 The stored history records what happened; the projection repairs what a provider would reject:
-- whitespace-only text blocks and then-empty messages are dropped;
+- whitespace-only text blocks (`is_blank_text`, kept in the stored history as streamed) and
+  then-empty messages are dropped;
 - an aborted or errored assistant message keeps only its text (never a partial tool call), and is
   dropped when it is the last message;
 - a call without a result gets a synthetic error result, results are put in declaration order, and
@@ -28,7 +29,7 @@ from ._messages import (
     UserMessage,
     text_result,
 )
-from ._protocol import find_violations, is_user_side
+from ._protocol import find_violations, is_blank_text, is_user_side, without_blank_text
 
 NO_RESULT = (
     "no result recorded: the run ended before this call finished; it may or may not have run; "
@@ -39,16 +40,12 @@ NO_RESULT = (
 _INCOMPLETE = (StopReason.ABORTED, StopReason.ERROR)
 
 
-def _is_blank(block: object) -> bool:
-    return isinstance(block, TextBlock) and not block.text.strip()
-
-
 def _clean_assistant(message: AssistantMessage) -> AssistantMessage | None:
     content = message.content
     if message.stop_reason in _INCOMPLETE:
-        content = [b for b in content if isinstance(b, TextBlock) and b.text.strip()]
-    elif any(_is_blank(b) for b in content):
-        content = [b for b in content if not _is_blank(b)]
+        content = without_blank_text([b for b in content if isinstance(b, TextBlock)])
+    elif any(is_blank_text(b) for b in content):
+        content = without_blank_text(content)
     else:
         return message if content else None
     if not content:
@@ -57,16 +54,16 @@ def _clean_assistant(message: AssistantMessage) -> AssistantMessage | None:
 
 
 def _clean_user(message: UserMessage) -> UserMessage | None:
-    if not any(_is_blank(b) for b in message.content):
+    if not any(is_blank_text(b) for b in message.content):
         return message if message.content else None
-    content = [b for b in message.content if not _is_blank(b)]
+    content = without_blank_text(message.content)
     return message.model_copy(update={"content": content}) if content else None
 
 
 def _clean_result(message: ToolResultMessage) -> ToolResultMessage:
-    if not any(_is_blank(b) for b in message.content):
+    if not any(is_blank_text(b) for b in message.content):
         return message
-    content = [b for b in message.content if not _is_blank(b)] or [TextBlock(text="(empty)")]
+    content = without_blank_text(message.content) or [TextBlock(text="(empty)")]
     return message.model_copy(update={"content": content})
 
 

@@ -8,6 +8,7 @@ empty messages, a request not ending in a user message).
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from typing import TypeVar
 
 from ._errors import InvalidHistoryError
 from ._messages import (
@@ -20,6 +21,25 @@ from ._messages import (
 )
 
 _INCOMPLETE = (StopReason.ABORTED, StopReason.ERROR)
+
+_B = TypeVar("_B")
+
+
+def is_blank_text(block: object) -> bool:
+    """A text block holding nothing but whitespace (or nothing).
+
+    The Messages API rejects such a block in a request ("text content blocks must contain
+    non-whitespace text"). A stored history keeps them as the model streamed them (so a response's
+    text is what the model said); they are removed only when a request is built
+    (`without_blank_text`, applied by the context projection and the request encoder). This is the
+    one definition of the rule.
+    """
+    return isinstance(block, TextBlock) and not block.text.strip()
+
+
+def without_blank_text(content: Sequence[_B]) -> list[_B]:
+    """``content`` without its blank text blocks (see `is_blank_text`); the same blocks otherwise."""
+    return [block for block in content if not is_blank_text(block)]
 
 
 def find_violations(
@@ -34,8 +54,9 @@ def find_violations(
     Args:
         messages: the history (or, with ``prior_ids``, the tail after a checked prefix that ended
             with every call answered).
-        request: also apply the rules for what is sent to a provider: no empty messages, the last
-            message from the user side unless it is a ``pause_turn`` continuation.
+        request: also apply the rules for what is sent to a provider: no blank text blocks (a
+            stored history keeps them as streamed, see `is_blank_text`), no empty messages, the
+            last message from the user side unless it is a ``pause_turn`` continuation.
         prior_ids: tool-call ids of an already checked prefix (for the duplicate-id rule).
         offset: index of ``messages[0]`` in the whole history (for the messages).
     """
@@ -60,7 +81,8 @@ def find_violations(
                     pending.remove(message.tool_call_id)
             else:
                 pending.pop(0)
-            _check_text(message.content, i, problems)
+            if request:
+                _check_text(message.content, i, problems)
             continue
         if pending:
             problems.append(
@@ -83,7 +105,8 @@ def find_violations(
                 seen.add(call.id)
                 pending.append(call.id)
             batch_ids = {call.id for call in calls}
-        _check_text(message.content, i, problems)
+        if request:
+            _check_text(message.content, i, problems)
         if request and not message.content:
             problems.append(f"message {i}: empty {message.role} message")
     if pending:
@@ -103,7 +126,7 @@ def find_violations(
 
 def _check_text(content: Sequence[object], index: int, problems: list[str]) -> None:
     for j, block in enumerate(content):
-        if isinstance(block, TextBlock) and not block.text.strip():
+        if is_blank_text(block):
             problems.append(f"message {index}: block {j} is an empty or whitespace-only text")
 
 
@@ -112,9 +135,10 @@ def assert_valid_history(messages: Sequence[Message], *, request: bool = False) 
 
     1. each assistant message with calls ``c1..cn`` is followed directly by the results of
        ``c1..cn`` in that order; 2. no result answers a call outside the assistant message directly
-    before its batch; 3. no tool-call id appears twice; 4. no empty text, no aborted or errored
-    assistant message with tool calls, and with ``request=True`` no empty message and the last
-    message from the user side (except a ``pause_turn`` continuation).
+    before its batch; 3. no tool-call id appears twice; 4. no aborted or errored assistant message
+    with tool calls, and with ``request=True`` (what is sent) no blank text block, no empty message
+    and the last message from the user side (except a ``pause_turn`` continuation). A stored
+    history may hold blank text blocks: they are kept as the model streamed them.
 
     Raises:
         InvalidHistoryError: listing every violation with its message index.

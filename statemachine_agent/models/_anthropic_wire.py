@@ -31,6 +31,7 @@ from .._messages import (
     ToolResultMessage,
     UserMessage,
 )
+from .._protocol import is_blank_text
 from ._base import ToolDefinition
 
 CACHE_CONTROL: dict[str, str] = {"type": "ephemeral"}
@@ -67,9 +68,15 @@ def _image(block: ImageBlock) -> JSONDict | None:
     return {"type": "image", "source": source}
 
 
+def _text(block: TextBlock) -> JSONDict:
+    if block.citations:
+        return {"type": "text", "text": block.text, "citations": block.citations}
+    return {"type": "text", "text": block.text}
+
+
 def _user_block(block: TextBlock | ImageBlock) -> JSONDict | None:
     if isinstance(block, TextBlock):
-        return {"type": "text", "text": block.text} if block.text.strip() else None
+        return None if is_blank_text(block) else _text(block)
     return _image(block)
 
 
@@ -90,8 +97,8 @@ def encode_blocks(message: Message) -> list[JSONDict]:
     out: list[JSONDict] = []
     for block in message.content:
         if isinstance(block, TextBlock):
-            if block.text.strip():
-                out.append({"type": "text", "text": block.text})
+            if not is_blank_text(block):
+                out.append(_text(block))
         elif isinstance(block, ToolCallBlock):
             out.append(
                 {"type": "tool_use", "id": block.id, "name": block.name, "input": tool_input(block)}
