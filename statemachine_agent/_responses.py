@@ -14,6 +14,7 @@ from ._events import Event, MessageDelta, MessageStart
 from ._messages import (
     TRUNCATING_STOP_REASONS,
     AssistantMessage,
+    ContentBlock,
     Message,
     StopReason,
     TextBlock,
@@ -41,7 +42,9 @@ class Partial:
     def message(self, reason: str) -> AssistantMessage:
         """The aborted assistant message: the streamed text blocks as streamed, never a partial
         tool call (blank ones are dropped when a request is built, see `is_blank_text`)."""
-        blocks = [TextBlock(text="".join(parts)) for _, parts in sorted(self.texts.items())]
+        blocks: list[ContentBlock] = [
+            TextBlock(text="".join(parts)) for _, parts in sorted(self.texts.items())
+        ]
         return AssistantMessage(
             content=blocks,
             stop_reason=StopReason.ABORTED,

@@ -112,7 +112,7 @@ def test_model_name_without_api_key_says_how_to_set_it(
     folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    result = invoke("run", "hi", "-w", str(folder), "-m", "claude-sonnet-4-5")
+    result = invoke("run", "hi", "-w", str(folder), "-m", "claude-sonnet-4-6")
     assert result.exit_code == 2
     assert "ANTHROPIC_API_KEY is not set" in flat(result.output)
     assert "export ANTHROPIC_API_KEY=" in flat(result.output)
