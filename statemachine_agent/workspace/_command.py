@@ -19,6 +19,7 @@ from ._paths import Workspace
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
 MAX_TIMEOUT_SECONDS = 600.0
+MIN_TIMEOUT_SECONDS = 0.1
 MAX_OUTPUT_CHARS = 30_000
 """Output shown to the model: the first third and the last two thirds of this are kept."""
 TERM_GRACE_SECONDS = 0.5
@@ -200,9 +201,22 @@ def command_tool(workspace: Workspace) -> Tool:
 
         Args:
             command: the shell command line, e.g. "python3 -m unittest -v".
-            timeout_seconds: stop the command after this long (at most 600).
+            timeout_seconds: stop the command after this long (0.1 to 600; a value outside is
+                brought into that range, and the result says so).
         """
-        timeout = min(max(timeout_seconds, 0.1), MAX_TIMEOUT_SECONDS)
-        return await run_shell(command, str(workspace.root), ctx, timeout)
+        timeout = min(max(timeout_seconds, MIN_TIMEOUT_SECONDS), MAX_TIMEOUT_SECONDS)
+        result = await run_shell(command, str(workspace.root), ctx, timeout)
+        if timeout == timeout_seconds:
+            return result
+        # Say so: a model that asked for more time must not believe it got it.
+        limit = "above the cap" if timeout_seconds > timeout else "below the minimum"
+        note = (
+            f"[timeout_seconds {timeout_seconds:g} is {limit}: the command ran with "
+            f"timeout_seconds {timeout:g} (allowed: {MIN_TIMEOUT_SECONDS:g} to "
+            f"{MAX_TIMEOUT_SECONDS:g}).]"
+        )
+        assert isinstance(result.content, str)
+        details = {**result.details, "timeout_capped": timeout} if result.details else None
+        return ToolResult(f"{result.content}\n{note}", is_error=result.is_error, details=details)
 
     return run_command

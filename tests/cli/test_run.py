@@ -26,14 +26,6 @@ def answer(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "stop_reason": "end_turn"}
 
 
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "hello.txt").write_text("hello\n")
-    return root
-
-
 def write_script(tmp_path: Path, steps: list[dict[str, Any]]) -> str:
     path = tmp_path / "script.json"
     path.write_text(json.dumps(steps))
