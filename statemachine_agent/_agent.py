@@ -480,6 +480,18 @@ class Agent:
                 if label == "tool_calls":
                     continue  # the turn ends after its batch
                 refused: list[ToolResultMessage] = []
+                if (
+                    label in ("final_answer", "queued_input", "turn_limit")
+                    and response.tool_calls
+                    and response.stop_reason in TRUNCATING_STOP_REASONS
+                ):
+                    # max_tokens_policy "stop": the calls of a cut response are answered (before
+                    # any queued input) and never run.
+                    refused = [
+                        text_result(c, _stopped(c), is_error=True) for c in response.tool_calls
+                    ]
+                    for result in refused:
+                        self._append(result)
                 if label == "refusal":
                     refused = [text_result(c, REFUSED, is_error=True) for c in response.tool_calls]
                     for result in refused:
@@ -498,13 +510,6 @@ class Agent:
                         f"The response was truncated (stop reason {response.stop_reason}) and "
                         "was not continued (max_tokens_policy or max_continuations)."
                     )
-                if label not in ("refusal", "tool_calls") and response.tool_calls:
-                    # max_tokens_policy "stop": the calls of a cut response are never run.
-                    refused = [
-                        text_result(c, _stopped(c), is_error=True) for c in response.tool_calls
-                    ]
-                    for result in refused:
-                        self._append(result)
                 elif response.stop_reason == StopReason.TOOL_USE:
                     self._error = "The model stopped for tool use but sent no tool call."
                 self._end_turn(response, refused)

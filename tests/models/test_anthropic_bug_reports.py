@@ -28,6 +28,7 @@ from statemachine_agent._execution import TRUNCATED
 from statemachine_agent.models import AnthropicModel, ModelRequest, ToolDefinition
 from statemachine_agent.models import anthropic as anthropic_module
 from statemachine_agent.session import read_session
+from statemachine_agent.testing import assert_valid_history
 
 from .replay_server import ReplayServer, Reply, load_sse, message_to_sse, sse_reply
 
@@ -118,6 +119,29 @@ async def test_case5_policy_stop_answers_a_complete_call_of_a_cut_response_witho
         ("toolu_1", True, STOPPED_NOT_RUN),
         ("toolu_2", True, TRUNCATED),  # the last call of a max_tokens response is cut
     ]
+
+
+async def test_case5_policy_stop_answers_the_cut_call_before_queued_input(
+    server: ReplayServer,
+) -> None:
+    call = {"type": "tool_use", "id": "toolu_q", "name": "read", "input": {"path": "a"}}
+    server.add(reply([call], "max_tokens"), reply([text("Shorter, then.")], "end_turn"))
+    agent = Agent(model(server), tools=[read], max_tokens_policy="stop")
+    agent.follow_up("Keep it short.")
+    result = await agent.run("Read a.")
+
+    # The follow-up is the user's own request: it is sent, after the cut call's answer.
+    assert result.state is State.DONE and len(server.requests) == 2
+    assert [m.role for m in result.messages] == [
+        "user",
+        "assistant",
+        "tool_result",
+        "user",
+        "assistant",
+    ]
+    assert_valid_history(result.messages)
+    sent = server.requests[1].body["messages"]
+    assert [b["type"] for b in sent[2]["content"]] == ["tool_result", "text"]
 
 
 async def test_case5_policy_continue_result_text_is_the_whole_answer(
