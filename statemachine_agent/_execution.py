@@ -23,6 +23,7 @@ from ._errors import ToolError
 from ._events import Event, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
 from ._hooks import AfterToolCall, Allow, BeforeToolCall, Deny, ToolCallInfo
 from ._messages import ImageBlock, TextBlock, ToolCallBlock, ToolResultMessage, text_result
+from ._protocol import without_blank_text
 from ._tools import AbortSignal, Tool, ToolContext, ToolResult, format_validation_error, repr_json
 
 ToolExecution = Literal["parallel", "sequential"]
@@ -107,9 +108,9 @@ def check_call(call: ToolCallBlock, tools: dict[str, Tool]) -> str | dict[str, A
 
 
 def _clean(blocks: list[TextBlock | ImageBlock]) -> list[TextBlock | ImageBlock]:
-    # Blank text is invalid for a provider (invariant 4); an output with nothing left says so.
-    kept = [b for b in blocks if not (isinstance(b, TextBlock) and not b.text.strip())]
-    return kept or [TextBlock(text="(empty output)")]
+    # Blank text is invalid in a request (`_protocol.is_blank_text`); an output with nothing left
+    # says so.
+    return without_blank_text(blocks) or [TextBlock(text="(empty output)")]
 
 
 def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
