@@ -70,6 +70,8 @@ class Agent:
 
     Raises:
         ToolDefinitionError: two tools share a name.
+        UsageError: the model refuses a tool name (e.g. `AnthropicModel.check_tools`: the name of
+            one of its server tools).
     """
 
     def __init__(
@@ -136,6 +138,9 @@ class Agent:
         self._tool_definitions = [
             ToolDefinition(t.name, t.description, t.input_schema) for t in self.tools.values()
         ]
+        check_tools = getattr(model, "check_tools", None)
+        if check_tools is not None:  # the provider's rules on tool names, before any request
+            check_tools(self._tool_definitions)
         self.session: SessionLog | None = None
         if session is not None:
             from .session import attach_session  # the session package builds on the core

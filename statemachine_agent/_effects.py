@@ -16,6 +16,7 @@ from ._events import ApprovalRequested, CallDecided
 from ._execution import BatchRun, PendingBatch, resolve
 from ._hooks import Approve, Deny, PendingCall, TurnInfo
 from ._messages import (
+    CONTINUE_PROMPT,
     TRUNCATING_STOP_REASONS,
     AssistantMessage,
     StopReason,
@@ -24,16 +25,21 @@ from ._messages import (
     UserMessage,
     text_result,
 )
-from ._protocol import AFTER_TERMINATION, NOT_RUN_PENDING, REFUSED, answer_dangling, ended_text
+from ._protocol import (
+    AFTER_TERMINATION,
+    NOT_RUN_PENDING,
+    REFUSED,
+    STOPPED_NOT_RUN,
+    TRUNCATED,
+    answer_dangling,
+    ended_text,
+)
 from ._responses import refusal_text
 from ._states import Trigger
 
 if TYPE_CHECKING:
     from ._run import Run
 
-CONTINUE_PROMPT = (
-    "Your response was cut off by the output token limit. Continue exactly where you stopped."
-)
 
 
 # -- effects -----------------------------------------------------------------------------------
@@ -275,7 +281,9 @@ def continue_truncated(run: Run) -> None:
 
 
 def deliver_queued(run: Run) -> None:
-    """The model would stop but input is queued: deliver steering, else one follow-up."""
+    """The model would stop but input is queued: deliver steering, else one follow-up (after
+    answering the calls of a response cut by ``max_tokens`` under policy ``stop``)."""
+    _answer_stopped_calls(run)
     run.deliver_steering() or run.deliver_follow_up()
 
 
@@ -286,6 +294,7 @@ def deliver_steering(run: Run) -> None:
 
 def note_final_answer(run: Run) -> None:
     """The run ends ``done``; a truncated or inconsistent last response is reported."""
+    _answer_stopped_calls(run)
     response = run.data.response
     if response is None:
         return
@@ -300,6 +309,7 @@ def note_final_answer(run: Run) -> None:
 
 def note_turn_limit(run: Run) -> None:
     """The turn cap or ``should_continue`` stopped the run: say so and how to continue."""
+    _answer_stopped_calls(run)
     run.complete_turn()
     data = run.data
     if not data.keep_going:
@@ -335,6 +345,27 @@ def note_hook_failed(run: Run) -> None:
 def note_abort(run: Run) -> None:
     """An abort: the error is its reason."""
     run.error = run.signal.reason or run.error or "aborted"
+
+
+def _answer_stopped_calls(run: Run) -> None:
+    """A response cut by a limit under ``max_tokens_policy="stop"`` is not acted on: its calls
+    are answered as not run (a cut call as truncated), before any queued input."""
+    response = run.data.response
+    if (
+        response is None
+        or not response.tool_calls
+        or response.stop_reason not in TRUNCATING_STOP_REASONS
+        or not run.messages
+        or run.messages[-1] is not response  # its batch ran (or was answered) already
+    ):
+        return
+    results = tuple(
+        text_result(c, TRUNCATED if c.truncated else STOPPED_NOT_RUN, is_error=True)
+        for c in response.tool_calls
+    )
+    for result in results:
+        run.append(result)
+    run.turn_results = results
 
 
 def _with_hook_error(run: Run, text: str) -> str:

@@ -106,8 +106,17 @@ def is_refusal(data: LoopData) -> bool:
 
 
 def has_tool_calls(data: LoopData) -> bool:
-    """The response holds at least one tool call, whatever its stop reason."""
-    return data.response is not None and bool(data.response.tool_calls)
+    """The response holds at least one tool call to run. A response cut by a limit
+    (``max_tokens``) under ``max_tokens_policy="stop"`` is not acted on: its calls are answered
+    as not run and the run ends (no further request)."""
+    response = data.response
+    return (
+        response is not None
+        and bool(response.tool_calls)
+        and not (
+            response.stop_reason in TRUNCATING_STOP_REASONS and data.max_tokens_policy == "stop"
+        )
+    )
 
 
 def can_continue_pause_turn(data: LoopData) -> bool:

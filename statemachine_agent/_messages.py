@@ -39,6 +39,12 @@ TRUNCATING_STOP_REASONS = frozenset(
 )
 """Stop reasons of a response cut short by a limit (continued or reported as truncated)."""
 
+CONTINUE_PROMPT = (
+    "Your response was cut off by the output token limit. Continue exactly where you stopped."
+)
+"""The user message the engine sends after a truncated response (``max_tokens_policy="continue"``);
+`RunResult.text` joins the text around it into one answer."""
+
 
 def _coerce_stop_reason(value: str | None) -> str | None:
     # Known values become the enum member (which is also a str); unknown ones are kept verbatim.
@@ -89,10 +95,18 @@ class Usage(_Model):
 
 
 class TextBlock(_Model):
-    """Plain text."""
+    """Text, as the model streamed it (whitespace-only blocks included).
+
+    Attributes:
+        text: the text.
+        citations: the provider's citations of this text (e.g. Anthropic ``web_search_result_location``
+            objects with ``url``, ``title``, ``cited_text``, ``encrypted_index``), kept verbatim in
+            the order received and sent back unchanged; None when the block has none.
+    """
 
     type: Literal["text"] = "text"
     text: str
+    citations: list[dict[str, Any]] | None = None
 
 
 class ThinkingBlock(_Model):

@@ -8,9 +8,10 @@ empty messages, a request not ending in a user message). Every history the engin
    each, in declaration order (``c1..cn``), before any other message.
 2. No result answers a call outside the assistant message directly before its batch.
 3. No tool-call id appears twice in a history.
-4. No empty or whitespace-only text block; an aborted or errored (partial) assistant message holds
-   no tool call; and in a request, no empty message, and the last message is from the user side
-   (a user message or tool results), except a ``pause_turn`` continuation.
+4. An aborted or errored (partial) assistant message holds no tool call; and in a request, no
+   empty or whitespace-only text block (a stored history keeps them as streamed), no empty message,
+   and the last message is from the user side (a user message or tool results), except a
+   ``pause_turn`` continuation.
 
 A call that cannot run still gets its result: the placeholder texts below say why (it was cut off,
 refused, not reached, interrupted, or the run ended first), and `answer_dangling` answers the calls
@@ -51,6 +52,10 @@ TRUNCATED = (
     "smaller calls."
 )
 REFUSED = "Not executed: the model's response was a refusal."
+STOPPED_NOT_RUN = (
+    "Not run: the response was cut off by the output token limit (max_tokens) and "
+    'max_tokens_policy is "stop", so the run ended without running its tool calls.'
+)
 NOT_RUN_PENDING = "Not run: the run was aborted while this call was awaiting approval."
 AFTER_TERMINATION = "Not run: an earlier call of this batch ended the run."
 NO_RESULT = (
@@ -72,8 +77,18 @@ def ended_text(state: str, transition: str) -> str:
 
 
 def is_blank(block: object) -> bool:
-    """A whitespace-only text block: the Messages API rejects it (rule 4)."""
+    """A text block holding nothing but whitespace (or nothing).
+
+    The Messages API rejects such a block in a request ("text content blocks must contain
+    non-whitespace text"). A stored history keeps them as the model streamed them (so a response's
+    text is what the model said); they are removed only when a request is built
+    (`without_blank_text`, applied by the context projection and the request encoder). This is the
+    one definition of the rule.
+    """
     return isinstance(block, TextBlock) and not block.text.strip()
+
+
+is_blank_text = is_blank
 
 
 def without_blank_text(blocks: Sequence[_B], placeholder: str | None = None) -> list[_B]:
@@ -121,8 +136,9 @@ def find_violations(
     Args:
         messages: the history (or, with ``prior_ids``, the tail after a checked prefix that ended
             with every call answered).
-        request: also apply the rules for what is sent to a provider: no empty messages, the last
-            message from the user side unless it is a ``pause_turn`` continuation.
+        request: also apply the rules for what is sent to a provider: no blank text blocks (a
+            stored history keeps them as streamed, see `is_blank`), no empty messages, the
+            last message from the user side unless it is a ``pause_turn`` continuation.
         prior_ids: tool-call ids of an already checked prefix (for the duplicate-id rule).
         offset: index of ``messages[0]`` in the whole history (for the messages).
     """
@@ -147,7 +163,8 @@ def find_violations(
                     pending.remove(message.tool_call_id)
             else:
                 pending.pop(0)
-            _check_text(message.content, i, problems)
+            if request:
+                _check_text(message.content, i, problems)
             continue
         if pending:
             problems.append(
@@ -170,7 +187,8 @@ def find_violations(
                 seen.add(call.id)
                 pending.append(call.id)
             batch_ids = {call.id for call in calls}
-        _check_text(message.content, i, problems)
+        if request:
+            _check_text(message.content, i, problems)
         if request and not message.content:
             problems.append(f"message {i}: empty {message.role} message")
     if pending:
@@ -199,9 +217,10 @@ def assert_valid_history(messages: Sequence[Message], *, request: bool = False) 
 
     1. each assistant message with calls ``c1..cn`` is followed directly by the results of
        ``c1..cn`` in that order; 2. no result answers a call outside the assistant message directly
-    before its batch; 3. no tool-call id appears twice; 4. no empty text, no aborted or errored
-    assistant message with tool calls, and with ``request=True`` no empty message and the last
-    message from the user side (except a ``pause_turn`` continuation).
+    before its batch; 3. no tool-call id appears twice; 4. no aborted or errored assistant message
+    with tool calls, and with ``request=True`` (what is sent) no blank text block, no empty message
+    and the last message from the user side (except a ``pause_turn`` continuation). A stored
+    history may hold blank text blocks: they are kept as the model streamed them.
 
     Raises:
         InvalidHistoryError: listing every violation with its message index.

@@ -2,7 +2,8 @@
 
 `request_response` sends one request with the engine's retries, under the run's abort scope;
 `consume` reads a `Model` stream, passing deltas on as events and keeping the streamed text in a
-`Partial` (what an aborted response keeps); `normalize` makes a finished response safe to act on.
+`Partial` (what an aborted response keeps); `normalize` makes a finished response safe to act on
+without changing what the model said.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ._events import Event, MessageDelta, MessageStart, ModelRetry
 from ._messages import (
     TRUNCATING_STOP_REASONS,
     AssistantMessage,
+    ContentBlock,
     Message,
     StopReason,
     TextBlock,
@@ -47,10 +49,13 @@ class Partial:
         self.model: str | None = None
 
     def message(self, reason: str) -> AssistantMessage:
-        """The aborted assistant message: the streamed text, never a partial tool call."""
-        blocks = [TextBlock(text="".join(parts)) for _, parts in sorted(self.texts.items())]
+        """The aborted assistant message: the streamed text blocks as streamed, never a partial
+        tool call (blank ones are dropped when a request is built, see `is_blank_text`)."""
+        blocks: list[ContentBlock] = [
+            TextBlock(text="".join(parts)) for _, parts in sorted(self.texts.items())
+        ]
         return AssistantMessage(
-            content=[b for b in blocks if b.text.strip()],
+            content=blocks,
             stop_reason=StopReason.ABORTED,
             model=self.model,
             error=reason,
@@ -180,8 +185,10 @@ def refusal_text(response: AssistantMessage) -> str:
 
 
 def normalize(message: AssistantMessage, used_ids: set[str]) -> AssistantMessage:
-    """Make a response safe to act on: drop blank text blocks and mark a trailing tool call cut
-    off by the token limit as truncated.
+    """Make a response safe to act on: mark a trailing tool call cut off by the token limit as
+    truncated. Every other block is kept as the model sent it, whitespace-only text included (the
+    stored response is what the model said; blank text is removed only when a request is built,
+    see ``_protocol.is_blank_text``).
 
     Raises:
         ModelError: the response reuses a tool-call id (invariant 3); acting on it would corrupt
@@ -189,9 +196,6 @@ def normalize(message: AssistantMessage, used_ids: set[str]) -> AssistantMessage
     """
     content = message.content
     changed = False
-    if any(isinstance(b, TextBlock) and not b.text.strip() for b in content):
-        content = [b for b in content if not (isinstance(b, TextBlock) and not b.text.strip())]
-        changed = True
     last = content[-1] if content else None
     if (
         message.stop_reason in TRUNCATING_STOP_REASONS

@@ -6,7 +6,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._hooks import PendingCall
-from ._messages import AssistantMessage, Message, ToolResultMessage, Usage
+from ._messages import (
+    CONTINUE_PROMPT,
+    TRUNCATING_STOP_REASONS,
+    AssistantMessage,
+    Message,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
 from ._states import State
 
 
@@ -40,19 +48,37 @@ class RunResult:
 
     @property
     def text(self) -> str:
-        """The final answer: the text of the run's last response (joined with the parts of a
-        ``pause_turn`` continuation before it)."""
+        """The final answer, exactly as streamed: the text of the run's last response joined with
+        the responses it continues (a ``pause_turn`` continuation, and a response cut by
+        ``max_tokens`` that the engine asked to continue), whitespace-only blocks included."""
         messages = self.new_messages
         i = len(messages) - 1
         while i >= 0 and isinstance(messages[i], ToolResultMessage):
             i -= 1
         parts: list[str] = []
-        while i >= 0 and isinstance(messages[i], AssistantMessage):
-            parts.append(messages[i].text)
-            i -= 1
+        while i >= 0:
+            message = messages[i]
+            if isinstance(message, AssistantMessage):
+                parts.append(message.text)
+                i -= 1
+            elif _is_continuation(messages, i):
+                i -= 1  # the engine's "continue" prompt: the answer goes on across it
+            else:
+                break
         return "".join(reversed(parts))
 
     @property
     def ok(self) -> bool:
         """The run ended ``done``."""
         return self.state is State.DONE
+
+
+def _is_continuation(messages: list[Message], i: int) -> bool:
+    """``messages[i]`` is the engine's prompt after a truncated response without tool calls."""
+    message, before = messages[i], messages[i - 1] if i > 0 else None
+    return (
+        isinstance(message, UserMessage)
+        and message.text == CONTINUE_PROMPT
+        and isinstance(before, AssistantMessage)
+        and before.stop_reason in TRUNCATING_STOP_REASONS
+    )

@@ -24,7 +24,7 @@ from ._cancel import AbortSignal
 from ._errors import ToolDefinitionError
 from ._messages import ImageBlock, TextBlock
 
-_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_NAME_RE = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # the providers' rule for a tool name
 
 # Sync tools get their own pool: asyncio's default one has min(32, cpus + 4) workers (6 on two
 # cores), which would silently serialise a larger parallel batch of blocking tools. Threads are
@@ -110,7 +110,7 @@ class Tool:
     _field_names: tuple[str, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if not _NAME_RE.match(self.name):
+        if not _NAME_RE.fullmatch(self.name):
             raise ToolDefinitionError(
                 f"tool name {self.name!r} must be 1-64 letters, digits, '_' or '-'"
             )

@@ -24,6 +24,7 @@ from .._agent import Agent
 from .._errors import AgentError, UsageError
 from .._hooks import Approve, Decision, Deny
 from .._machine import State
+from .._messages import StopReason
 from .._result import RunResult
 from ..models._base import Model
 from ..models._offline import ScriptedModel
@@ -57,14 +58,20 @@ and how you checked it."""
 
 ABORT_REASON = "interrupted by the user (Ctrl-C)"
 
+API_STOP_REASONS = tuple(
+    reason.value for reason in StopReason if reason not in (StopReason.ABORTED, StopReason.ERROR)
+)
+"""The stop reasons a script step may give: the Messages API's."""
+
 
 def load_model(spec: str) -> Model:
     """The model for ``--model``: ``script:FILE`` (a JSON list of `ScriptedModel` steps, or an
     object with a ``steps`` list) or an Anthropic model name.
 
     Raises:
-        click.BadParameter: the script cannot be read, or a step is malformed (the message
-            names the step).
+        click.BadParameter: the script cannot be read, holds no steps, or a step is malformed
+            or has a stop reason the Messages API does not send (the message names the step);
+            or ``spec`` is the path of an existing file (it suggests ``script:FILE``).
         click.UsageError: a model name is given but ``ANTHROPIC_API_KEY`` is not set.
     """
     if spec.startswith("script:"):
@@ -82,10 +89,30 @@ def load_model(spec: str) -> Model:
                 'object {"steps": [...]}',
                 param_hint="--model",
             )
+        if not steps:
+            raise click.BadParameter(
+                f"{path} holds no steps: a script needs at least one response (for example "
+                '{"content": [{"type": "text", "text": "Done."}], "stop_reason": "end_turn"}).',
+                param_hint="--model",
+            )
+        for number, step in enumerate(steps, 1):
+            reason = step.get("stop_reason") if isinstance(step, dict) else None
+            if reason is not None and reason not in API_STOP_REASONS:
+                raise click.BadParameter(
+                    f"{path}: step {number}: unknown stop_reason {reason!r}; the known stop "
+                    f"reasons are {', '.join(API_STOP_REASONS)}",
+                    param_hint="--model",
+                )
         try:
             return ScriptedModel(steps, name=f"script:{path.name}")
         except UsageError as exc:  # a malformed step; the message names it
             raise click.BadParameter(f"{path}: {exc}", param_hint="--model") from exc
+    if Path(spec).expanduser().is_file():
+        raise click.BadParameter(
+            f"{spec} is a file, not a model name: to play it back as a script, use "
+            f"--model script:{spec}",
+            param_hint="--model",
+        )
     if not os.environ.get("ANTHROPIC_API_KEY"):
         raise click.UsageError(
             f"--model {spec} needs an Anthropic API key, and ANTHROPIC_API_KEY is not set.\n"

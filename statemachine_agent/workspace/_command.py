@@ -25,6 +25,7 @@ from ._sandbox import SandboxStatus, bwrap_arguments, sandbox_environment
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
 MAX_TIMEOUT_SECONDS = 600.0
+MIN_TIMEOUT_SECONDS = 0.1
 MAX_OUTPUT_CHARS = 30_000
 """Output shown to the model: the first third and the last two thirds of this are kept."""
 TERM_GRACE_SECONDS = 0.5
@@ -265,10 +266,23 @@ def command_tool(workspace: Workspace, sandbox: SandboxStatus | None = None) -> 
 
         Args:
             command: the shell command line, e.g. "python3 -m unittest -v".
-            timeout_seconds: stop the command after this long (at most 600).
+            timeout_seconds: stop the command after this long (0.1 to 600; a value outside is
+                brought into that range, and the result says so).
         """
-        timeout = min(max(timeout_seconds, 0.1), MAX_TIMEOUT_SECONDS)
-        return await run_shell(command, str(workspace.root), ctx, timeout, sandbox=sandbox)
+        timeout = min(max(timeout_seconds, MIN_TIMEOUT_SECONDS), MAX_TIMEOUT_SECONDS)
+        result = await run_shell(command, str(workspace.root), ctx, timeout, sandbox=sandbox)
+        if timeout == timeout_seconds:
+            return result
+        # Say so: a model that asked for more time must not believe it got it.
+        limit = "above the cap" if timeout_seconds > timeout else "below the minimum"
+        note = (
+            f"[timeout_seconds {timeout_seconds:g} is {limit}: the command ran with "
+            f"timeout_seconds {timeout:g} (allowed: {MIN_TIMEOUT_SECONDS:g} to "
+            f"{MAX_TIMEOUT_SECONDS:g}).]"
+        )
+        assert isinstance(result.content, str)
+        details = {**result.details, "timeout_capped": timeout} if result.details else None
+        return ToolResult(f"{result.content}\n{note}", is_error=result.is_error, details=details)
 
     run_command.description += _sandbox_sentence(sandbox)
     return run_command

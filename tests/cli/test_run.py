@@ -26,14 +26,6 @@ def answer(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "stop_reason": "end_turn"}
 
 
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "hello.txt").write_text("hello\n")
-    return root
-
-
 def write_script(tmp_path: Path, steps: list[dict[str, Any]]) -> str:
     path = tmp_path / "script.json"
     path.write_text(json.dumps(steps))
@@ -112,7 +104,7 @@ def test_model_name_without_api_key_says_how_to_set_it(
     folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    result = invoke("run", "hi", "-w", str(folder), "-m", "claude-sonnet-4-5")
+    result = invoke("run", "hi", "-w", str(folder), "-m", "claude-sonnet-4-6")
     assert result.exit_code == 2
     assert "ANTHROPIC_API_KEY is not set" in flat(result.output)
     assert "export ANTHROPIC_API_KEY=" in flat(result.output)

@@ -61,4 +61,6 @@ async def test_function_model_accepts_messages_dicts_and_strings() -> None:
         return answers.pop(0)
 
     result = await Agent(FunctionModel(respond)).run("go")
-    assert result.state is State.DONE and result.text == "c"
+    assert (
+        result.state is State.DONE and result.text == "abc"
+    )  # the answer joined across its continuations
