@@ -22,8 +22,8 @@ from statemachine_agent import (
     UserMessage,
     tool,
 )
-from statemachine_agent._messages import CONTINUE_PROMPT
 from statemachine_agent._errors import ModelError, ModelRetryableError
+from statemachine_agent._messages import CONTINUE_PROMPT
 from statemachine_agent.models import AnthropicModel, ModelRequest
 from statemachine_agent.models._anthropic_format import StreamAccumulator
 from statemachine_agent.models._base import ResponseComplete
