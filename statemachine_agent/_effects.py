@@ -9,17 +9,26 @@ binds them to states and transitions; the driver only calls what the definition 
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from ._execution import BatchRun, resolve
 from ._hooks import TurnInfo
-from ._messages import TRUNCATING_STOP_REASONS, StopReason, UserMessage, text_result
-from ._protocol import REFUSED, answer_dangling, ended_text
+from ._messages import (
+    TRUNCATING_STOP_REASONS,
+    StopReason,
+    UserMessage,
+    is_known_stop_reason,
+    text_result,
+)
+from ._protocol import REFUSED, answer_dangling, ended_text, unknown_stop_reason_text
 from ._responses import refusal_text
 from ._states import Trigger
 
 if TYPE_CHECKING:
     from ._run import Run
+
+logger = logging.getLogger("statemachine_agent")
 
 CONTINUE_PROMPT = (
     "Your response was cut off by the output token limit. Continue exactly where you stopped."
@@ -50,6 +59,12 @@ async def request_model(run: Run) -> str:
     if run.signal.aborted and not response.tool_calls:
         run.complete_turn()
         return Trigger.ABORT
+    if not is_known_stop_reason(response.stop_reason):
+        logger.warning(
+            "the model stopped with an unknown stop reason %r; %s",
+            response.stop_reason,
+            "its tool calls are not run" if response.tool_calls else "the run treats it as an answer",
+        )
     data.response = response
     data.queued_input = run.has_queued_input()
     return Trigger.MODEL_REPLIED
@@ -91,13 +106,16 @@ async def run_tools(run: Run) -> str:
         return Trigger.ABORT
     data.hook_error = None
     if agent.should_continue is not None:
-        info = TurnInfo(data.turns, response, tuple(results), run.usage, run.messages)
+        info = TurnInfo(
+            data.turns, response, tuple(results), run.usage, run.messages, run.signal
+        )
         try:
             data.keep_going = bool(await resolve(agent.should_continue(info)))
         except Exception as exc:
             data.hook_error = f"The should_continue hook failed: {type(exc).__name__}: {exc}"
     run.terminate_reason = batch.terminate_reason
     data.terminate = batch.terminate_reason is not None
+    data.final_result = batch.final_result
     data.max_turns = agent.max_turns
     return Trigger.TOOLS_FINISHED
 
@@ -126,6 +144,22 @@ def answer_refused(run: Run) -> None:
     run.error = refusal_text(response)
 
 
+def answer_unknown_stop_reason(run: Run) -> None:
+    """Tool calls under a stop reason this library does not know: never run (each answered as
+    not run, naming the stop reason); the run ends ``done`` with the stop reason kept."""
+    response = run.data.response
+    assert response is not None
+    text = unknown_stop_reason_text(str(response.stop_reason))
+    answered = tuple(text_result(c, text, is_error=True) for c in response.tool_calls)
+    for result in answered:
+        run.append(result)
+    run.turn_results = answered
+    run.error = (
+        f"The model stopped with the unknown stop reason {response.stop_reason!r}; its "
+        f"{len(answered)} tool call(s) were not run."
+    )
+
+
 def continue_paused(run: Run) -> None:
     """``pause_turn``: the paused content goes back as it is (one continuation used)."""
     run.data.continuations += 1
@@ -137,8 +171,29 @@ def continue_truncated(run: Run) -> None:
     run.append(UserMessage(CONTINUE_PROMPT))
 
 
+def note_continuation_limit(run: Run) -> None:
+    """``pause_turn`` with the continuation cap reached: say so and how to go on."""
+    run.complete_turn()
+    data = run.data
+    run.error = (
+        f"Stopped at a pause_turn: the model was still working after {data.continuations} "
+        f"continuation(s), the max_continuations={data.max_continuations} limit. To continue, "
+        "call run() again without a prompt (the paused response is sent back as a "
+        "continuation), or raise the limit: agent.max_continuations = "
+        f"{data.max_continuations + 3}."
+    )
+
+
+def note_terminating_result(run: Run) -> None:
+    """A result marked ``terminate=True`` ended the run: its text is the final answer."""
+    final = run.data.final_result
+    assert final is not None
+    run.final_text = final.text
+
+
 def deliver_queued(run: Run) -> None:
-    """The model would stop but input is queued: deliver steering, else one follow-up."""
+    """The model would stop but input is queued: deliver steering, else follow-ups (each by its
+    delivery mode)."""
     run.deliver_steering() or run.deliver_follow_up()
 
 

@@ -22,6 +22,8 @@ class RunResult:
         stop_reason: the stop reason of the last response.
         error: why the run did not end ``done`` (or what to know about how it did), else None.
         refusal: the provider's refusal details (category, explanation) when the model refused.
+        final_text: the text of the tool result that ended the run (``terminate=True``), if one
+            did; `text` returns it.
     """
 
     state: State
@@ -32,11 +34,15 @@ class RunResult:
     stop_reason: str | None = None
     error: str | None = None
     refusal: dict[str, Any] | None = None
+    final_text: str | None = field(default=None, repr=False)
 
     @property
     def text(self) -> str:
         """The final answer: the text of the run's last response (joined with the parts of a
-        ``pause_turn`` continuation before it)."""
+        ``pause_turn`` continuation before it), or the text of the tool result marked
+        ``terminate=True`` that ended the run."""
+        if self.final_text is not None:
+            return self.final_text
         messages = self.new_messages
         i = len(messages) - 1
         while i >= 0 and isinstance(messages[i], ToolResultMessage):

@@ -62,11 +62,15 @@ class ToolResult:
         content: text or blocks the model reads.
         is_error: report a failure the model should act on.
         details: structured data for the application, not sent to the model.
+        terminate: end the run once the batch has its results: the run ends ``done`` and this
+            result's text is the run's final answer (``RunResult.text``); no further model
+            request is sent. The other calls of the batch keep their results.
     """
 
     content: str | list[TextBlock | ImageBlock]
     is_error: bool = False
     details: Any = None
+    terminate: bool = False
 
 
 ToolFunction = Callable[..., Any]
@@ -89,6 +93,8 @@ class Tool:
         run_in_thread: run a sync function in a worker thread (default; a pool of up to
             `SYNC_TOOL_WORKERS` threads, so a parallel batch really runs in parallel) so it does
             not block the event loop.
+        sequential: a batch holding a call of this tool runs one call after another, in
+            declaration order (for a tool that must not overlap with anything).
 
     Raises:
         ToolDefinitionError: the name is invalid.
@@ -102,6 +108,7 @@ class Tool:
     resource: str | ResourceKey | None = None
     run_in_thread: bool = True
     context_param: str | None = None
+    sequential: bool = False
     is_async: bool = field(init=False)
     input_schema: dict[str, Any] = field(init=False)
     _field_names: tuple[str, ...] = field(init=False, repr=False)
@@ -164,6 +171,7 @@ def tool_from_function(
     timeout_seconds: float | None = None,
     resource: str | ResourceKey | None = None,
     run_in_thread: bool = True,
+    sequential: bool = False,
 ) -> Tool:
     """Build a `Tool` from a typed function (see `tool`).
 
@@ -209,6 +217,7 @@ def tool_from_function(
         resource=resource,
         run_in_thread=run_in_thread,
         context_param=context_param,
+        sequential=sequential,
     )
 
 
@@ -224,6 +233,7 @@ def tool(
     timeout_seconds: float | None = None,
     resource: str | ResourceKey | None = None,
     run_in_thread: bool = True,
+    sequential: bool = False,
 ) -> Callable[[ToolFunction], Tool]: ...
 
 
@@ -236,8 +246,10 @@ def tool(
     timeout_seconds: float | None = None,
     resource: str | ResourceKey | None = None,
     run_in_thread: bool = True,
+    sequential: bool = False,
 ) -> Tool | Callable[[ToolFunction], Tool]:
-    """Turn a typed function into a `Tool`: ``@tool`` or ``@tool(timeout_seconds=5)``.
+    """Turn a typed function into a `Tool`: ``@tool`` or ``@tool(timeout_seconds=5)``;
+    ``@tool(sequential=True)`` makes any batch holding one of its calls run one call at a time.
 
     The name is the function's, the description its docstring, the JSON schema comes from the
     annotated parameters (pydantic), parameter descriptions from the docstring's ``Args:``.
@@ -254,6 +266,7 @@ def tool(
             timeout_seconds=timeout_seconds,
             resource=resource,
             run_in_thread=run_in_thread,
+            sequential=sequential,
         )
 
     return wrap(function) if function is not None else wrap

@@ -1,5 +1,5 @@
 """The pieces of the property-test kit: the kit's tools and model, one run driven with aborts and
-queued input at chosen events, and the checks of what that run left (the protocol's rules 1-4, one run end in a
+queued input at chosen events, and the checks of what that run left (the protocol's rules 1-5, one run end in a
 terminal state, matching event pairs).
 
 `AgentKit` is what a user's factory receives: ``kit.agent(**their_options)`` builds an `Agent` on the
