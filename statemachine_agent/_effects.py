@@ -63,7 +63,9 @@ async def request_model(run: Run) -> str:
         logger.warning(
             "the model stopped with an unknown stop reason %r; %s",
             response.stop_reason,
-            "its tool calls are not run" if response.tool_calls else "the run treats it as an answer",
+            "its tool calls are not run"
+            if response.tool_calls
+            else "the run treats it as an answer",
         )
     data.response = response
     data.queued_input = run.has_queued_input()
@@ -106,9 +108,7 @@ async def run_tools(run: Run) -> str:
         return Trigger.ABORT
     data.hook_error = None
     if agent.should_continue is not None:
-        info = TurnInfo(
-            data.turns, response, tuple(results), run.usage, run.messages, run.signal
-        )
+        info = TurnInfo(data.turns, response, tuple(results), run.usage, run.messages, run.signal)
         try:
             data.keep_going = bool(await resolve(agent.should_continue(info)))
         except Exception as exc:

@@ -74,9 +74,7 @@ async def test_case1_tool_raising_cancelled_error_itself_is_an_error_result(mode
     )
     agent = Agent(model, tools=[cancels_itself, slow], tool_execution=mode)  # type: ignore[arg-type]
     agent.subscribe(
-        lambda e: t1_ended.set()
-        if isinstance(e, ToolExecutionEnd) and e.call.id == "t1"
-        else None
+        lambda e: t1_ended.set() if isinstance(e, ToolExecutionEnd) and e.call.id == "t1" else None
     )
     result = await agent.run("Run both")
     t1, t2 = results_of(result.messages)
@@ -114,8 +112,10 @@ async def test_case1_cancelling_the_run_is_still_recorded_and_reraised(mode: str
         await task
     assert agent.state is State.ABORTED
     results = results_of(agent.messages)
-    expected_second = INTERRUPTED if mode == "parallel" else (
-        "Not run: the run was aborted before this call started."
+    expected_second = (
+        INTERRUPTED
+        if mode == "parallel"
+        else ("Not run: the run was aborted before this call started.")
     )
     assert [(r.tool_call_id, r.is_error, r.text) for r in results] == [
         ("w1", True, INTERRUPTED),

@@ -71,9 +71,12 @@ async def test_case1_progress_after_the_call_returned_is_dropped(
         result = await agent.run("Go")
         await late_sent.wait()
     assert result.state is State.DONE
-    kinds = [e.type for e in events if getattr(e, "call_id", None) == "p1" or (
-        isinstance(e, ToolExecutionStart | ToolExecutionEnd) and e.call.id == "p1"
-    )]
+    kinds = [
+        e.type
+        for e in events
+        if getattr(e, "call_id", None) == "p1"
+        or (isinstance(e, ToolExecutionStart | ToolExecutionEnd) and e.call.id == "p1")
+    ]
     assert kinds == ["tool_execution_start", "tool_execution_update", "tool_execution_end"]
     updates = [e.update for e in events if isinstance(e, ToolExecutionUpdate)]
     assert updates == ["early"]
@@ -86,6 +89,7 @@ async def test_case1_progress_after_the_call_returned_is_dropped(
 
 async def test_case1_progress_after_the_call_ended_while_its_batch_runs_is_dropped() -> None:
     late_sent = asyncio.Event()
+    background: list[asyncio.Task[None]] = []
 
     @tool
     async def quick(ctx: ToolContext) -> str:
@@ -96,7 +100,7 @@ async def test_case1_progress_after_the_call_ended_while_its_batch_runs_is_dropp
             ctx.progress("late")
             late_sent.set()
 
-        asyncio.ensure_future(late())
+        background.append(asyncio.ensure_future(late()))
         return "quick done"
 
     @tool
@@ -281,7 +285,7 @@ async def test_case4_one_at_a_time_steering_reaches_three_consecutive_requests()
     assert texts(requests[3][-2:]) == ["answer 1", "s3"]
     for n, steering in ((1, "s1"), (2, "s2"), (3, "s3")):
         user_texts = [m.text for m in requests[n] if isinstance(m, UserMessage)]
-        assert user_texts == ["Work", *["s1", "s2", "s3"][: n]], steering
+        assert user_texts == ["Work", *["s1", "s2", "s3"][:n]], steering
     assert (result.state, result.text) == (State.DONE, "answer 2")
 
 
