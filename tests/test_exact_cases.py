@@ -11,11 +11,13 @@ import pytest
 from statemachine_agent import (
     Agent,
     AssistantMessage,
+    Deny,
     InvalidHistoryError,
     ProviderBlock,
     State,
     StopReason,
     TextBlock,
+    ToolCallInfo,
     ToolContext,
     ToolError,
     ToolExecutionEnd,
@@ -349,3 +351,247 @@ async def test_case4_unknown_stop_reason_tool_call_is_not_run(
         "not run"
     ]
     assert_valid_history(result.messages)
+
+
+# -- case 5: the earlier cases, asserted on their whole outcome -----------------------------------
+
+NOT_RUN = "Not run: the run was aborted before this call started."
+
+
+async def test_case5_abort_results_assistant_message_and_next_request() -> None:
+    started = asyncio.Event()
+
+    @tool
+    async def slow(seconds: float) -> str:
+        """Sleep."""
+        started.set()
+        await asyncio.sleep(seconds)
+        return "slept"
+
+    model = ScriptedModel(
+        [
+            tool_response(
+                call("slow", {"seconds": 30}, id="s1"),
+                call("slow", {"seconds": 0}, id="s2"),
+                call("slow", {"seconds": 0}, id="s3"),
+                text="Sleeping.",
+            ),
+            text_response("Nothing ran to the end."),
+        ]
+    )
+    agent = Agent(model, tools=[slow], tool_execution="sequential", abort_grace_seconds=0.05)
+    task = asyncio.ensure_future(agent.run("go"))
+    await started.wait()
+    agent.abort("user pressed stop")
+    result = await task
+    assert (result.state, result.error, result.turns) == (State.ABORTED, "user pressed stop", 1)
+    assistant = result.messages[1]
+    assert isinstance(assistant, AssistantMessage)
+    assert assistant.stop_reason == StopReason.TOOL_USE and assistant.text == "Sleeping."
+    assert [(c.id, c.input) for c in assistant.tool_calls] == [
+        ("s1", {"seconds": 30}),
+        ("s2", {"seconds": 0}),
+        ("s3", {"seconds": 0}),
+    ]
+    assert [(r.tool_call_id, r.is_error, r.text) for r in result.messages[2:]] == [
+        ("s1", True, INTERRUPTED),
+        ("s2", True, NOT_RUN),
+        ("s3", True, NOT_RUN),
+    ]
+    follow = await agent.run("what happened?")
+    sent = model.requests[-1].messages
+    assert sent == [*result.messages, UserMessage("what happened?")]
+    assert (follow.state, follow.text) == (State.DONE, "Nothing ran to the end.")
+
+
+async def test_case5_end_turn_with_tool_call_order_result_and_final_text() -> None:
+    @tool
+    def ping() -> str:
+        """Ping."""
+        return "pong"
+
+    model = ScriptedModel(
+        [
+            tool_response(call("ping", {}, id="p1"), text="Let me ping.", stop_reason="end_turn"),
+            text_response("Pinged: pong."),
+        ]
+    )
+    result = await Agent(model, tools=[ping]).run("ping it")
+    assert [m.role for m in result.messages] == ["user", "assistant", "tool_result", "assistant"]
+    (r,) = results_of(result.messages)
+    assert (r.tool_call_id, r.is_error, r.text) == ("p1", False, "pong")
+    assert (result.state, result.text, result.error, result.turns) == (
+        State.DONE,
+        "Pinged: pong.",
+        None,
+        2,
+    )
+    assert model.requests[1].messages == result.messages[:3]
+
+
+async def test_case5_truncated_call_then_the_corrected_call_runs() -> None:
+    written: list[tuple[str, str]] = []
+
+    @tool
+    def write(path: str, content: str) -> str:
+        """Write a file."""
+        written.append((path, content))
+        return f"wrote {path}"
+
+    model = ScriptedModel(
+        [
+            tool_response(
+                call("write", '{"path": "a.txt", "content": "hel', id="t1"),
+                text="Writing.",
+                stop_reason="max_tokens",
+            ),
+            tool_response(call("write", {"path": "a.txt", "content": "hello"}, id="t2")),
+            text_response("Written."),
+        ]
+    )
+    result = await Agent(model, tools=[write]).run("write")
+    assert written == [("a.txt", "hello")]
+    truncated = result.messages[1]
+    assert isinstance(truncated, AssistantMessage)
+    (cut,) = truncated.tool_calls
+    assert (cut.truncated, cut.raw_arguments) == (True, '{"path": "a.txt", "content": "hel')
+    assert [(r.tool_call_id, r.is_error, r.text) for r in results_of(result.messages)] == [
+        (
+            "t1",
+            True,
+            "Not run: the arguments of this call were truncated because the response hit its "
+            "token limit (max_tokens). Call the tool again with complete arguments, or split the "
+            "work into smaller calls.",
+        ),
+        ("t2", False, "wrote a.txt"),
+    ]
+    assert [m.role for m in result.messages] == [
+        "user",
+        "assistant",
+        "tool_result",
+        "assistant",
+        "tool_result",
+        "assistant",
+    ]
+    assert (result.state, result.text, result.error) == (State.DONE, "Written.", None)
+    assert len(model.requests) == 3
+
+
+async def test_case5_unknown_tool_and_invalid_arguments_final_state_and_second_response() -> None:
+    @tool
+    def get_weather(city: str) -> str:
+        """Weather for a city."""
+        return f"Sunny in {city}"
+
+    model = ScriptedModel(
+        [
+            tool_response(
+                call("get_date", {}, id="a"),
+                call("get_weather", {"city": "Paris"}, id="b"),
+                call("get_weather", "[1,2]", id="c"),
+            ),
+            text_response("Paris is sunny; I have no date tool."),
+        ]
+    )
+    result = await Agent(model, tools=[get_weather]).run("go")
+    assert [(r.tool_call_id, r.is_error, r.text) for r in results_of(result.messages)] == [
+        (
+            "a",
+            True,
+            "Unknown tool 'get_date'. Available tools: get_weather. Did you mean 'get_weather'?",
+        ),
+        ("b", False, "Sunny in Paris"),
+        (
+            "c",
+            True,
+            "Invalid arguments for tool 'get_weather': expected a JSON object, got array: [1,2]. "
+            "Send the arguments as one JSON object.",
+        ),
+    ]
+    assert model.requests[1].messages == result.messages[:5]
+    assert (result.state, result.text, result.error) == (
+        State.DONE,
+        "Paris is sunny; I have no date tool.",
+        None,
+    )
+
+
+async def test_case5_denial_end_event_carries_the_denied_result() -> None:
+    @tool
+    def write_file(path: str, content: str) -> str:
+        """Write a file."""
+        return "written"
+
+    def guard(info: ToolCallInfo) -> Deny | None:
+        return Deny("do not touch /etc") if info.arguments["path"].startswith("/etc") else None
+
+    model = ScriptedModel(
+        [
+            tool_response(call("write_file", {"path": "/etc/hosts", "content": "x"}, id="w")),
+            text_response("I will not touch /etc."),
+        ]
+    )
+    agent = Agent(model, tools=[write_file], before_tool_call=guard)
+    ends: list[ToolExecutionEnd] = []
+    agent.subscribe(lambda e: ends.append(e) if isinstance(e, ToolExecutionEnd) else None)
+    result = await agent.run("go")
+    (end,) = ends
+    assert end.call.id == "w"
+    assert (end.result.tool_call_id, end.result.is_error, end.result.text) == (
+        "w",
+        True,
+        "Denied: do not touch /etc",
+    )
+    assert results_of(result.messages) == [end.result]
+    assert (result.state, result.text) == (State.DONE, "I will not touch /etc.")
+
+
+async def test_case5_next_request_after_an_empty_refusal() -> None:
+    model = ScriptedModel(
+        [
+            {
+                "content": [],
+                "stop_reason": "refusal",
+                "stop_details": {"category": "cyber", "explanation": "no"},
+            },
+            text_response("Sure, here is the weather."),
+        ]
+    )
+    agent = Agent(model)
+    refused = await agent.run("hack")
+    assert (refused.state, refused.error, refused.refusal, refused.text) == (
+        State.DONE,
+        "The model refused: cyber; no",
+        {"category": "cyber", "explanation": "no"},
+        "",
+    )
+    result = await agent.run("what is the weather?")
+    assert model.requests[1].messages == [UserMessage("hack"), UserMessage("what is the weather?")]
+    assert find_violations(model.requests[1].messages, request=True) == []
+    assert (result.state, result.text, result.refusal) == (
+        State.DONE,
+        "Sure, here is the weather.",
+        None,
+    )
+
+
+async def test_case5_max_turns_history_shape_at_the_limit() -> None:
+    @tool
+    def bash(command: str) -> str:
+        """Run a command."""
+        return "noop"
+
+    steps = [tool_response(call("bash", {"command": "echo noop"}, id=f"b{i}")) for i in range(9)]
+    model = ScriptedModel(steps)
+    result = await Agent(model, tools=[bash], max_turns=5).run("loop forever")
+    assert len(model.requests) == 5
+    assert [m.role for m in result.messages] == ["user"] + ["assistant", "tool_result"] * 5
+    assert [(r.tool_call_id, r.is_error, r.text) for r in results_of(result.messages)] == [
+        (f"b{i}", False, "noop") for i in range(5)
+    ]
+    assert (result.state, result.turns, result.stop_reason) == (State.MAX_TURNS, 5, "tool_use")
+    assert result.error == (
+        "Stopped after 5 turn(s): the max_turns limit (5) was reached. The last action was a tool "
+        "batch (bash) whose results are recorded. To continue, call run() again without a prompt "
+        "and a higher limit, e.g. await agent.run(max_turns=15)."
+    )
