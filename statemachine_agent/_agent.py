@@ -47,7 +47,8 @@ class Agent:
             counting.
         tool_execution: ``"parallel"`` (default; calls on one resource still queue) or
             ``"sequential"``.
-        max_continuations: cap on ``pause_turn`` and ``max_tokens`` continuations in a run.
+        max_continuations: cap on ``pause_turn`` and ``max_tokens`` continuations in a run. A
+            ``pause_turn`` at the cap ends the run in ``max_turns`` (``run()`` continues it).
         max_tokens_policy: ``"continue"`` asks the model to go on after a truncated answer;
             ``"stop"`` ends ``done`` with the truncation reported in ``RunResult.error``.
         abort_grace_seconds: how long running tools may take to stop after an abort before they
