@@ -9,9 +9,11 @@ binds them to states and transitions; the driver only calls what the definition 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from ._cancel import cancelling
 from ._execution import BatchRun, resolve
 from ._hooks import TurnInfo
 from ._messages import (
@@ -111,7 +113,9 @@ async def run_tools(run: Run) -> str:
         info = TurnInfo(data.turns, response, tuple(results), run.usage, run.messages, run.signal)
         try:
             data.keep_going = bool(await resolve(agent.should_continue(info)))
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError) and cancelling():
+                raise  # the run's task is being cancelled; a hook's own one is its failure
             data.hook_error = f"The should_continue hook failed: {type(exc).__name__}: {exc}"
     run.terminate_reason = batch.terminate_reason
     data.terminate = batch.terminate_reason is not None

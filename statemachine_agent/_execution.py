@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from ._cancel import AbortSignal, abort_scope
+from ._cancel import AbortSignal, abort_scope, cancelling
 from ._errors import ToolError
 from ._events import Event, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
 from ._hooks import AfterToolCall, Allow, BeforeToolCall, Deny, ToolCallInfo
@@ -356,7 +356,9 @@ class BatchRun:
             info = ToolCallInfo(call, tool, seen, self._deps, self._signal)
             try:
                 decision = await resolve(self._before(info))
-            except Exception as exc:
+            except (Exception, asyncio.CancelledError) as exc:
+                if isinstance(exc, asyncio.CancelledError) and cancelling():
+                    raise  # the run is being cancelled; a hook's own one is its failure
                 return _hook_failed("before_tool_call", call, exc)
             if isinstance(decision, Deny):
                 if decision.terminate:
@@ -380,7 +382,9 @@ class BatchRun:
             info = ToolCallInfo(call, tool, _copied(kwargs), self._deps, self._signal)
             try:
                 replaced = await resolve(self._after(info, result))
-            except Exception as exc:
+            except (Exception, asyncio.CancelledError) as exc:
+                if isinstance(exc, asyncio.CancelledError) and cancelling():
+                    raise  # the run is being cancelled; a hook's own one is its failure
                 slot.ends_run = False
                 return _hook_failed("after_tool_call", call, exc)
             if isinstance(replaced, ToolResult):
@@ -441,8 +445,7 @@ class BatchRun:
         except ToolError as exc:  # an expected failure: the model reads it, nothing is logged
             return text_result(call, str(exc) or type(exc).__name__, is_error=True)
         except asyncio.CancelledError as exc:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
+            if cancelling():
                 raise  # the run (an abort's grace ran out) or its task was cancelled
             if self._signal.aborted:  # a tool that stopped on the abort by raising
                 return text_result(call, INTERRUPTED, is_error=True)
@@ -503,7 +506,7 @@ def _differs(seen: dict[str, Any], original: dict[str, Any]) -> bool:
         return True
 
 
-def _hook_failed(hook: str, call: ToolCallBlock, exc: Exception) -> ToolResultMessage:
+def _hook_failed(hook: str, call: ToolCallBlock, exc: BaseException) -> ToolResultMessage:
     logger.warning(
         "the %s hook raised %s (tool %r, call %s)",
         hook,

@@ -14,7 +14,7 @@ import inspect
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ._cancel import AbortSignal
+from ._cancel import AbortSignal, cancelling
 from ._context import project
 from ._effects import request_model
 from ._errors import InvalidHistoryError, MachineDefinitionError
@@ -268,7 +268,9 @@ class Run:
             request = await self._build_request()
         except InvalidHistoryError as exc:
             return self.fail(f"The request was not sent: {exc}")
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError) and cancelling():
+                raise  # the run's task is being cancelled; a hook's own one is its failure
             return self.fail(f"The transform_context hook failed: {type(exc).__name__}: {exc}")
         if self.signal.aborted:  # aborted while the request was built: do not send it
             return Trigger.ABORT

@@ -595,3 +595,48 @@ async def test_case5_max_turns_history_shape_at_the_limit() -> None:
         "batch (bash) whose results are recorded. To continue, call run() again without a prompt "
         "and a higher limit, e.g. await agent.run(max_turns=15)."
     )
+
+
+# -- case 1, the whole kind: hooks and models raising their own CancelledError --------------------
+
+
+async def test_case1_hooks_raising_their_own_cancelled_error_fail_like_any_exception() -> None:
+    @tool
+    def step() -> str:
+        """A step."""
+        return "stepped"
+
+    def before(info: ToolCallInfo) -> None:
+        if info.call.id == "h1":
+            raise asyncio.CancelledError
+
+    def should_continue(info: Any) -> bool:
+        raise asyncio.CancelledError
+
+    model = ScriptedModel(
+        [tool_response(call("step", id="h1"), call("step", id="h2")), text_response("x")]
+    )
+    agent = Agent(model, tools=[step], before_tool_call=before, should_continue=should_continue)
+    result = await agent.run("Go")  # no CancelledError reaches the caller: nothing was cancelled
+    assert [(r.tool_call_id, r.is_error, r.text) for r in results_of(result.messages)] == [
+        (
+            "h1",
+            True,
+            "The before_tool_call hook failed (CancelledError: ); the call was not completed.",
+        ),
+        ("h2", False, "stepped"),
+    ]
+    assert (result.state, result.error) == (
+        State.FAILED,
+        "The should_continue hook failed: CancelledError: ",
+    )
+
+
+async def test_case1_a_model_raising_its_own_cancelled_error_fails_the_run() -> None:
+    from statemachine_agent.models import FunctionModel
+
+    def model(messages: Any, request: Any) -> str:
+        raise asyncio.CancelledError
+
+    result = await Agent(FunctionModel(model), model_retries=0).run("Hi")
+    assert (result.state, result.error) == (State.FAILED, "Model request failed: CancelledError: ")
