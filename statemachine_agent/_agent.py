@@ -10,7 +10,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from ._context import ContextProjector
 from ._errors import AgentBusyError, ToolDefinitionError, UsageError
@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("statemachine_agent")
 
+DeliveryMode = Literal["all", "one_at_a_time"]
+"""How queued input is delivered: every queued message at once, or one per delivery point."""
+
 
 class Agent:
     """An agent: a model, tools and a history, driven by the loop's state machine.
@@ -53,7 +56,8 @@ class Agent:
             counting.
         tool_execution: ``"parallel"`` (default; calls on one resource still queue) or
             ``"sequential"``.
-        max_continuations: cap on ``pause_turn`` and ``max_tokens`` continuations in a run.
+        max_continuations: cap on ``pause_turn`` and ``max_tokens`` continuations in a run. A
+            ``pause_turn`` at the cap ends the run in ``max_turns`` (``run()`` continues it).
         max_tokens_policy: ``"continue"`` asks the model to go on after a truncated answer;
             ``"stop"`` ends ``done`` with the truncation reported in ``RunResult.error``.
         abort_grace_seconds: how long running tools may take to stop after an abort before they
@@ -67,11 +71,16 @@ class Agent:
         model_settings: provider options sent with each request.
         session: a `SessionLog`, or a path for a new append-only JSONL log of this agent's
             messages, tool results, states and runs (see `Agent.resume`).
+        steering_mode: ``"all"`` (default) delivers every queued steering message at once;
+            ``"one_at_a_time"`` delivers one per delivery point (one per model request).
+        follow_up_mode: ``"one_at_a_time"`` (default: one follow-up each time the model would
+            stop) or ``"all"``.
 
     Raises:
         ToolDefinitionError: two tools share a name.
-        UsageError: the model refuses a tool name (e.g. `AnthropicModel.check_tools`: the name of
-            one of its server tools).
+        UsageError: an unknown ``tool_execution``, ``steering_mode`` or ``follow_up_mode``; the
+            model refuses a tool name (e.g. `AnthropicModel.check_tools`: the name of one of its
+            server tools).
     """
 
     def __init__(
@@ -95,9 +104,16 @@ class Agent:
         messages: Sequence[Message] = (),
         model_settings: dict[str, Any] | None = None,
         session: str | os.PathLike[str] | SessionLog | None = None,
+        steering_mode: DeliveryMode = "all",
+        follow_up_mode: DeliveryMode = "one_at_a_time",
     ) -> None:
         if tool_execution not in ("parallel", "sequential"):
             raise UsageError("tool_execution must be 'parallel' or 'sequential'")
+        for option, mode in (("steering_mode", steering_mode), ("follow_up_mode", follow_up_mode)):
+            if mode not in ("all", "one_at_a_time"):
+                raise UsageError(f"{option} must be 'all' or 'one_at_a_time', got {mode!r}")
+        self.steering_mode: DeliveryMode = steering_mode
+        self.follow_up_mode: DeliveryMode = follow_up_mode
         self.model = model
         self.tools: dict[str, Tool] = {}
         for item in tools:
@@ -298,12 +314,25 @@ class Agent:
 
     def steer(self, message: str | UserMessage) -> None:
         """Queue input delivered after the current tool batch's results, before the next model
-        request (or right after the current response when it has no tool calls)."""
+        request (or right after the current response when it has no tool calls). Input still
+        queued when a run ends (an abort) is delivered by the next run, right after its prompt."""
         self._steering.append(_as_user(message))
 
     def follow_up(self, message: str | UserMessage) -> None:
         """Queue input delivered when the model would otherwise stop (one per stop)."""
         self._follow_ups.append(_as_user(message))
+
+    def has_queued_input(self) -> bool:
+        """Steering or follow-up messages are waiting to be delivered."""
+        return bool(self._steering or self._follow_ups)
+
+    def clear_queues(self) -> tuple[list[UserMessage], list[UserMessage]]:
+        """Remove every queued message; returns them: ``(steering, follow_ups)``, each in the
+        order it was queued."""
+        steering, follow_ups = list(self._steering), list(self._follow_ups)
+        self._steering.clear()
+        self._follow_ups.clear()
+        return steering, follow_ups
 
     def abort(self, reason: str = "aborted by the caller") -> bool:
         """Stop the current run: it ends in ``aborted`` with every issued call answered.

@@ -136,6 +136,14 @@ async def abort_scope(signal: AbortSignal, grace_seconds: float = 0.0) -> AsyncI
     raise_if_cancelling()
 
 
+def cancelling() -> bool:
+    """The current task is being cancelled (an abort's scope expiring, or its caller cancelling
+    it). A `asyncio.CancelledError` raised while this is False is the raiser's own: a failure of
+    that code (a tool, a hook, a model), not a cancellation of the run."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 def raise_if_cancelling() -> None:
     """Re-raise a cancellation of the current task that code it awaited swallowed (a tool or a
     model catching `asyncio.CancelledError`): cancellation is never lost."""

@@ -10,8 +10,10 @@ binds them to states and transitions; the driver only calls what the definition 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING
 
+from ._cancel import cancelling
 from ._events import ApprovalRequested, CallDecided
 from ._execution import BatchRun, PendingBatch, resolve
 from ._hooks import Approve, Deny, PendingCall, TurnInfo
@@ -23,6 +25,7 @@ from ._messages import (
     ToolCallBlock,
     ToolResultMessage,
     UserMessage,
+    is_known_stop_reason,
     text_result,
 )
 from ._protocol import (
@@ -33,12 +36,15 @@ from ._protocol import (
     TRUNCATED,
     answer_dangling,
     ended_text,
+    unknown_stop_reason_text,
 )
 from ._responses import refusal_text
 from ._states import Trigger
 
 if TYPE_CHECKING:
     from ._run import Run
+
+logger = logging.getLogger("statemachine_agent")
 
 
 # -- effects -----------------------------------------------------------------------------------
@@ -65,6 +71,14 @@ async def request_model(run: Run) -> str:
     if run.signal.aborted and not response.tool_calls:
         run.complete_turn()
         return Trigger.ABORT
+    if not is_known_stop_reason(response.stop_reason):
+        logger.warning(
+            "the model stopped with an unknown stop reason %r; %s",
+            response.stop_reason,
+            "its tool calls are not run"
+            if response.tool_calls
+            else "the run treats it as an answer",
+        )
     data.response = response
     data.queued_input = run.has_queued_input()
     return Trigger.MODEL_REPLIED
@@ -101,7 +115,7 @@ async def run_tools(run: Run) -> str:
         await batch.run()
     finally:
         # Every call gets its result, even when the task is being cancelled.
-        hold = not _cancelling()  # a cancelled task answers every call
+        hold = not cancelling()  # a cancelled task answers every call
         deferred = batch.deferred() if hold else []
         results = batch.results(hold=hold)
         if deferred:
@@ -112,7 +126,7 @@ async def run_tools(run: Run) -> str:
         return Trigger.ABORT
     if deferred:
         return Trigger.TOOLS_FINISHED  # to awaiting_approval: nothing more until decisions
-    return await _after_batch(run, response, results, batch.terminate_reason)
+    return await _after_batch(run, response, results, batch.terminate_reason, batch.final_result)
 
 
 async def _run_decided(run: Run, pending: PendingBatch) -> str:
@@ -156,7 +170,7 @@ async def _run_decided(run: Run, pending: PendingBatch) -> str:
     finally:
         held.update((r.tool_call_id, r) for r in batch.results())
         waiting = [c for c in pending.calls if c.id not in held]
-        if waiting and terminate is None and not run.signal.aborted and not _cancelling():
+        if waiting and terminate is None and not run.signal.aborted and not cancelling():
             _hold(run, response, held, waiting)
         else:
             text = AFTER_TERMINATION if terminate is not None else NOT_RUN_PENDING
@@ -171,12 +185,7 @@ async def _run_decided(run: Run, pending: PendingBatch) -> str:
     if agent._pending is not None:
         return Trigger.TOOLS_FINISHED
     results = [held[c.id] for c in response.tool_calls]
-    return await _after_batch(run, response, results, terminate)
-
-
-def _cancelling() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
+    return await _after_batch(run, response, results, terminate, batch.final_result)
 
 
 def _hold(
@@ -205,17 +214,21 @@ async def _after_batch(
     response: AssistantMessage,
     results: list[ToolResultMessage],
     terminate_reason: str | None,
+    final_result: ToolResultMessage | None = None,
 ) -> str:
     data, agent = run.data, run.agent
     data.hook_error = None
     if agent.should_continue is not None:
-        info = TurnInfo(data.turns, response, tuple(results), run.usage, run.messages)
+        info = TurnInfo(data.turns, response, tuple(results), run.usage, run.messages, run.signal)
         try:
             data.keep_going = bool(await resolve(agent.should_continue(info)))
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError) and cancelling():
+                raise  # the run's task is being cancelled; a hook's own one is its failure
             data.hook_error = f"The should_continue hook failed: {type(exc).__name__}: {exc}"
     run.terminate_reason = terminate_reason
     data.terminate = terminate_reason is not None
+    data.final_result = final_result
     data.max_turns = agent.max_turns
     return Trigger.TOOLS_FINISHED
 
@@ -268,6 +281,22 @@ def answer_refused(run: Run) -> None:
     run.error = refusal_text(response)
 
 
+def answer_unknown_stop_reason(run: Run) -> None:
+    """Tool calls under a stop reason this library does not know: never run (each answered as
+    not run, naming the stop reason); the run ends ``done`` with the stop reason kept."""
+    response = run.data.response
+    assert response is not None
+    text = unknown_stop_reason_text(str(response.stop_reason))
+    answered = tuple(text_result(c, text, is_error=True) for c in response.tool_calls)
+    for result in answered:
+        run.append(result)
+    run.turn_results = answered
+    run.error = (
+        f"The model stopped with the unknown stop reason {response.stop_reason!r}; its "
+        f"{len(answered)} tool call(s) were not run."
+    )
+
+
 def continue_paused(run: Run) -> None:
     """``pause_turn``: the paused content goes back as it is (one continuation used)."""
     run.data.continuations += 1
@@ -279,9 +308,30 @@ def continue_truncated(run: Run) -> None:
     run.append(UserMessage(CONTINUE_PROMPT))
 
 
+def note_continuation_limit(run: Run) -> None:
+    """``pause_turn`` with the continuation cap reached: say so and how to go on."""
+    run.complete_turn()
+    data = run.data
+    run.error = (
+        f"Stopped at a pause_turn: the model was still working after {data.continuations} "
+        f"continuation(s), the max_continuations={data.max_continuations} limit. To continue, "
+        "call run() again without a prompt (the paused response is sent back as a "
+        "continuation), or raise the limit: agent.max_continuations = "
+        f"{data.max_continuations + 3}."
+    )
+
+
+def note_terminating_result(run: Run) -> None:
+    """A result marked ``terminate=True`` ended the run: its text is the final answer."""
+    final = run.data.final_result
+    assert final is not None
+    run.final_text = final.text
+
+
 def deliver_queued(run: Run) -> None:
-    """The model would stop but input is queued: deliver steering, else one follow-up (after
-    answering the calls of a response cut by ``max_tokens`` under policy ``stop``)."""
+    """The model would stop but input is queued: deliver steering, else follow-ups (each by its
+    delivery mode), after answering the calls of a response cut by ``max_tokens`` under policy
+    ``stop``."""
     _answer_stopped_calls(run)
     run.deliver_steering() or run.deliver_follow_up()
 

@@ -65,7 +65,7 @@ class SessionCorruptError(AgentError):
 
 
 class InvalidHistoryError(AgentError):
-    """A history breaks the tool-use protocol (rules 1-4 of ``statemachine_agent.testing.assert_valid_history``).
+    """A history breaks the tool-use protocol (rules 1-5 of ``statemachine_agent.testing.assert_valid_history``).
 
     Attributes:
         violations: one line per problem, each naming the message index.

@@ -9,9 +9,11 @@ completion order.
 from __future__ import annotations
 
 import asyncio
+import copy
 import difflib
 import inspect
 import json
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from ._cancel import AbortSignal, abort_scope
+from ._cancel import AbortSignal, abort_scope, cancelling
 from ._errors import ToolError
 from ._events import Event, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
 from ._hooks import (
@@ -52,6 +54,8 @@ from ._protocol import (
 from ._tools import Tool, ToolContext, ToolResult, format_validation_error, repr_json
 
 ToolExecution = Literal["parallel", "sequential"]
+
+logger = logging.getLogger("statemachine_agent")
 
 RAW_ARGUMENTS_CAP = 200
 
@@ -159,7 +163,8 @@ class _Slot:
     started: bool = False  # the tool function was invoked
     announced: bool = False  # a start event was emitted
     result: ToolResultMessage | None = None
-    terminate: str | None = None
+    terminate: str | None = None  # the reason of a terminating denial
+    ends_run: bool = False  # the result was marked ``terminate=True``
     deferred: PendingCall | None = None  # waits for a person's decision
 
 
@@ -208,12 +213,19 @@ class BatchRun:
         self._after = after
         self._deps = deps
         self._terminated = False
+        self._fatal: BaseException | None = None
         self._resource_tails: dict[str, asyncio.Future[None]] = {}
 
     @property
     def terminate_reason(self) -> str | None:
         """The reason of the first terminating denial, if any."""
         return next((s.terminate for s in self._slots if s.terminate), None)
+
+    @property
+    def final_result(self) -> ToolResultMessage | None:
+        """The first result (declaration order) marked ``terminate=True``, if any: the run ends
+        ``done`` with its text as the final answer."""
+        return next((s.result for s in self._slots if s.ends_run and s.result is not None), None)
 
     def deferred(self) -> list[PendingCall]:
         """The calls deferred for a decision, in declaration order (none once the batch was
@@ -259,17 +271,30 @@ class BatchRun:
         Raises:
             asyncio.CancelledError: the task running the batch was cancelled; running calls are
                 cancelled and recorded as interrupted before it propagates.
+            KeyboardInterrupt: a tool raised it (or `SystemExit`): the run's signal was set so
+                the other calls stop, every call has its result, then it propagates.
         """
         if not self._slots:
             return
-        if self._mode == "sequential" or len(self._slots) == 1:
+        if self._one_at_a_time():
             for slot in self._slots:
                 if self._signal.aborted or self._terminated:
-                    return
+                    break
                 await self._process_inline(slot)
         else:
             tasks = [asyncio.ensure_future(self._process(slot)) for slot in self._slots]
             await self._watch(tasks)
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _one_at_a_time(self) -> bool:
+        """Sequential mode, a batch of one, or a call of a ``sequential=True`` tool in it."""
+        if self._mode == "sequential" or len(self._slots) == 1:
+            return True
+        tools = self._tools
+        return any(
+            (t := tools.get(slot.call.name)) is not None and t.sequential for slot in self._slots
+        )
 
     async def _process_inline(self, slot: _Slot) -> None:
         """Process one call in this task (no task of its own: a per-turn cost); an abort gives it
@@ -369,13 +394,18 @@ class BatchRun:
         previous: asyncio.Future[None] | None,
     ) -> ToolResultMessage:
         call = slot.call
-        info = ToolCallInfo(call, tool, kwargs, self._deps)
         if self._before is None and tool.requires_approval and not self._approved:
             return self._defer(slot, f"{tool.name} requires approval")
         if self._before is not None:
+            # The hook gets its own copy: what it changes in place is validated again below,
+            # so the tool is only ever called with validated arguments.
+            seen = _copied(kwargs)
+            info = ToolCallInfo(call, tool, seen, self._deps, self._signal)
             try:
                 decision = await resolve(self._before(info))
-            except Exception as exc:
+            except (Exception, asyncio.CancelledError) as exc:
+                if isinstance(exc, asyncio.CancelledError) and cancelling():
+                    raise  # the run is being cancelled; a hook's own one is its failure
                 return _hook_failed("before_tool_call", call, exc)
             if isinstance(decision, Deny):
                 if decision.terminate:
@@ -387,6 +417,8 @@ class BatchRun:
             if tool.requires_approval and not self._approved and not isinstance(decision, Allow):
                 return self._defer(slot, f"{tool.name} requires approval")
             changed = decision.arguments if isinstance(decision, Allow) else decision
+            if not isinstance(changed, dict) and _differs(seen, kwargs):
+                changed = seen  # edited in place
             if isinstance(changed, dict):
                 try:
                     kwargs = tool.validate(changed)
@@ -394,16 +426,22 @@ class BatchRun:
                     return text_result(
                         call, format_validation_error(call.name, exc, changed), is_error=True
                     )
-                info = ToolCallInfo(call, tool, kwargs, self._deps)
         if previous is not None:
             await asyncio.shield(previous)
         result = await self._execute(slot, tool, kwargs)
         if self._after is not None:
+            info = ToolCallInfo(call, tool, _copied(kwargs), self._deps, self._signal)
             try:
                 replaced = await resolve(self._after(info, result))
-            except Exception as exc:
+            except (Exception, asyncio.CancelledError) as exc:
+                if isinstance(exc, asyncio.CancelledError) and cancelling():
+                    raise  # the run is being cancelled; a hook's own one is its failure
+                slot.ends_run = False
                 return _hook_failed("after_tool_call", call, exc)
-            if isinstance(replaced, ToolResultMessage):
+            if isinstance(replaced, ToolResult):
+                slot.ends_run = replaced.terminate
+                result = to_result(call, replaced)
+            elif isinstance(replaced, ToolResultMessage):
                 # A hook may rewrite a result, never re-address it: the protocol pairs by id.
                 result = to_result(call, replaced)
         return result
@@ -415,12 +453,26 @@ class BatchRun:
         loop = asyncio.get_running_loop()
         loop_thread = threading.get_ident()
 
+        def deliver(update: Any) -> None:
+            # Updates belong between the call's start and end events: a late one (a background
+            # task or thread the tool left running) is dropped.
+            if slot.result is not None:
+                logger.debug(
+                    "dropped a progress update of tool %r (call %s): the call has ended",
+                    call.name,
+                    call.id,
+                )
+                return
+            self._emit(ToolExecutionUpdate(call.id, update))
+
         def progress(update: Any) -> None:
-            event = ToolExecutionUpdate(call.id, update)
             if threading.get_ident() == loop_thread:
-                self._emit(event)
-            else:  # a sync tool in a worker thread: events are delivered on the loop's thread
-                loop.call_soon_threadsafe(self._emit, event)
+                deliver(update)
+                return
+            try:  # a sync tool in a worker thread: events are delivered on the loop's thread
+                loop.call_soon_threadsafe(deliver, update)
+            except RuntimeError:  # the loop is closed: the run is long over
+                logger.debug("dropped a progress update of call %s: its loop is closed", call.id)
 
         ctx = ToolContext(call.id, call.name, self._signal, progress, self._deps)
         slot.started = True
@@ -441,19 +493,80 @@ class BatchRun:
                     is_error=True,
                 )
             return text_result(call, "TimeoutError: the tool timed out", is_error=True)
-        except ToolError as exc:
+        except ToolError as exc:  # an expected failure: the model reads it, nothing is logged
             return text_result(call, str(exc) or type(exc).__name__, is_error=True)
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if (task is not None and task.cancelling()) or not self._signal.aborted:
-                raise
-            return text_result(call, INTERRUPTED, is_error=True)
+        except asyncio.CancelledError as exc:
+            if cancelling():
+                raise  # the run (an abort's grace ran out) or its task was cancelled
+            if self._signal.aborted:  # a tool that stopped on the abort by raising
+                return text_result(call, INTERRUPTED, is_error=True)
+            # Nothing cancelled this task: the tool's own CancelledError (a library inside it
+            # cancelled its own work) is a failure of that call like any other exception.
+            _log_tool_exception(call, exc)
+            return text_result(call, f"CancelledError: {OWN_CANCELLATION}", is_error=True)
         except Exception as exc:
+            _log_tool_exception(call, exc)
             return text_result(call, f"{type(exc).__name__}: {exc}", is_error=True)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            # Recorded (this call's result, the run aborted so the others stop), then re-raised
+            # by `run` once every call has its result.
+            self._fatal = self._fatal or exc
+            self._signal.set(f"{type(exc).__name__} raised in tool {call.name!r} (call {call.id})")
+            return text_result(
+                call,
+                f"Interrupted: the tool raised {type(exc).__name__} and the run was aborted. "
+                "The call may have partly completed; check its effects before retrying.",
+                is_error=True,
+            )
+        if isinstance(value, ToolResult) and value.terminate:
+            slot.ends_run = True
         return to_result(call, value)
 
 
-def _hook_failed(hook: str, call: ToolCallBlock, exc: Exception) -> ToolResultMessage:
+OWN_CANCELLATION = (
+    "the tool raised asyncio.CancelledError itself (the run was not aborted or cancelled); "
+    "the call may have partly completed."
+)
+
+
+def _log_tool_exception(call: ToolCallBlock, exc: BaseException) -> None:
+    """One warning record on the package's logger, with the traceback, the tool and the call."""
+    logger.warning(
+        "tool %r raised %s (call %s)",
+        call.name,
+        type(exc).__name__,
+        call.id,
+        exc_info=exc,
+        extra={"tool_name": call.name, "call_id": call.id},
+    )
+
+
+def _copied(arguments: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of ``arguments`` (a shallow one when a value cannot be copied)."""
+    try:
+        return copy.deepcopy(arguments)
+    except Exception:
+        return dict(arguments)
+
+
+def _differs(seen: dict[str, Any], original: dict[str, Any]) -> bool:
+    """A hook changed its copy of the arguments (an equality that fails counts as changed)."""
+    try:
+        return bool(seen != original)
+    except Exception:
+        return True
+
+
+def _hook_failed(hook: str, call: ToolCallBlock, exc: BaseException) -> ToolResultMessage:
+    logger.warning(
+        "the %s hook raised %s (tool %r, call %s)",
+        hook,
+        type(exc).__name__,
+        call.name,
+        call.id,
+        exc_info=exc,
+        extra={"tool_name": call.name, "call_id": call.id},
+    )
     return text_result(
         call,
         f"The {hook} hook failed ({type(exc).__name__}: {exc}); the call was not completed.",

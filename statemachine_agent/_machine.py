@@ -17,11 +17,14 @@ States and their effects (`STATES`):
 Transitions (`TRANSITIONS`), tried top to bottom per trigger and source; the first whose guards all
 pass fires. Failure paths: a provider failure (``fail``), an abort or cancelled task (``abort``, from
 any active state), a bug escaping a tool, hook or model (``fail``), a terminating denial
-(``tools_finished [terminate_requested]``), the turn cap (``turn_limit``).
+(``tools_finished [terminate_requested]``), the turn cap (``turn_limit``), the ``pause_turn``
+continuation cap (``continuation_limit``), a response with tool calls and an unknown stop reason
+(``unknown_stop_reason``: its calls are not run). A result marked ``terminate=True`` ends the run
+``done`` (``terminating_result``).
 
 The protocol holds on every path: a terminal state's effect answers each call of the last response
 that has no result ("Not run: the run ended in state S by transition 'T'."), in declaration order,
-so a user's transition to a terminal state keeps rules 1-4 of `statemachine_agent._protocol`.
+so a user's transition to a terminal state keeps rules 1-5 of `statemachine_agent._protocol`.
 
 Extending it (`LoopMachine.add_transition`, `add_state`, `add_guard`) is validated when it happens:
 unknown states, a transition into a non-terminal state with no effect, a transition that an earlier
@@ -41,7 +44,13 @@ from transitions import Machine, MachineError
 
 from . import _effects as fx
 from ._errors import MachineDefinitionError
-from ._messages import TRUNCATING_STOP_REASONS, AssistantMessage, StopReason, ToolResultMessage
+from ._messages import (
+    TRUNCATING_STOP_REASONS,
+    AssistantMessage,
+    StopReason,
+    ToolResultMessage,
+    is_known_stop_reason,
+)
 from ._states import TERMINAL_STATES, State, Trigger
 
 if TYPE_CHECKING:
@@ -69,7 +78,9 @@ class LoopData:
             without one.
         max_turns: the turn cap.
         keep_going: what the ``should_continue`` hook said after the last turn.
-        terminate: a tool result of the last batch asked to end the run (terminating denial).
+        terminate: a tool call of the last batch was denied with ``terminate=True``.
+        final_result: the first result of the last batch marked ``terminate=True`` (a tool's or an
+            ``after_tool_call`` hook's `ToolResult`): the run ends ``done`` with its text.
         hook_error: the ``should_continue`` hook raised (its error text).
         pending: calls of the last batch were deferred and wait for a decision.
     """
@@ -84,6 +95,7 @@ class LoopData:
     max_turns: int = 50
     keep_going: bool = True
     terminate: bool = False
+    final_result: ToolResultMessage | None = None
     hook_error: str | None = None
     pending: bool = False
 
@@ -103,6 +115,16 @@ Action = Callable[["Run"], None]
 def is_refusal(data: LoopData) -> bool:
     """The model refused (stop reason ``refusal``)."""
     return data.response is not None and data.response.stop_reason == StopReason.REFUSAL
+
+
+def unknown_stop_reason(data: LoopData) -> bool:
+    """The response holds tool calls but its stop reason is not one this library knows (a value
+    a provider added later): its calls are not run, since nothing says they are complete."""
+    return (
+        data.response is not None
+        and bool(data.response.tool_calls)
+        and not is_known_stop_reason(data.response.stop_reason)
+    )
 
 
 def has_tool_calls(data: LoopData) -> bool:
@@ -125,6 +147,16 @@ def can_continue_pause_turn(data: LoopData) -> bool:
         data.response is not None
         and data.response.stop_reason == StopReason.PAUSE_TURN
         and data.continuations < data.max_continuations
+    )
+
+
+def continuations_exhausted(data: LoopData) -> bool:
+    """``pause_turn`` with no continuation left (``max_continuations``): the model is still
+    working, so the run stops in ``max_turns`` rather than pretending it answered."""
+    return (
+        data.response is not None
+        and data.response.stop_reason == StopReason.PAUSE_TURN
+        and data.continuations >= data.max_continuations
     )
 
 
@@ -165,6 +197,12 @@ def terminate_requested(data: LoopData) -> bool:
 def calls_pending(data: LoopData) -> bool:
     """Calls of the batch were deferred and wait for a person's decision."""
     return data.pending
+
+
+def result_ends_run(data: LoopData) -> bool:
+    """A result of the batch was marked ``terminate=True`` (and no call was denied with
+    ``terminate=True``, which ends the run ``aborted`` instead)."""
+    return data.final_result is not None and not data.terminate
 
 
 def hook_failed(data: LoopData) -> bool:
@@ -252,13 +290,16 @@ TRANSITIONS: tuple[TransitionSpec, ...] = (
     # trigger              sources                dest                 guards                             label             action
     _T(Trigger.START,          _START_FROM,           _S.AWAITING_MODEL,   (),                                "start"),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (is_refusal,),                     "refusal",        fx.answer_refused),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (unknown_stop_reason,),            "unknown_stop_reason", fx.answer_unknown_stop_reason),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.EXECUTING_TOOLS,  (has_tool_calls,),                 "tool_calls"),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (turn_limit_before_continuing,),   "turn_limit",     fx.note_turn_limit),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (can_continue_pause_turn,),        "pause_turn",     fx.continue_paused),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (continuations_exhausted,),        "continuation_limit", fx.note_continuation_limit),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (can_continue_max_tokens,),        "max_tokens",     fx.continue_truncated),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (has_queued_input,),               "queued_input",   fx.deliver_queued),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (),                                "final_answer",   fx.note_final_answer),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_APPROVAL,(calls_pending,),                  "deferred"),
+    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.DONE,             (result_ends_run,),                "terminating_result", fx.note_terminating_result),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.MAX_TURNS,        (turn_limit_reached,),             "turn_limit",     fx.note_turn_limit),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.ABORTED,          (terminate_requested,),            "terminated",     fx.note_terminated),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.FAILED,           (hook_failed,),                    "hook_failed",    fx.note_hook_failed),

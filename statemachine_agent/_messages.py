@@ -34,6 +34,12 @@ class StopReason(StrEnum):
 
 _KNOWN_STOP_REASONS = {reason.value: reason for reason in StopReason}
 
+
+def is_known_stop_reason(value: str | None) -> bool:
+    """``value`` is a `StopReason` (None, a missing stop reason, counts as known)."""
+    return value is None or value in _KNOWN_STOP_REASONS
+
+
 TRUNCATING_STOP_REASONS = frozenset(
     {StopReason.MAX_TOKENS, StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED}
 )

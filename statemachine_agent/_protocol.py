@@ -12,6 +12,9 @@ empty messages, a request not ending in a user message). Every history the engin
    empty or whitespace-only text block (a stored history keeps them as streamed), no empty message,
    and the last message is from the user side (a user message or tool results), except a
    ``pause_turn`` continuation.
+5. A ``pause_turn`` assistant message without tool calls is continued, never answered: the next
+   message that is not a partial (aborted or errored) response is not a user message (the API
+   refuses server tool uses left without their results).
 
 A call that cannot run still gets its result: the placeholder texts below say why (it was cut off,
 refused, not reached, interrupted, or the run ended first), and `answer_dangling` answers the calls
@@ -65,6 +68,14 @@ NO_RESULT = (
 """The result of a call that has none in a loaded history (a crash mid-batch)."""
 NO_OUTPUT = "(no output)"
 EMPTY_OUTPUT = "(empty output)"
+
+
+def unknown_stop_reason_text(stop_reason: str) -> str:
+    """The result of a call in a response whose stop reason this library does not know."""
+    return (
+        f"Not run: the response's stop reason {stop_reason!r} is not known, so its tool calls "
+        "were not executed."
+    )
 
 
 def ended_text(state: str, transition: str) -> str:
@@ -131,7 +142,7 @@ def find_violations(
     prior_ids: Collection[str] = frozenset(),
     offset: int = 0,
 ) -> list[str]:
-    """List every violation of rules 1-4 (module docstring) in ``messages``, each naming its index.
+    """List every violation of rules 1-5 (module docstring) in ``messages``, each naming its index.
 
     Args:
         messages: the history (or, with ``prior_ids``, the tail after a checked prefix that ended
@@ -146,6 +157,7 @@ def find_violations(
     seen: set[str] = set()
     pending: list[str] = []  # ids of the open batch still owed a result, in declaration order
     batch_ids: set[str] = set()  # ids of the assistant message directly before the batch
+    paused: int | None = None  # index of a pause_turn message not continued yet
     for i, message in enumerate(messages, start=offset):
         if isinstance(message, ToolResultMessage):
             if message.tool_call_id not in batch_ids:
@@ -174,6 +186,17 @@ def find_violations(
             )
             pending = []
         batch_ids = set()
+        if isinstance(message, UserMessage) and paused is not None:
+            problems.append(
+                f"message {i}: user message after the pause_turn response at message {paused} "
+                "(a paused response is continued by sending it back as it is, not answered)"
+            )
+        if not isinstance(message, AssistantMessage):
+            paused = None
+        elif message.stop_reason == StopReason.PAUSE_TURN and not message.tool_calls:
+            paused = i
+        elif message.stop_reason not in _INCOMPLETE:
+            paused = None
         if isinstance(message, AssistantMessage):
             calls = message.tool_calls
             if calls and message.stop_reason in _INCOMPLETE:
@@ -213,14 +236,15 @@ def _check_text(content: Sequence[object], index: int, problems: list[str]) -> N
 
 
 def assert_valid_history(messages: Sequence[Message], *, request: bool = False) -> None:
-    """Check the protocol's rules 1-4 on a history.
+    """Check the protocol's rules 1-5 on a history.
 
     1. each assistant message with calls ``c1..cn`` is followed directly by the results of
        ``c1..cn`` in that order; 2. no result answers a call outside the assistant message directly
     before its batch; 3. no tool-call id appears twice; 4. no aborted or errored assistant message
     with tool calls, and with ``request=True`` (what is sent) no blank text block, no empty message
     and the last message from the user side (except a ``pause_turn`` continuation). A stored
-    history may hold blank text blocks: they are kept as the model streamed them.
+    history may hold blank text blocks: they are kept as the model streamed them; 5. a
+    ``pause_turn`` response is not followed by a user message (it is continued).
 
     Raises:
         InvalidHistoryError: listing every violation with its message index.

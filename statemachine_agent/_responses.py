@@ -13,7 +13,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
-from ._cancel import AbortSignal, abort_scope
+from ._cancel import AbortSignal, abort_scope, cancelling
 from ._errors import ModelError, ModelRetryableError
 from ._events import Event, MessageDelta, MessageStart, ModelRetry
 from ._messages import (
@@ -101,6 +101,7 @@ async def request_response(
     """
     attempt = 0
     requests_made = 0
+    error: BaseException
     while True:
         attempt += 1
         partial = Partial()
@@ -110,9 +111,13 @@ async def request_response(
             if not scope.aborted:
                 return message
             return RequestAborted(partial.message(signal.reason or "aborted"))
-        except asyncio.CancelledError:
-            on_cancel(partial.message("the task running the agent was cancelled"))
-            raise
+        except asyncio.CancelledError as exc:
+            if cancelling():
+                on_cancel(partial.message("the task running the agent was cancelled"))
+                raise
+            if signal.aborted:  # a model that stopped on the abort by raising
+                return RequestAborted(partial.message(signal.reason or "aborted"))
+            error = exc  # the model's own CancelledError (nothing cancelled the run): a failure
         except Exception as exc:
             error = exc
         requests_made += error.attempts if isinstance(error, ModelError) else 1

@@ -34,6 +34,8 @@ class RunResult:
         refusal: the provider's refusal details (category, explanation) when the model refused.
         pending: in ``awaiting_approval``, the deferred calls waiting for a decision (id, tool
             name, arguments, reason), in declaration order; empty otherwise.
+        final_text: the text of the tool result that ended the run (``terminate=True``), if one
+            did; `text` returns it.
     """
 
     state: State
@@ -45,12 +47,16 @@ class RunResult:
     error: str | None = None
     refusal: dict[str, Any] | None = None
     pending: tuple[PendingCall, ...] = ()
+    final_text: str | None = field(default=None, repr=False)
 
     @property
     def text(self) -> str:
         """The final answer, exactly as streamed: the text of the run's last response joined with
         the responses it continues (a ``pause_turn`` continuation, and a response cut by
-        ``max_tokens`` that the engine asked to continue), whitespace-only blocks included."""
+        ``max_tokens`` that the engine asked to continue), whitespace-only blocks included; or the
+        text of the tool result marked ``terminate=True`` that ended the run."""
+        if self.final_text is not None:
+            return self.final_text
         messages = self.new_messages
         i = len(messages) - 1
         while i >= 0 and isinstance(messages[i], ToolResultMessage):

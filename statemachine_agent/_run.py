@@ -10,10 +10,11 @@ decided here. A bug escaping an effect, or a cancelled task, still ends the run 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ._cancel import AbortSignal
+from ._cancel import AbortSignal, cancelling
 from ._context import project
 from ._effects import request_model
 from ._errors import InvalidHistoryError, MachineDefinitionError
@@ -21,7 +22,7 @@ from ._events import Event, MessageEnd, RunEnd, RunStart, StateChanged, TurnEnd,
 from ._execution import resolve
 from ._machine import Fired, LoopData
 from ._messages import AssistantMessage, Message, StopReason, ToolResultMessage, Usage, UserMessage
-from ._protocol import answer_dangling, find_violations
+from ._protocol import INCOMPLETE_STOP_REASONS, answer_dangling, find_violations
 from ._responses import RequestAborted, RequestFailed, request_response
 from ._result import RunResult
 from ._states import State, Trigger
@@ -63,6 +64,9 @@ class Run:
         self.turn_message: AssistantMessage | None = None
         self.turn_results: tuple[ToolResultMessage, ...] = ()
         self.terminate_reason: str | None = None
+        self.final_text: str | None = None
+        context_hook = agent.transform_context
+        self._context_takes_signal = context_hook is not None and _takes_signal(context_hook)
 
     # -- history and events -------------------------------------------------------------------
 
@@ -121,21 +125,35 @@ class Run:
         return bool(self.agent._steering or self.agent._follow_ups)
 
     def deliver_steering(self) -> bool:
-        """Append every queued steering message; False when there was none."""
-        return self._deliver(self.agent._steering, one=False)
+        """Append queued steering (all of it, or one message with ``steering_mode=
+        "one_at_a_time"``); False when none was delivered."""
+        return self._deliver(self.agent._steering, one=self.agent.steering_mode != "all")
 
     def deliver_follow_up(self) -> bool:
-        """Append one queued follow-up message; False when there was none."""
-        return self._deliver(self.agent._follow_ups, one=True)
+        """Append queued follow-ups (one message, or all with ``follow_up_mode="all"``); False
+        when none was delivered."""
+        return self._deliver(self.agent._follow_ups, one=self.agent.follow_up_mode != "all")
 
     def _deliver(self, queue: deque[UserMessage], *, one: bool) -> bool:
-        if not queue:
-            return False
-        while queue:
+        # Input not delivered when the run is aborted stays queued for the next run: the abort
+        # is checked before each message (a subscriber may abort on a message's event).
+        delivered = False
+        while queue and not self.signal.aborted:
             self.append(queue.popleft())
+            delivered = True
             if one:
                 break
-        return True
+        return delivered
+
+    def awaits_continuation(self) -> bool:
+        """The last complete response paused (``pause_turn``, no tool calls): the next request
+        must send it back as it is, so no user message may follow it yet."""
+        for message in reversed(self.messages):
+            if not isinstance(message, AssistantMessage):
+                return False
+            if message.stop_reason not in INCOMPLETE_STOP_REASONS:
+                return message.stop_reason == StopReason.PAUSE_TURN and not message.tool_calls
+        return False
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -160,6 +178,7 @@ class Run:
 
         Raises:
             asyncio.CancelledError: the task was cancelled (the run is recorded as aborted first).
+            KeyboardInterrupt: raised in a tool or a hook (the run is recorded as aborted first).
             BaseException: whatever escaped an effect (the run is recorded as failed first).
         """
         self.emit(RunStart(prompt))
@@ -167,8 +186,14 @@ class Run:
             if self.agent._pending is None:
                 for repair in answer_dangling(self.messages):  # a given history ended mid-batch
                     self.append(repair)
-                if prompt is not None:
+                if self.awaits_continuation():
+                    # A paused response is continued first; the prompt waits at the head of the
+                    # steering queue and is delivered once the model has finished that turn.
+                    if prompt is not None:
+                        self.agent._steering.appendleft(prompt)
+                elif prompt is not None:
                     self.append(prompt)
+                    self.deliver_steering()  # left queued by an aborted run: after the prompt
                 else:
                     self.deliver_steering() or self.deliver_follow_up()
             trigger: str | None = first
@@ -183,6 +208,9 @@ class Run:
                     )
         except asyncio.CancelledError:
             await self._end_after_exception("the task running the agent was cancelled", "abort")
+            raise
+        except KeyboardInterrupt:
+            await self._end_after_exception("KeyboardInterrupt", "abort")
             raise
         except BaseException as exc:
             await self._end_after_exception(f"{type(exc).__name__}: {exc}", "fail")
@@ -226,6 +254,7 @@ class Run:
             stop_reason=None if last is None else last.stop_reason,
             error=self.error,
             refusal=refusal,
+            final_text=self.final_text,
         )
 
     # -- model requests -----------------------------------------------------------------------
@@ -243,7 +272,9 @@ class Run:
             request = await self._build_request()
         except InvalidHistoryError as exc:
             return self.fail(f"The request was not sent: {exc}")
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError) and cancelling():
+                raise  # the run's task is being cancelled; a hook's own one is its failure
             return self.fail(f"The transform_context hook failed: {type(exc).__name__}: {exc}")
         if self.signal.aborted:  # aborted while the request was built: do not send it
             return Trigger.ABORT
@@ -268,7 +299,11 @@ class Run:
     async def _build_request(self) -> ModelRequest:
         agent = self.agent
         if agent.transform_context is not None:
-            messages = await resolve(agent.transform_context(list(self.messages)))
+            if self._context_takes_signal:
+                returned = agent.transform_context(list(self.messages), self.signal)
+            else:
+                returned = agent.transform_context(list(self.messages))
+            messages = await resolve(returned)
             projected = project(messages)
             problems = find_violations(projected, request=True)
             if problems:
@@ -282,3 +317,15 @@ class Run:
         self.append(AssistantMessage(content=[], stop_reason=StopReason.ERROR, error=error))
         self.error = error
         return Trigger.FAIL
+
+
+def _takes_signal(hook: object) -> bool:
+    """``transform_context`` takes a second positional parameter (the run's abort signal)."""
+    try:
+        parameters = list(inspect.signature(hook).parameters.values())  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return True
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2

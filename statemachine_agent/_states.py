@@ -12,9 +12,11 @@ class State(StrEnum):
     ``executing_tools`` (the tool calls of the last response are running) -> ``awaiting_model`` ...
     until a terminal state ends the run. ``awaiting_approval`` (deferred calls wait for a person's
     decision) ends a run without ending its work: ``agent.run(decisions=...)`` continues it, in this
-    process or another. Terminal states: ``done`` (the model answered and nothing is queued),
-    ``aborted`` (an abort, a cancelled task, or a terminating denial), ``max_turns`` (the turn cap
-    or ``should_continue``), ``failed`` (the provider failed for good, or a bug escaped). A terminal
+    process or another. Terminal states: ``done`` (the model answered and nothing is queued, a
+    result marked ``terminate=True`` ended the run, or tool calls came with an unknown stop
+    reason), ``aborted`` (an abort, a cancelled task, a ``KeyboardInterrupt`` in a tool, or a
+    terminating denial), ``max_turns`` (the turn cap, ``should_continue``, or the ``pause_turn``
+    continuation cap), ``failed`` (the provider failed for good, or a bug escaped). A terminal
     state ends a run, not the agent: ``start`` leaves each of them.
     """
 

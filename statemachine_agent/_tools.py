@@ -62,11 +62,15 @@ class ToolResult:
         content: text or blocks the model reads.
         is_error: report a failure the model should act on.
         details: structured data for the application, not sent to the model.
+        terminate: end the run once the batch has its results: the run ends ``done`` and this
+            result's text is the run's final answer (``RunResult.text``); no further model
+            request is sent. The other calls of the batch keep their results.
     """
 
     content: str | list[TextBlock | ImageBlock]
     is_error: bool = False
     details: Any = None
+    terminate: bool = False
 
 
 ToolFunction = Callable[..., Any]
@@ -91,6 +95,8 @@ class Tool:
             not block the event loop.
         requires_approval: every call waits for a person's decision (the run stops in
             ``awaiting_approval``) unless a ``before_tool_call`` hook returns `Allow` for it.
+        sequential: a batch holding a call of this tool runs one call after another, in
+            declaration order (for a tool that must not overlap with anything).
 
     Raises:
         ToolDefinitionError: the name is invalid.
@@ -105,6 +111,7 @@ class Tool:
     run_in_thread: bool = True
     context_param: str | None = None
     requires_approval: bool = False
+    sequential: bool = False
     is_async: bool = field(init=False)
     input_schema: dict[str, Any] = field(init=False)
     _field_names: tuple[str, ...] = field(init=False, repr=False)
@@ -168,6 +175,7 @@ def tool_from_function(
     resource: str | ResourceKey | None = None,
     run_in_thread: bool = True,
     requires_approval: bool = False,
+    sequential: bool = False,
 ) -> Tool:
     """Build a `Tool` from a typed function (see `tool`).
 
@@ -214,6 +222,7 @@ def tool_from_function(
         run_in_thread=run_in_thread,
         context_param=context_param,
         requires_approval=requires_approval,
+        sequential=sequential,
     )
 
 
@@ -230,6 +239,7 @@ def tool(
     resource: str | ResourceKey | None = None,
     run_in_thread: bool = True,
     requires_approval: bool = False,
+    sequential: bool = False,
 ) -> Callable[[ToolFunction], Tool]: ...
 
 
@@ -243,8 +253,10 @@ def tool(
     resource: str | ResourceKey | None = None,
     run_in_thread: bool = True,
     requires_approval: bool = False,
+    sequential: bool = False,
 ) -> Tool | Callable[[ToolFunction], Tool]:
-    """Turn a typed function into a `Tool`: ``@tool`` or ``@tool(timeout_seconds=5)``.
+    """Turn a typed function into a `Tool`: ``@tool`` or ``@tool(timeout_seconds=5)``;
+    ``@tool(sequential=True)`` makes any batch holding one of its calls run one call at a time.
 
     The name is the function's, the description its docstring, the JSON schema comes from the
     annotated parameters (pydantic), parameter descriptions from the docstring's ``Args:``.
@@ -262,6 +274,7 @@ def tool(
             resource=resource,
             run_in_thread=run_in_thread,
             requires_approval=requires_approval,
+            sequential=sequential,
         )
 
     return wrap(function) if function is not None else wrap

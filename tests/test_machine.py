@@ -54,9 +54,10 @@ def test_model_replied_branches(
     assert (fired.dest, fired.label) == (dest, label)
 
 
-def test_continuation_cap_falls_through_to_done() -> None:
+def test_pause_turn_at_the_continuation_cap_stops_in_max_turns() -> None:
     data = LoopData(response=reply("pause_turn"), continuations=3, max_continuations=3)
-    assert machine_at(State.AWAITING_MODEL).fire("model_replied", data).dest is State.DONE
+    fired = machine_at(State.AWAITING_MODEL).fire("model_replied", data)
+    assert (fired.dest, fired.label) == (State.MAX_TURNS, "continuation_limit")
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ def check_session(path: str | os.PathLike[str]) -> tuple[SessionData, list[str]]
 
     Checked: unreadable lines (before the end, and a torn last line), the header, results that
     answer no logged call or contradict an earlier one, unknown record types, calls with no
-    recorded result, the rebuilt history against the tool-use protocol's rules 1-4, the state changes
+    recorded result, the rebuilt history against the tool-use protocol's rules 1-5, the state changes
     chaining up (each leaves the state the previous one entered), runs pairing up and each run
     ending in the state the machine was in (invariant 5).
 

@@ -1,6 +1,6 @@
 """Testing helpers: the protocol checker, hypothesis strategies and the stateful test kit.
 
-- `assert_valid_history` / `find_violations`: the tool-use protocol's rules 1-4 on a history.
+- `assert_valid_history` / `find_violations`: the tool-use protocol's rules 1-5 on a history.
 - `strategies`: hypothesis strategies for responses, scripts, tool behaviours, abort points,
   queued input and histories.
 - `agent_state_machine(factory)`: a ready `RuleBasedStateMachine` for your agent and hooks;

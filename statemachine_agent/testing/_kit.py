@@ -1,5 +1,5 @@
 """The pieces of the property-test kit: the kit's tools and model, one run driven with aborts and
-queued input at chosen events, and the checks of what that run left (the protocol's rules 1-4, one run end in a
+queued input at chosen events, and the checks of what that run left (the protocol's rules 1-5, one run end in a
 terminal state, matching event pairs).
 
 `AgentKit` is what a user's factory receives: ``kit.agent(**their_options)`` builds an `Agent` on the
@@ -32,23 +32,26 @@ from .._messages import Message, UserMessage
 from .._protocol import find_violations, with_open_batch
 from .._result import RunResult
 from .._states import RUN_STOPS
-from .._tools import Tool, ToolContext, tool
+from .._tools import Tool, ToolContext, ToolResult, tool
 from ..models._base import ModelRequest, StreamEvent
 from ..models._offline import ScriptedModel
-from .strategies import AbortPoint, Behaviour, QueuedInput
+from .strategies import AbortPoint, Behaviour, DeliveryMode, QueuedInput
 
 
 @tool
 async def act(
     behaviour: Behaviour, ctx: ToolContext, seconds: float = 0.0, text: str = "ok"
-) -> str:
+) -> str | ToolResult:
     """Do what the arguments say (the kit's test tool).
 
     Args:
-        behaviour: return, raise, tool_error, sleep, ignore_abort, deny or deny_stop.
+        behaviour: return, raise, tool_error, sleep, ignore_abort, deny, deny_stop or finish
+            (return ``text`` as a result that ends the run).
         seconds: how long sleep and ignore_abort take.
         text: what to return (or the error message).
     """
+    if behaviour == "finish":
+        return ToolResult(text, terminate=True)
     if behaviour == "raise":
         raise RuntimeError(f"act raised: {text}")
     if behaviour == "tool_error":
@@ -135,12 +138,16 @@ class AgentKit:
         tool_execution: ``"parallel"`` or ``"sequential"`` (drawn per example).
         tools: the kit's tools.
         abort_grace_seconds: short, so tools that ignore an abort are cancelled quickly.
+        steering_mode: how queued steering is delivered (drawn per example).
+        follow_up_mode: how queued follow-ups are delivered (drawn per example).
     """
 
     model: ScriptPlayer
     tool_execution: ToolExecution = "parallel"
     tools: tuple[Tool, ...] = KIT_TOOLS
     abort_grace_seconds: float = 0.002
+    steering_mode: DeliveryMode = "all"
+    follow_up_mode: DeliveryMode = "one_at_a_time"
 
     def agent(
         self,
@@ -153,6 +160,8 @@ class AgentKit:
         the kit's own (which denies ``deny`` calls); other ``options`` go to `Agent` as they are."""
         options.setdefault("abort_grace_seconds", self.abort_grace_seconds)
         options.setdefault("tool_execution", self.tool_execution)
+        options.setdefault("steering_mode", self.steering_mode)
+        options.setdefault("follow_up_mode", self.follow_up_mode)
         options.setdefault("model_retries", 1)
         options.setdefault("retry_backoff_seconds", 0.001)
         return Agent(

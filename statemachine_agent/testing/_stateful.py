@@ -34,10 +34,12 @@ from .._states import RUN_STOPS
 from ._kit import AgentKit, RunReport, ScriptPlayer, check_history, check_run, drive_run, prefix_ids
 from .strategies import (
     AbortPoint,
+    DeliveryMode,
     QueuedInput,
     abort_points,
     decisions,
     deferring_responses,
+    delivery_modes,
     histories,
     queued_inputs,
     scripts,
@@ -79,12 +81,24 @@ class AgentStateMachine(RuleBasedStateMachine):
     @initialize(
         mode=st.sampled_from(["parallel", "sequential"]),
         history=st.one_of(st.just([]), histories()),
+        steering=delivery_modes(),
+        follow_ups=delivery_modes(),
     )
-    def build(self, mode: str, history: list[Message]) -> None:
-        """Build the agent (``mode`` is its tool execution) and give it a random starting history
-        (unless ``seed_history`` is off); `produced_messages` excludes it."""
+    def build(
+        self,
+        mode: str,
+        history: list[Message],
+        steering: DeliveryMode = "all",
+        follow_ups: DeliveryMode = "one_at_a_time",
+    ) -> None:
+        """Build the agent (``mode`` is its tool execution; ``steering`` and ``follow_ups`` the
+        delivery modes of queued input) and give it a random starting history (unless
+        ``seed_history`` is off); `produced_messages` excludes it."""
         kit = AgentKit(
-            ScriptPlayer(), tool_execution="parallel" if mode == "parallel" else "sequential"
+            ScriptPlayer(),
+            tool_execution="parallel" if mode == "parallel" else "sequential",
+            steering_mode=steering,
+            follow_up_mode=follow_ups,
         )
         self.agent = type(self).factory(kit)
         if history and type(self).seed_history:

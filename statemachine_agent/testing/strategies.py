@@ -7,7 +7,7 @@ script reads as what happened: which call raised, slept, ignored the abort or wa
 
 Building blocks: `text_blocks`, `thinking_blocks`, `provider_blocks`, `tool_behaviours`,
 `tool_arguments`, `tool_use_blocks`, `stop_reasons`, `responses`, `error_steps`, `scripts`,
-`abort_points`, `queued_inputs`, `histories`.
+`abort_points`, `queued_inputs`, `delivery_modes`, `histories`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,15 @@ from .._messages import (
 )
 
 Behaviour = Literal[
-    "return", "raise", "tool_error", "sleep", "ignore_abort", "deny", "deny_stop", "defer"
+    "return",
+    "raise",
+    "tool_error",
+    "sleep",
+    "ignore_abort",
+    "deny",
+    "deny_stop",
+    "finish",
+    "defer",
 ]
 BEHAVIOURS: tuple[Behaviour, ...] = (
     "return",
@@ -40,10 +48,16 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     "ignore_abort",
     "deny",
     "deny_stop",
+    "finish",
 )
 """What a call of the kit's ``act`` tool does: return its text, raise an exception, raise a
 `ToolError`, sleep (cooperatively stopping on abort), sleep ignoring the abort, be denied by the kit's
-``before_tool_call`` hook, be denied with ``terminate=True``."""
+``before_tool_call`` hook, be denied with ``terminate=True``, return its text as a result marked
+``terminate=True`` (the run ends ``done`` with it)."""
+
+DeliveryMode = Literal["all", "one_at_a_time"]
+DELIVERY_MODES: tuple[DeliveryMode, ...] = ("all", "one_at_a_time")
+"""The ways queued input is delivered (``Agent(steering_mode=..., follow_up_mode=...)``)."""
 
 KNOWN_TOOLS = ("act", "lookup")
 UNKNOWN_TOOLS = ("no_such_tool", "act_v2", "Lookup")
@@ -242,6 +256,11 @@ def queued_inputs(max_events: int = 60, max_size: int = 2) -> st.SearchStrategy[
         ),
         max_size=max_size,
     )
+
+
+def delivery_modes() -> st.SearchStrategy[DeliveryMode]:
+    """A delivery mode for steering or follow-up input: ``"all"`` or ``"one_at_a_time"``."""
+    return st.sampled_from(DELIVERY_MODES)
 
 
 @st.composite
