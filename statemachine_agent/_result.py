@@ -22,6 +22,7 @@ class RunResult:
         stop_reason: the stop reason of the last response.
         error: why the run did not end ``done`` (or what to know about how it did), else None.
         refusal: the provider's refusal details (category, explanation) when the model refused.
+        run_id: the run's id (the ``run_id`` of its events; see `RunHandle`).
     """
 
     state: State
@@ -32,6 +33,7 @@ class RunResult:
     stop_reason: str | None = None
     error: str | None = None
     refusal: dict[str, Any] | None = None
+    run_id: str = ""
 
     @property
     def text(self) -> str:

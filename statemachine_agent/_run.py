@@ -10,6 +10,7 @@ decided here. A bug escaping an effect, or a cancelled task, still ends the run 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,16 @@ from ._cancel import AbortSignal
 from ._context import project
 from ._effects import request_model
 from ._errors import InvalidHistoryError, MachineDefinitionError
-from ._events import Event, MessageEnd, RunEnd, RunStart, StateChanged, TurnEnd, TurnStart
+from ._events import (
+    Event,
+    MessageEnd,
+    RunEnd,
+    RunStart,
+    StateChanged,
+    TurnEnd,
+    TurnStart,
+    stamp,
+)
 from ._execution import resolve
 from ._machine import Fired, LoopData
 from ._messages import AssistantMessage, Message, StopReason, ToolResultMessage, Usage, UserMessage
@@ -37,6 +47,7 @@ class Run:
     agent holds configuration and history. A state a user adds gets this object in its effect.
 
     Attributes:
+        id: the run's id (a UUID in hex), the ``run_id`` of its events and its `RunResult`.
         agent: the agent (its configuration, tools, hooks and history).
         signal: the run's abort signal.
         data: what the guards read.
@@ -46,6 +57,8 @@ class Run:
     """
 
     def __init__(self, agent: Agent, *, turns: int = 0) -> None:
+        self.id = uuid.uuid4().hex
+        self._seq = 0
         self.agent = agent
         self.machine = agent.machine
         self.signal = AbortSignal()
@@ -72,7 +85,10 @@ class Run:
         return self.agent.messages
 
     def emit(self, event: Event) -> None:
-        """Send ``event`` to the agent's subscribers."""
+        """Stamp ``event`` with the run's id and its next sequence number and send it to the
+        agent's subscribers."""
+        self._seq += 1
+        stamp(event, self.id, self._seq)
         self.agent._emit(event)
 
     def listening(self) -> bool:
@@ -222,6 +238,7 @@ class Run:
             stop_reason=None if last is None else last.stop_reason,
             error=self.error,
             refusal=refusal,
+            run_id=self.id,
         )
 
     # -- model requests -----------------------------------------------------------------------
