@@ -77,6 +77,7 @@ from ._messages import (
     Usage,
     UserMessage,
 )
+from ._handles import ClaimedRun, EventStream, RunHandle
 from ._result import RunResult
 from ._run import Run
 from ._tools import Tool, ToolContext, ToolFunction, ToolResult, tool
@@ -96,9 +97,11 @@ __all__ = [
     "Allow",
     "AssistantMessage",
     "BeforeToolCall",
+    "ClaimedRun",
     "Deny",
     "Effect",
     "Event",
+    "EventStream",
     "Fired",
     "GraphvizNotFoundError",
     "Guard",
@@ -119,6 +122,7 @@ __all__ = [
     "ProviderBlock",
     "Run",
     "RunEnd",
+    "RunHandle",
     "RunResult",
     "RunStart",
     "ScriptExhaustedError",
