@@ -39,6 +39,7 @@ from ._events import (
     event_to_dict,
 )
 from ._execution import ToolExecution
+from ._handles import ClaimedRun, EventStream, RunHandle
 from ._hooks import (
     AfterToolCall,
     Allow,
@@ -77,7 +78,6 @@ from ._messages import (
     Usage,
     UserMessage,
 )
-from ._handles import ClaimedRun, EventStream, RunHandle
 from ._result import RunResult
 from ._run import Run
 from ._tools import Tool, ToolContext, ToolFunction, ToolResult, tool

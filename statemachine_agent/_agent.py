@@ -326,10 +326,7 @@ class Agent:
                 logger.exception(
                     "event subscriber %r failed on %s", subscriber.callback, event.type
                 )
-            if (
-                not subscriber.warned
-                and time.perf_counter() - started > SLOW_SUBSCRIBER_SECONDS
-            ):
+            if not subscriber.warned and time.perf_counter() - started > SLOW_SUBSCRIBER_SECONDS:
                 subscriber.warned = True
                 logger.warning(
                     "event subscriber %r took %.0f ms on a %s event (more than %.0f ms); it "
@@ -413,7 +410,7 @@ class Agent:
                 "start() needs a running event loop; outside one use run_sync()"
             ) from None
         coro = self.run(prompt, max_turns=max_turns)
-        task = loop.create_task(coro)
+        task: asyncio.Task[RunResult] = loop.create_task(coro)
         keep_until_done(task)
         return RunHandle(self, coro.run, task)
 

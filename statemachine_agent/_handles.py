@@ -6,6 +6,7 @@ the coroutine ``agent.run()`` returns (the run is claimed when it is created, no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import warnings
@@ -63,9 +64,9 @@ class ClaimedRun(Coroutine[Any, Any, RunResult]):
     ) -> Any:
         if not self._started:
             self._never_started()
-        if val is None and tb is None:
-            return self._coro.throw(typ)
-        return self._coro.throw(typ, val, tb)  # type: ignore[arg-type]
+        if isinstance(typ, BaseException) or (val is None and tb is None):
+            return self._coro.throw(typ)  # the one-argument form (the other is deprecated)
+        return self._coro.throw(typ, val, tb)
 
     def close(self) -> None:
         if not self._started:
@@ -73,7 +74,7 @@ class ClaimedRun(Coroutine[Any, Any, RunResult]):
         self._coro.close()
 
     def __await__(self) -> Generator[Any, None, RunResult]:
-        return self  # type: ignore[return-value]
+        return self
 
     def __iter__(self) -> Self:
         return self
@@ -218,10 +219,8 @@ class EventStream:
         if waiter_thread == threading.get_ident():
             _set_done(waiter)
             return
-        try:
+        with contextlib.suppress(RuntimeError):  # the consumer's loop closed: nobody waits
             waiter.get_loop().call_soon_threadsafe(_set_done, waiter)
-        except RuntimeError:
-            pass  # the consumer's loop is closed: nobody is waiting any more
 
     def __aiter__(self) -> Self:
         return self

@@ -5,6 +5,7 @@ event streams are bounded, agents close, and scripted call ids are unique across
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import json
@@ -259,10 +260,8 @@ def test_two_threads_calling_run_sync_at_once_exactly_one_runs(
 
     class SlowToClaim(Run):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            try:
+            with contextlib.suppress(threading.BrokenBarrierError):
                 inside.wait(timeout=1.0)
-            except threading.BrokenBarrierError:
-                pass
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(agent_module, "Run", SlowToClaim)
