@@ -28,6 +28,7 @@ SCRIPTS = [
     "bench_profile.py",
     "bench_sandbox.py",
     "bench_html.py",
+    "bench_embedding.py",
 ]
 
 

@@ -41,6 +41,7 @@ from ._events import (
     event_to_dict,
 )
 from ._execution import ToolExecution
+from ._handles import ClaimedRun, EventStream, RunHandle
 from ._hooks import (
     AfterToolCall,
     Allow,
@@ -105,11 +106,13 @@ __all__ = [
     "AssistantMessage",
     "BeforeToolCall",
     "CallDecided",
+    "ClaimedRun",
     "Decision",
     "Defer",
     "Deny",
     "Effect",
     "Event",
+    "EventStream",
     "Fired",
     "GraphvizNotFoundError",
     "Guard",
@@ -131,6 +134,7 @@ __all__ = [
     "ProviderBlock",
     "Run",
     "RunEnd",
+    "RunHandle",
     "RunResult",
     "RunStart",
     "ScriptExhaustedError",

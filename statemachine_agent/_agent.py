@@ -4,18 +4,21 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import inspect
 import logging
 import os
 import threading
+import time
+import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from ._context import ContextProjector
 from ._errors import AgentBusyError, ToolDefinitionError, UsageError
 from ._events import Event, RunEnd, RunStart
 from ._execution import PendingBatch, ToolExecution
+from ._handles import DEFAULT_MAX_QUEUE, ClaimedRun, EventStream, RunHandle, keep_until_done
 from ._hooks import (
     AfterToolCall,
     Approve,
@@ -42,6 +45,17 @@ logger = logging.getLogger("statemachine_agent")
 
 DeliveryMode = Literal["all", "one_at_a_time"]
 """How queued input is delivered: every queued message at once, or one per delivery point."""
+
+SLOW_SUBSCRIBER_SECONDS = 0.02
+"""A subscriber that takes longer than this on one event is logged (once) at warning level."""
+
+
+class _Subscriber:
+    __slots__ = ("callback", "warned")
+
+    def __init__(self, callback: Callable[[Event], Any]) -> None:
+        self.callback = callback
+        self.warned = False
 
 
 class Agent:
@@ -71,6 +85,9 @@ class Agent:
         model_settings: provider options sent with each request.
         session: a `SessionLog`, or a path for a new append-only JSONL log of this agent's
             messages, tool results, states and runs (see `Agent.resume`).
+        owns_model: `aclose` (and ``async with``) also closes the model (``await
+            model.aclose()``, its HTTP client). False by default: one model is often shared by
+            many agents.
         steering_mode: ``"all"`` (default) delivers every queued steering message at once;
             ``"one_at_a_time"`` delivers one per delivery point (one per model request).
         follow_up_mode: ``"one_at_a_time"`` (default: one follow-up each time the model would
@@ -104,6 +121,7 @@ class Agent:
         messages: Sequence[Message] = (),
         model_settings: dict[str, Any] | None = None,
         session: str | os.PathLike[str] | SessionLog | None = None,
+        owns_model: bool = False,
         steering_mode: DeliveryMode = "all",
         follow_up_mode: DeliveryMode = "one_at_a_time",
     ) -> None:
@@ -115,6 +133,7 @@ class Agent:
         self.steering_mode: DeliveryMode = steering_mode
         self.follow_up_mode: DeliveryMode = follow_up_mode
         self.model = model
+        self.owns_model = owns_model
         self.tools: dict[str, Tool] = {}
         for item in tools:
             if not isinstance(item, Tool) and not callable(item):
@@ -144,8 +163,12 @@ class Agent:
         self._projector = ContextProjector()
         self._steering: deque[UserMessage] = deque()
         self._follow_ups: deque[UserMessage] = deque()
-        self._subscribers: list[Callable[[Event], Any]] = []
-        self._run: Run | None = None  # the current or last run
+        # Copy-on-write: an event goes to the subscribers registered when it was emitted.
+        self._subscribers: tuple[_Subscriber, ...] = ()
+        # Claiming a run, aborting it and binding its loop happen under this lock (any thread).
+        self._claim_lock = threading.RLock()
+        self._run: Run | None = None  # the current run (None between runs: no reference cycle)
+        self._last_turns = 0  # turns of the last run (a continued run keeps counting)
         self._pending: PendingBatch | None = None  # a batch waiting for decisions
         self._running = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -199,16 +222,46 @@ class Agent:
             raise
 
     def close(self) -> None:
-        """Close the session log, if any (its lock and file are released). The agent can still
-        run, unlogged; a model's HTTP client is its owner's to close (``await model.aclose()``).
+        """Close the session log, if any (its lock and file are released; with ``fsync`` its
+        last lines are synced first). The agent can still run, unlogged. The model is closed by
+        `aclose` when the agent owns it; otherwise it is its owner's to close.
+
+        An agent dropped without closing releases its log when it is collected (the agent holds
+        no reference cycle to it); a callback of yours that refers to the agent makes a cycle,
+        released only when the garbage collector runs, so close agents you are done with.
+
+        Raises:
+            AgentBusyError: a run is in progress (abort it and await it first).
+        """
+        with self._claim_lock:
+            if self._running:
+                raise AgentBusyError("cannot close the agent while a run is in progress")
+            if self.session is not None:
+                self.session.close()
+
+    async def aclose(self) -> None:
+        """`close`, then, when the agent owns its model (``owns_model=True``), close the model
+        (``await model.aclose()``: the HTTP client it made).
 
         Raises:
             AgentBusyError: a run is in progress.
         """
-        if self._running:
-            raise AgentBusyError("cannot close the agent while a run is in progress")
-        if self.session is not None:
-            self.session.close()
+        self.close()
+        aclose = getattr(self.model, "aclose", None) if self.owns_model else None
+        if aclose is not None:
+            await aclose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     # -- public state -------------------------------------------------------------------------
 
@@ -280,35 +333,74 @@ class Agent:
     # -- events -------------------------------------------------------------------------------
 
     def subscribe(self, callback: Callable[[Event], Any]) -> Callable[[], None]:
-        """Call ``callback(event)`` for every event (synchronously, in order); returns an
-        unsubscribe function. A callback that raises is logged and does not stop the run."""
-        self._subscribers.append(callback)
+        """Call ``callback(event)`` for every event, synchronously and in order, on the thread
+        running the agent (the event loop's). Returns an unsubscribe function.
+
+        Every subscriber registered when an event is emitted receives it; subscribing or
+        unsubscribing (even from inside a callback) takes effect from the next event. A callback
+        that raises is logged and does not stop the run. A callback holds up the run and every
+        agent on its loop while it runs: one that takes longer than `SLOW_SUBSCRIBER_SECONDS`
+        is logged once at warning level. Consume slowly (or asynchronously) through `events`.
+
+        Raises:
+            TypeError: ``callback`` is async (it would never be awaited; use `events`).
+        """
+        if _is_async(callback):
+            raise TypeError(
+                f"subscribe() takes a plain function, got the async {callback!r}, which would "
+                "never be awaited; iterate 'async for event in agent.events()' instead"
+            )
+        subscriber = _Subscriber(callback)
+        with self._claim_lock:
+            self._subscribers = (*self._subscribers, subscriber)
+        agent_ref = weakref.ref(self)  # an unsubscribe function kept by a callback makes no cycle
 
         def unsubscribe() -> None:
-            with contextlib.suppress(ValueError):
-                self._subscribers.remove(callback)
+            agent = agent_ref()
+            if agent is not None:
+                with agent._claim_lock:
+                    agent._subscribers = tuple(s for s in agent._subscribers if s is not subscriber)
 
         return unsubscribe
 
-    async def events(self) -> AsyncIterator[Event]:
-        """Iterate over events as they happen (until the iterator is closed)."""
-        queue: asyncio.Queue[Event] = asyncio.Queue()
-        unsubscribe = self.subscribe(queue.put_nowait)
-        try:
-            while True:
-                yield await queue.get()
-        finally:
-            unsubscribe()
+    def events(self, *, max_queue: int = DEFAULT_MAX_QUEUE) -> EventStream:
+        """An async iterator over events, subscribed when called (before the first iteration):
+        ``async for event in agent.events(): ...``. Events are handed to the consumer's loop
+        thread-safely, whichever thread runs the agent.
+
+        Args:
+            max_queue: how many events may wait for the consumer; beyond it the oldest waiting
+                event is dropped for each new one (counted in the stream's ``dropped``; ``seq``
+                shows the gap).
+
+        Raises:
+            UsageError: ``max_queue`` is below 1.
+        """
+        return EventStream(self.subscribe, max_queue)
 
     def _listening(self) -> bool:
         return bool(self._subscribers)
 
     def _emit(self, event: Event) -> None:
-        for callback in self._subscribers:
+        for subscriber in self._subscribers:  # the tuple of this moment: a snapshot
+            started = time.perf_counter()
             try:
-                callback(event)
+                subscriber.callback(event)
             except Exception:
-                logger.exception("event subscriber %r failed on %s", callback, event.type)
+                logger.exception(
+                    "event subscriber %r failed on %s", subscriber.callback, event.type
+                )
+            if not subscriber.warned and time.perf_counter() - started > SLOW_SUBSCRIBER_SECONDS:
+                subscriber.warned = True
+                logger.warning(
+                    "event subscriber %r took %.0f ms on a %s event (more than %.0f ms); it "
+                    "holds up every agent on its event loop: consume slow work through "
+                    "agent.events() instead (logged once per subscriber)",
+                    subscriber.callback,
+                    (time.perf_counter() - started) * 1000,
+                    event.type,
+                    SLOW_SUBSCRIBER_SECONDS * 1000,
+                )
 
     # -- queued input and abort ---------------------------------------------------------------
 
@@ -337,28 +429,40 @@ class Agent:
     def abort(self, reason: str = "aborted by the caller") -> bool:
         """Stop the current run: it ends in ``aborted`` with every issued call answered.
 
-        Safe to call from any thread and at any moment. Returns False when no run is in progress.
+        Safe to call from any thread and at any moment, also between starting a run and its
+        first step (the run is claimed when started). Returns False when no run is in progress.
         """
-        run = self._run
-        if not self._running and self._pending is not None:
-            self._abort_pending(reason)
+        with self._claim_lock:
+            if not self._running and self._pending is not None:
+                self._abort_pending(reason)
+                return True
+        return self._abort(self._run, reason)
+
+    def _abort(self, run: Run | None, reason: str) -> bool:
+        with self._claim_lock:
+            if run is None or run is not self._run or not self._running:
+                return False
+            loop = self._loop
+            if loop is None or threading.get_ident() == self._loop_thread:
+                # Not started yet (no callbacks armed; the run sees the flag at its first step)
+                # or on the run's own thread.
+                run.signal.set(reason)
+                return True
+            try:
+                loop.call_soon_threadsafe(run.signal.set, reason)
+            except RuntimeError:  # the loop has closed: the run is over
+                return False
             return True
-        if not self._running or run is None:
-            return False
-        loop = self._loop
-        if loop is not None and threading.get_ident() != self._loop_thread:
-            loop.call_soon_threadsafe(run.signal.set, reason)
-        else:
-            run.signal.set(reason)
-        return True
 
     # -- running ------------------------------------------------------------------------------
 
     def run_sync(self, prompt: str | UserMessage | None = None, **kwargs: Any) -> RunResult:
-        """`run` in a new event loop (``asyncio.run``).
+        """`run` in a new event loop (``asyncio.run``). Threads may share an agent: when two call
+        it at once, exactly one runs and the other gets `AgentBusyError`.
 
         Raises:
             UsageError: called from inside a running event loop (``await agent.run`` there).
+            AgentBusyError: a run is already in progress.
         """
         try:
             asyncio.get_running_loop()
@@ -366,14 +470,46 @@ class Agent:
             return asyncio.run(self.run(prompt, **kwargs))
         raise UsageError("run_sync() cannot run inside an event loop; use 'await agent.run()'")
 
-    async def run(
+    def start(
+        self, prompt: str | UserMessage | None = None, *, max_turns: int | None = None
+    ) -> RunHandle:
+        """Start a run in the background on the running loop (for servers): the agent is
+        claimed at once, and the returned `RunHandle` is awaited for the `RunResult`, aborts
+        the run, and holds the result once it has ended.
+
+        Args:
+            prompt, max_turns: as for `run`.
+
+        Raises:
+            UsageError: no event loop is running (use `run_sync`), or nothing to continue.
+            AgentBusyError: a run is already in progress.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise UsageError(
+                "start() needs a running event loop; outside one use run_sync()"
+            ) from None
+        coro = self.run(prompt, max_turns=max_turns)
+        task: asyncio.Task[RunResult] = loop.create_task(coro)
+        keep_until_done(task)
+        return RunHandle(self, coro.run, task)
+
+    def run(
         self,
         prompt: str | UserMessage | None = None,
         *,
         max_turns: int | None = None,
         decisions: Mapping[str, Decision] | None = None,
-    ) -> RunResult:
-        """Run until a terminal state (or ``awaiting_approval``) and return how it ended.
+    ) -> ClaimedRun:
+        """Run until a terminal state (or ``awaiting_approval``) and return how it ended:
+        ``await agent.run(prompt)``.
+
+        The run is claimed when ``run()`` is called, not when it is awaited: ``agent.is_running``
+        is true at once, a second ``run()`` raises `AgentBusyError` at once, and an
+        ``agent.abort()`` before the run's first step ends it ``aborted``. So
+        ``asyncio.create_task(agent.run(...))`` works like `start`. Closing or cancelling the
+        returned coroutine before its first step (or dropping it unawaited) releases the claim.
 
         Args:
             prompt: the user input; None continues from the current history (after ``aborted``
@@ -387,7 +523,7 @@ class Agent:
             The `RunResult`; its ``state`` is the agent's state.
 
         Raises:
-            AgentBusyError: a run is already in progress.
+            AgentBusyError: a run is already in progress (raised by the call).
             UsageError: nothing to continue from (no prompt, no queued input, and the history ends
                 with the model's complete answer); a prompt (or none, or no decisions) while calls
                 are pending; decisions for unknown or already decided calls, or when nothing is
@@ -395,26 +531,37 @@ class Agent:
             asyncio.CancelledError: the task was cancelled; the history is recorded as aborted
                 first.
         """
-        if self._running:
-            raise AgentBusyError("this agent is already running; await that run or abort it")
         user = None if prompt is None else _as_user(prompt)
-        first = self._check_decisions(user, decisions)
-        if max_turns is not None:
-            self.max_turns = max_turns
-        if first is Trigger.START and user is None and not (self._steering or self._follow_ups):
-            self._check_can_continue()
-        previous = self._run
-        turns = 0 if user is not None or previous is None else previous.data.turns
-        # The loop and run are in place before the run counts as running, so an abort() from
-        # another thread never reaches the previous run's signal.
-        run = self._run = Run(self, turns=turns)
-        self._loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
-        self._running = True
+        with self._claim_lock:  # check and claim as one step, whichever threads call
+            if self._running:
+                raise AgentBusyError("this agent is already running; await that run or abort it")
+            first = self._check_decisions(user, decisions)
+            if max_turns is not None:
+                self.max_turns = max_turns
+            if first is Trigger.START and user is None and not (self._steering or self._follow_ups):
+                self._check_can_continue()
+            run = Run(self, turns=0 if user is not None else self._last_turns)
+            run.first_trigger = first
+            self._run, self._loop, self._loop_thread = run, None, 0
+            self._running = True
+        return ClaimedRun(self, run, user)
+
+    async def _drive(self, run: Run, user: UserMessage | None) -> RunResult:
+        with self._claim_lock:  # from now on an abort from another thread goes through the loop
+            self._loop = asyncio.get_running_loop()
+            self._loop_thread = threading.get_ident()
         try:
-            return await run.drive(user, first)
+            return await run.drive(user, run.first_trigger)
         finally:
-            self._running = False
+            self._release(run)
+
+    def _release(self, run: Run) -> None:
+        """End ``run``'s claim on the agent (it ended, or it never started)."""
+        with self._claim_lock:
+            if self._run is run:
+                self._last_turns = run.data.turns
+                self._run, self._loop, self._loop_thread = None, None, 0
+                self._running = False
 
     def _check_decisions(
         self, user: UserMessage | None, decisions: Mapping[str, Decision] | None
@@ -447,7 +594,7 @@ class Agent:
     def _abort_pending(self, reason: str) -> None:
         """An abort while calls wait for decisions: a short run answers them and ends
         ``aborted`` (there is no run to stop)."""
-        run = self._run = Run(self, turns=0 if self._run is None else self._run.data.turns)
+        run = Run(self, turns=self._last_turns)
         run.signal.set(reason)
         run.emit(RunStart(None))
         run.fire(Trigger.ABORT)
@@ -475,6 +622,11 @@ class Agent:
         self._messages.append(message)
         if isinstance(message, AssistantMessage):
             self._call_ids.update(call.id for call in message.tool_calls)
+
+
+def _is_async(callback: Callable[..., Any]) -> bool:
+    call = getattr(callback, "__call__", None)  # noqa: B004 (an async __call__ counts too)
+    return inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(call)
 
 
 def _as_user(message: str | UserMessage) -> UserMessage:

@@ -36,6 +36,7 @@ class RunResult:
             name, arguments, reason), in declaration order; empty otherwise.
         final_text: the text of the tool result that ended the run (``terminate=True``), if one
             did; `text` returns it.
+        run_id: the run's id (the ``run_id`` of its events; see `RunHandle`).
     """
 
     state: State
@@ -48,6 +49,7 @@ class RunResult:
     refusal: dict[str, Any] | None = None
     pending: tuple[PendingCall, ...] = ()
     final_text: str | None = field(default=None, repr=False)
+    run_id: str = ""
 
     @property
     def text(self) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import uuid
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,16 @@ from ._cancel import AbortSignal, cancelling
 from ._context import project
 from ._effects import request_model
 from ._errors import InvalidHistoryError, MachineDefinitionError
-from ._events import Event, MessageEnd, RunEnd, RunStart, StateChanged, TurnEnd, TurnStart
+from ._events import (
+    Event,
+    MessageEnd,
+    RunEnd,
+    RunStart,
+    StateChanged,
+    TurnEnd,
+    TurnStart,
+    stamp,
+)
 from ._execution import resolve
 from ._machine import Fired, LoopData
 from ._messages import AssistantMessage, Message, StopReason, ToolResultMessage, Usage, UserMessage
@@ -38,6 +48,7 @@ class Run:
     agent holds configuration and history. A state a user adds gets this object in its effect.
 
     Attributes:
+        id: the run's id (a UUID in hex), the ``run_id`` of its events and its `RunResult`.
         agent: the agent (its configuration, tools, hooks and history).
         signal: the run's abort signal.
         data: what the guards read.
@@ -47,6 +58,8 @@ class Run:
     """
 
     def __init__(self, agent: Agent, *, turns: int = 0) -> None:
+        self.id = uuid.uuid4().hex
+        self._seq = 0
         self.agent = agent
         self.machine = agent.machine
         self.signal = AbortSignal()
@@ -64,6 +77,7 @@ class Run:
         self.turn_message: AssistantMessage | None = None
         self.turn_results: tuple[ToolResultMessage, ...] = ()
         self.terminate_reason: str | None = None
+        self.first_trigger: str = Trigger.START  # ``decided`` when the run decides pending calls
         self.final_text: str | None = None
         context_hook = agent.transform_context
         self._context_takes_signal = context_hook is not None and _takes_signal(context_hook)
@@ -76,7 +90,10 @@ class Run:
         return self.agent.messages
 
     def emit(self, event: Event) -> None:
-        """Send ``event`` to the agent's subscribers."""
+        """Stamp ``event`` with the run's id and its next sequence number and send it to the
+        agent's subscribers."""
+        self._seq += 1
+        stamp(event, self.id, self._seq)
         self.agent._emit(event)
 
     def listening(self) -> bool:
@@ -255,6 +272,7 @@ class Run:
             error=self.error,
             refusal=refusal,
             final_text=self.final_text,
+            run_id=self.id,
         )
 
     # -- model requests -----------------------------------------------------------------------

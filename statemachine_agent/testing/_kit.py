@@ -247,17 +247,19 @@ async def drive_run(
 
     unsubscribe = agent.subscribe(on_event)
     try:
-        task = asyncio.ensure_future(agent.run(prompt, decisions=decisions))
         try:
-            report.result = await task
+            task = asyncio.ensure_future(agent.run(prompt))  # raises before anything starts
         except UsageError:
             report.started = False
-        except asyncio.CancelledError:
-            if not task.cancelled():
-                raise  # the kit's own task was cancelled, not the run
-            report.cancelled = True
-            ends = [e for e in report.events if isinstance(e, RunEnd)]
-            report.result = ends[-1].result if ends else None
+        else:
+            try:
+                report.result = await task
+            except asyncio.CancelledError:
+                if not task.cancelled():
+                    raise  # the kit's own task was cancelled, not the run
+                report.cancelled = True
+                ends = [e for e in report.events if isinstance(e, RunEnd)]
+                report.result = ends[-1].result if ends else None
     finally:
         unsubscribe()
     if isinstance(model, ScriptPlayer):

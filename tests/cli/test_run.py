@@ -71,7 +71,9 @@ def test_json_lines_and_denial_without_a_terminal(folder: Path, tmp_path: Path) 
     ends = [e for e in events if e["type"] == "tool_execution_end"]
     assert ends[0]["result"]["is_error"] is True
     assert "no interactive terminal" in ends[0]["result"]["content"][0]["text"]
-    history = HISTORY_ADAPTER.validate_python(events[-1]["result"]["messages"])
+    assert "messages" not in events[-1]["result"]  # the history came as message_end events
+    logged = [e["message"] for e in events if e["type"] == "message_end"]
+    history = HISTORY_ADAPTER.validate_python(logged)
     assert_valid_history(history)
     assert not (folder / "x").exists()
 
