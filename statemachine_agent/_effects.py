@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._execution import BatchRun, resolve
+from ._execution import resolve
 from ._hooks import TurnInfo
 from ._messages import TRUNCATING_STOP_REASONS, StopReason, UserMessage, text_result
 from ._protocol import REFUSED, answer_dangling, ended_text
@@ -65,19 +65,7 @@ async def run_tools(run: Run) -> str:
     data, agent = run.data, run.agent
     response = data.response
     assert response is not None
-    batch = BatchRun(
-        response.tool_calls,
-        agent.tools,
-        mode=agent.tool_execution,
-        signal=run.signal,
-        abort_grace_seconds=agent.abort_grace_seconds,
-        emit=run.emit,
-        listening=run.listening,
-        on_result=run.record_result,
-        before=agent.before_tool_call,
-        after=agent.after_tool_call,
-        deps=agent.deps,
-    )
+    batch = run.batch(response.tool_calls)
     try:
         await batch.run()
     finally:

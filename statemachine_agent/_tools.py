@@ -89,6 +89,11 @@ class Tool:
         run_in_thread: run a sync function in a worker thread (default; a pool of up to
             `SYNC_TOOL_WORKERS` threads, so a parallel batch really runs in parallel) so it does
             not block the event loop.
+        idempotent: running a call twice has the effect of running it once. A durable run
+            (`statemachine_agent.durable`) re-runs an idempotent call that was in flight when its
+            worker died; any other such call is answered "no result recorded" instead.
+        step_retries: in a durable run, how many times a failed call (an error result) is run
+            again by the workflow engine before its error result is kept (default 0: none).
 
     Raises:
         ToolDefinitionError: the name is invalid.
@@ -102,6 +107,8 @@ class Tool:
     resource: str | ResourceKey | None = None
     run_in_thread: bool = True
     context_param: str | None = None
+    idempotent: bool = False
+    step_retries: int = 0
     is_async: bool = field(init=False)
     input_schema: dict[str, Any] = field(init=False)
     _field_names: tuple[str, ...] = field(init=False, repr=False)
@@ -111,6 +118,8 @@ class Tool:
             raise ToolDefinitionError(
                 f"tool name {self.name!r} must be 1-64 letters, digits, '_' or '-'"
             )
+        if self.step_retries < 0:
+            raise ToolDefinitionError(f"tool {self.name!r}: step_retries must be 0 or more")
         self.is_async = inspect.iscoroutinefunction(self.function)
         self._field_names = tuple(self.args_model.model_fields)
         schema = self.args_model.model_json_schema()
@@ -164,6 +173,8 @@ def tool_from_function(
     timeout_seconds: float | None = None,
     resource: str | ResourceKey | None = None,
     run_in_thread: bool = True,
+    idempotent: bool = False,
+    step_retries: int = 0,
 ) -> Tool:
     """Build a `Tool` from a typed function (see `tool`).
 
@@ -209,6 +220,8 @@ def tool_from_function(
         resource=resource,
         run_in_thread=run_in_thread,
         context_param=context_param,
+        idempotent=idempotent,
+        step_retries=step_retries,
     )
 
 
@@ -224,6 +237,8 @@ def tool(
     timeout_seconds: float | None = None,
     resource: str | ResourceKey | None = None,
     run_in_thread: bool = True,
+    idempotent: bool = False,
+    step_retries: int = 0,
 ) -> Callable[[ToolFunction], Tool]: ...
 
 
@@ -236,8 +251,13 @@ def tool(
     timeout_seconds: float | None = None,
     resource: str | ResourceKey | None = None,
     run_in_thread: bool = True,
+    idempotent: bool = False,
+    step_retries: int = 0,
 ) -> Tool | Callable[[ToolFunction], Tool]:
     """Turn a typed function into a `Tool`: ``@tool`` or ``@tool(timeout_seconds=5)``.
+
+    ``idempotent=True`` lets a durable run re-run a call interrupted by a dead worker, and
+    ``step_retries`` asks the durable engine to retry a failed call (see `Tool`).
 
     The name is the function's, the description its docstring, the JSON schema comes from the
     annotated parameters (pydantic), parameter descriptions from the docstring's ``Args:``.
@@ -254,6 +274,8 @@ def tool(
             timeout_seconds=timeout_seconds,
             resource=resource,
             run_in_thread=run_in_thread,
+            idempotent=idempotent,
+            step_retries=step_retries,
         )
 
     return wrap(function) if function is not None else wrap
