@@ -244,7 +244,8 @@ class DurableBatch(BatchRun):
 
         options: StepOptions = {"name": f"tool:{call.id}"}
         if tool.step_retries:
-            options.update(retries_allowed=True, max_attempts=tool.step_retries + 1)
+            options["retries_allowed"] = True
+            options["max_attempts"] = tool.step_retries + 1
         slot.started = True
         # The step's position is taken synchronously when it starts: release the next call now.
         self._release(index)

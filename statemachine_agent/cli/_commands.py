@@ -6,6 +6,7 @@ import click
 
 from ._demo import demo_command
 from ._diagram import diagram
+from ._durable import recover_command, status_command, submit_command, worker_command
 from ._run import run_command
 from ._session import check_command, replay_command
 
@@ -14,3 +15,4 @@ COMMANDS.append(diagram)
 COMMANDS.append(run_command)
 COMMANDS.append(demo_command)
 COMMANDS.extend([replay_command, check_command])
+COMMANDS.extend([worker_command, submit_command, status_command, recover_command])
