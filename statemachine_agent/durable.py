@@ -497,6 +497,18 @@ class Client:
         error = None if status.error is None else str(status.error)
         return RunStatus(run_id, status.status, status.executor_id, result, error)
 
+    def count(self, status: str, *, executor_id: str | None = None) -> int:
+        """How many runs have DBOS status ``status`` (``ENQUEUED``, ``PENDING``, ``SUCCESS``,
+        ``ERROR``...), optionally only those of worker ``executor_id``."""
+        found = self._client.list_workflows(
+            status=status,
+            name=WORKFLOW_NAME,
+            executor_id=executor_id,
+            load_input=False,
+            load_output=False,
+        )
+        return len(found)
+
     def result(self, run_id: str, *, timeout_seconds: float | None = None) -> RunResult:
         """Wait for the run to end and return its result.
 
