@@ -26,6 +26,7 @@ SCRIPTS = [
     "bench_scale.py",
     "bench_session.py",
     "bench_profile.py",
+    "bench_durable.py",
 ]
 
 

@@ -401,6 +401,7 @@ async def launch(
     }
     _factory = factory
     _incarnation = uuid.uuid4().hex
+    _use_wal(db)
     DBOS(config=config)
     if not serve_queue:
         DBOS.listen_queues([])
@@ -412,6 +413,25 @@ async def launch(
     except BaseException:
         shutdown()
         raise
+
+
+def _use_wal(db: str) -> None:
+    """Put a SQLite system database in WAL mode (kept in the file): one sync per checkpoint
+    instead of a rollback journal created and deleted per write, and readers (``status`` from
+    another process) do not block the worker."""
+    prefix = "sqlite:///"
+    if not db.startswith(prefix):
+        return
+    import sqlite3
+
+    path = db.removeprefix(prefix).split("?", 1)[0]
+    if not path or path == ":memory:":
+        return
+    connection = sqlite3.connect(path, timeout=30)
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+    finally:
+        connection.close()
 
 
 def shutdown() -> None:

@@ -77,13 +77,14 @@ async def turns_model(messages: list[object], request: object) -> object:
     run = first.text  # type: ignore[attr-defined]  # the prompt is the run's name
     done = sum(isinstance(m, ToolResultMessage) for m in messages)
     if done < int(os.environ.get("SMA_TURNS", "3")):
+        name = os.environ.get("SMA_TOOL", "append_line")
         return {
             "content": [
                 {
                     "type": "tool_use",
                     "id": f"call_{done + 1}",
-                    "name": "append_line",
-                    "input": {"run": run},
+                    "name": name,
+                    "input": {"run": run} if name == "append_line" else {},
                 },
             ],
             "stop_reason": "tool_use",
@@ -94,3 +95,13 @@ async def turns_model(messages: list[object], request: object) -> object:
 def turns_agent() -> Agent:
     """SMA_TURNS tool turns (default 3), each one ``append_line`` call, then a final answer."""
     return Agent(FunctionModel(turns_model), tools=[tool(append_line)], max_turns=100)
+
+
+async def noop() -> str:
+    """Do nothing."""
+    return "ok"
+
+
+def noop_agent() -> Agent:
+    """Like `turns_agent`, each call a no-op (SMA_TOOL=noop): the benchmarks' agent."""
+    return Agent(FunctionModel(turns_model), tools=[tool(noop)], max_turns=100)
