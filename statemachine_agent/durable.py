@@ -97,6 +97,8 @@ QUEUE_NAME = "statemachine-agent-runs"
 """The DBOS queue `submit` puts runs on and workers serve."""
 WORKFLOW_NAME = "statemachine_agent.durable.agent_run"
 """The registered name of the run workflow."""
+ABORT_TOPIC = "statemachine-agent.abort"
+"""The DBOS message topic of an abort request (see `abort`)."""
 
 AgentFactory = Callable[[], Agent]
 
@@ -284,6 +286,16 @@ class DurableRun(Run):
         data = await DBOS.run_step_async({"name": "model_request"}, model_request)
         return _decode_outcome(data)
 
+    async def _build_request(self) -> ModelRequest:
+        # Before each model request, a durable check for an abort sent from any process: the
+        # message is received (and recorded) here, so a replay sees it at the same place.
+        request = await super()._build_request()
+        if not self.signal.aborted:
+            reason = await DBOS.recv_async(ABORT_TOPIC, timeout_seconds=0)
+            if reason is not None:
+                self.signal.set(str(reason))
+        return request
+
     def batch(self, calls: Sequence[Any]) -> BatchRun:
         """The tool batch, with each execution a step (`DurableBatch`)."""
         agent = self.agent
@@ -458,6 +470,19 @@ async def run(prompt: str, *, run_id: str | None = None, max_turns: int | None =
     return decode_result(await handle.get_result())
 
 
+async def abort(run_id: str, reason: str = "aborted by the caller") -> None:
+    """Ask run ``run_id`` to stop (from a launched process; `Client.abort` from any other).
+
+    The run notices before its next model request: it ends ``aborted`` with ``reason`` as its
+    error, every call answered; a tool batch that is running finishes first. A run that is
+    answering for the last time ends ``done`` as usual.
+
+    Raises:
+        dbos.error.DBOSNonExistentWorkflowError: no run has this id.
+    """
+    await DBOS.send_async(run_id, reason, topic=ABORT_TOPIC)
+
+
 @dataclass(frozen=True)
 class RunStatus:
     """Where a submitted run is.
@@ -500,6 +525,10 @@ class Client:
         }
         self._client.enqueue(options, prompt, max_turns)
         return workflow_id
+
+    def abort(self, run_id: str, reason: str = "aborted by the caller") -> None:
+        """Ask run ``run_id`` to stop (see the module's `abort`)."""
+        self._client.send(run_id, reason, topic=ABORT_TOPIC)
 
     def status(self, run_id: str) -> RunStatus:
         """The run's status (and result once it ended).
