@@ -100,6 +100,10 @@ WORKFLOW_NAME = "statemachine_agent.durable.agent_run"
 ABORT_TOPIC = "statemachine-agent.abort"
 """The DBOS message topic of an abort request (see `abort`)."""
 
+STEP_RETRY_INTERVAL_SECONDS = 1.0
+"""The first wait before DBOS runs a failed call of a tool with ``step_retries`` again (it
+doubles each time)."""
+
 AgentFactory = Callable[[], Agent]
 
 _factory: AgentFactory | None = None
@@ -248,6 +252,7 @@ class DurableBatch(BatchRun):
         if tool.step_retries:
             options["retries_allowed"] = True
             options["max_attempts"] = tool.step_retries + 1
+            options["interval_seconds"] = STEP_RETRY_INTERVAL_SECONDS
         slot.started = True
         # The step's position is taken synchronously when it starts: release the next call now.
         self._release(index)
@@ -603,3 +608,29 @@ def recover_executor(executor_ids: Sequence[str]) -> list[str]:
     """
     handles = DBOS._recover_pending_workflows(list(executor_ids))
     return [handle.get_workflow_id() for handle in handles]
+
+
+__all__ = [
+    "ABORT_TOPIC",
+    "APP_NAME",
+    "APP_VERSION",
+    "QUEUE_NAME",
+    "STEP_RETRY_INTERVAL_SECONDS",
+    "WORKFLOW_NAME",
+    "AgentFactory",
+    "Client",
+    "DurableBatch",
+    "DurableRun",
+    "RunStatus",
+    "ToolStepFailed",
+    "abort",
+    "agent_workflow",
+    "decode_result",
+    "drive",
+    "encode_result",
+    "launch",
+    "load_factory",
+    "recover_executor",
+    "run",
+    "shutdown",
+]

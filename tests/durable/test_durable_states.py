@@ -109,3 +109,34 @@ async def test_abort_sent_to_a_running_run_ends_it_aborted(factory: Factory) -> 
         "held 0"
     ]
     assert_valid_history(result.messages)
+
+
+@pytest.mark.parametrize("retries", [0, 1, 2])
+async def test_tool_step_retries_only_when_the_tool_asks(
+    factory: Factory, retries: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import statemachine_agent.durable as durable
+
+    monkeypatch.setattr(durable, "STEP_RETRY_INTERVAL_SECONDS", 0.01)
+    attempts: list[int] = []
+
+    def flaky(x: int) -> str:
+        """Fail twice, then work."""
+        attempts.append(x)
+        if len(attempts) <= 2:
+            raise RuntimeError(f"flaky failure {len(attempts)}")
+        return "worked"
+
+    factory.build = lambda: Agent(
+        FunctionModel(counting_model(1)), tools=[tool(step_retries=retries, name="echo")(flaky)]
+    )
+    result = await run("Go.", run_id=f"retries-{retries}")
+    (answer,) = [m for m in result.messages if isinstance(m, ToolResultMessage)]
+    if retries == 2:
+        assert len(attempts) == 3
+        assert (answer.content[0].text, answer.is_error) == ("worked", False)  # type: ignore[union-attr]
+    else:  # no retries, or too few: the last failure is the result
+        assert len(attempts) == retries + 1
+        assert answer.is_error
+        assert answer.content[0].text == f"RuntimeError: flaky failure {retries + 1}"  # type: ignore[union-attr]
+    assert result.state == State.DONE
