@@ -4,7 +4,7 @@ A. Per-turn overhead of a durable run over an in-process run, SQLite: the same 2
    no-op tool call a turn, zero-latency model) with ``agent.run()`` and as a DBOS workflow
    (`statemachine_agent.durable.run`); the difference per turn is what checkpointing costs (a
    model-request step, a ``tool_start`` step and a tool step a turn, each a write to the file).
-B. Throughput on Postgres: a throwaway server, 1, 2 and 4 worker processes (``statemachine-agent
+B. Throughput on Postgres: a throwaway server (fsync off), 1, 2 and 4 worker processes (``statemachine-agent
    worker``, concurrency 8 each), runs of 10 turns at 10 ms model latency submitted at once; runs
    per second from the first submit to the last result.
 
@@ -130,7 +130,8 @@ def _throughput(server: ThrowawayPostgres, workers: int, runs: int) -> float:
 
 def main() -> dict[str, Any]:
     reps = 3 if quick() else 7
-    runs = 24 if quick() else 96
+    runs = 16 if quick() else 48
+    load_before = os.getloadavg()[0]
     overhead = asyncio.run(_overhead(reps))
     print(
         table(
@@ -167,6 +168,11 @@ def main() -> dict[str, Any]:
         )
     )
     data["runs_per_second"] = rates
+    data["load_average"] = [load_before, os.getloadavg()[0]]
+    print(
+        f"\n1-minute load average before / after: {load_before:.1f} / {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} cores (workers, Postgres and this process share them)"
+    )
     emit("durable", data)
     return data
 
