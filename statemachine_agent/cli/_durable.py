@@ -67,6 +67,7 @@ def _workspace_factory(workspace: Path, model_spec: str, yes: bool) -> Any:
 )
 @click.option(
     "--workspace",
+    "-w",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("."),
     show_default=True,
@@ -74,10 +75,12 @@ def _workspace_factory(workspace: Path, model_spec: str, yes: bool) -> Any:
 )
 @click.option(
     "--model",
+    "-m",
     "model_spec",
-    default="claude-sonnet-4-5",
-    show_default=True,
-    help="Without --factory: an Anthropic model name, or script:FILE.",
+    default=None,
+    metavar="NAME|script:FILE",
+    help="Without --factory (then required): an Anthropic model name (needs ANTHROPIC_API_KEY), "
+    "or script:FILE (played from its first step in every run and after a recovery: for demos).",
 )
 @click.option("--yes", is_flag=True, help="Without --factory: allow commands and writes.")
 @click.option(
@@ -104,7 +107,7 @@ def worker_command(
     db: str,
     factory_spec: str | None,
     workspace: Path,
-    model_spec: str,
+    model_spec: str | None,
     yes: bool,
     executor_id: str | None,
     concurrency: int,
@@ -116,14 +119,20 @@ def worker_command(
     same --executor-id; to hand them to the other workers instead, use `recover`.
     """
     durable = _durable()
-    try:
-        factory = (
-            durable.load_factory(factory_spec)
-            if factory_spec is not None
-            else _workspace_factory(workspace, model_spec, yes)
-        )
-    except UsageError as exc:
-        raise click.BadParameter(str(exc), param_hint="--factory") from exc
+    if factory_spec is None:
+        if model_spec is None:
+            raise click.UsageError(
+                "Give --factory MODULE:FUNCTION, or --model for the built-in workspace tools."
+            )
+        from ._run import load_model
+
+        load_model(model_spec)  # a bad spec or a missing API key is reported now, not per run
+        factory = _workspace_factory(workspace, model_spec, yes)
+    else:
+        try:
+            factory = durable.load_factory(factory_spec)
+        except UsageError as exc:
+            raise click.BadParameter(str(exc), param_hint="--factory") from exc
     worker_id = executor_id or f"worker-{uuid.uuid4().hex[:8]}"
 
     async def serve() -> None:

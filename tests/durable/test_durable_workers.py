@@ -83,8 +83,11 @@ def test_case2_postgres_two_workers_one_killed(tmp_path: Path, postgres: Throwaw
         # One through the CLI, the rest through the client API.
         submitted = subprocess.run(
             _cli("submit", "--db", db, "--id", ids[0], ids[0]),
-            env=env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert submitted.returncode == 0, submitted.stderr
         assert submitted.stdout.strip() == ids[0]
         for run_id in ids[1:]:

@@ -75,18 +75,32 @@ class ThrowawayPostgres:
             RuntimeError: initdb or pg_ctl failed (their output is in the message).
         """
         self._run(
-            str(self.binaries / "initdb"), "-D", str(self.data), "-U", "postgres",
-            "--auth=trust", "--no-sync", "-E", "UTF8",
-        )  # fmt: skip
+            str(self.binaries / "initdb"),
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        )
         options = (
             f"-p {self.port} -h 127.0.0.1 -k {self.folder} "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
             "-c max_connections=300"
         )
         self._run(
-            str(self.binaries / "pg_ctl"), "-D", str(self.data), "-l",
-            str(self.folder / "server.log"), "-w", "-o", options, "start",
-        )  # fmt: skip
+            str(self.binaries / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.folder / "server.log"),
+            "-w",
+            "-o",
+            options,
+            "start",
+        )
 
     def stop(self) -> None:
         """Stop the server at once and delete its folder."""
