@@ -115,8 +115,8 @@ def worker_command(
 ) -> None:
     """Serve the queue of durable runs until SIGTERM or Ctrl-C.
 
-    Runs this worker left unfinished when it died are recovered when it starts again with the
-    same --executor-id; to hand them to the other workers instead, use `recover`.
+    Runs this worker left unfinished when it died (or was stopped) are recovered when it starts
+    again with the same --executor-id; to hand them to the other workers instead, use `recover`.
     """
     durable = _durable()
     if factory_spec is None:
