@@ -67,12 +67,12 @@ from dataclasses import dataclass
 from typing import Any
 
 try:
-    from dbos import DBOS, DBOSClient, SetWorkflowID
-    from dbos._core import StepOptions
-    from dbos._error import DBOSMaxStepRetriesExceeded
+    from dbos import DBOS, DBOSClient, SetWorkflowID, StepOptions
+    from dbos import error as dbos_error
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError(
-        "statemachine_agent.durable needs DBOS Transact: pip install 'statemachine-agent[dbos]'"
+        "statemachine_agent.durable needs DBOS Transact: pip install 'statemachine-agent[dbos]' "
+        f"({exc})"
     ) from exc
 
 from . import __version__
@@ -258,7 +258,7 @@ class DurableBatch(BatchRun):
         self._release(index)
         try:
             text = await DBOS.run_step_async(options, tool_call)
-        except DBOSMaxStepRetriesExceeded as exc:
+        except dbos_error.DBOSMaxStepRetriesExceeded as exc:
             failures = [e for e in exc.errors if isinstance(e, ToolStepFailed)]
             if not failures:
                 raise
