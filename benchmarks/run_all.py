@@ -29,6 +29,7 @@ SCRIPTS = [
     "bench_sandbox.py",
     "bench_html.py",
     "bench_embedding.py",
+    "bench_durable.py",
 ]
 
 

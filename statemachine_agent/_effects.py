@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ._cancel import cancelling
 from ._events import ApprovalRequested, CallDecided
-from ._execution import BatchRun, PendingBatch, resolve
+from ._execution import PendingBatch, resolve
 from ._hooks import Approve, Deny, PendingCall, TurnInfo
 from ._messages import (
     CONTINUE_PROMPT,
@@ -98,19 +98,7 @@ async def run_tools(run: Run) -> str:
         return await _run_decided(run, agent._pending)
     response = data.response
     assert response is not None
-    batch = BatchRun(
-        response.tool_calls,
-        agent.tools,
-        mode=agent.tool_execution,
-        signal=run.signal,
-        abort_grace_seconds=agent.abort_grace_seconds,
-        emit=run.emit,
-        listening=run.listening,
-        on_result=run.record_result,
-        before=agent.before_tool_call,
-        after=agent.after_tool_call,
-        deps=agent.deps,
-    )
+    batch = run.batch(response.tool_calls)
     try:
         await batch.run()
     finally:
@@ -152,19 +140,7 @@ async def _run_decided(run: Run, pending: PendingBatch) -> str:
             run.emit(CallDecided(call.id, "deny", reason=decision.reason))
             if decision.terminate:
                 terminate = terminate or decision.reason
-    batch = BatchRun(
-        approved,
-        agent.tools,
-        mode=agent.tool_execution,
-        signal=run.signal,
-        abort_grace_seconds=agent.abort_grace_seconds,
-        emit=run.emit,
-        listening=run.listening,
-        on_result=run.record_result,
-        after=agent.after_tool_call,
-        deps=agent.deps,
-        approved=True,
-    )
+    batch = run.batch(approved, approved=True)
     try:
         await batch.run()
     finally:

@@ -13,6 +13,7 @@ import asyncio
 import inspect
 import uuid
 from collections import deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ._cancel import AbortSignal, cancelling
@@ -29,9 +30,17 @@ from ._events import (
     TurnStart,
     stamp,
 )
-from ._execution import resolve
+from ._execution import BatchRun, resolve
 from ._machine import Fired, LoopData
-from ._messages import AssistantMessage, Message, StopReason, ToolResultMessage, Usage, UserMessage
+from ._messages import (
+    AssistantMessage,
+    Message,
+    StopReason,
+    ToolCallBlock,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
 from ._protocol import INCOMPLETE_STOP_REASONS, answer_dangling, find_violations
 from ._responses import RequestAborted, RequestFailed, request_response
 from ._result import RunResult
@@ -285,7 +294,6 @@ class Run:
     async def request(self) -> AssistantMessage | str:
         """Build and send one request (with the engine's retries). Returns the response, or the
         trigger to fire instead (``abort``, ``fail``) with the history and error recorded."""
-        agent = self.agent
         try:
             request = await self._build_request()
         except InvalidHistoryError as exc:
@@ -296,7 +304,21 @@ class Run:
             return self.fail(f"The transform_context hook failed: {type(exc).__name__}: {exc}")
         if self.signal.aborted:  # aborted while the request was built: do not send it
             return Trigger.ABORT
-        outcome = await request_response(
+        outcome = await self.send(request)
+        if isinstance(outcome, RequestAborted):
+            self.append(outcome.partial)
+            return Trigger.ABORT
+        if isinstance(outcome, RequestFailed):
+            return self.fail(outcome.message)
+        return outcome
+
+    async def send(
+        self, request: ModelRequest
+    ) -> AssistantMessage | RequestAborted | RequestFailed:
+        """Send ``request`` to the model with the engine's retries: the one place a run does
+        model I/O (a durable run records it as a step)."""
+        agent = self.agent
+        return await request_response(
             agent.model,
             request,
             signal=self.signal,
@@ -307,12 +329,28 @@ class Run:
             backoff_seconds=agent.retry_backoff_seconds,
             on_cancel=self.append,
         )
-        if isinstance(outcome, RequestAborted):
-            self.append(outcome.partial)
-            return Trigger.ABORT
-        if isinstance(outcome, RequestFailed):
-            return self.fail(outcome.message)
-        return outcome
+
+    batch_class: type[BatchRun] = BatchRun
+    """The class of the tool batches (a durable run makes each call a step)."""
+
+    def batch(self, calls: Sequence[ToolCallBlock], *, approved: bool = False) -> BatchRun:
+        """The `BatchRun` that runs ``calls`` (a response's tool calls, or the calls a person
+        approved: they skip ``before_tool_call``): the one place a run does tool I/O."""
+        agent = self.agent
+        return self.batch_class(
+            calls,
+            agent.tools,
+            mode=agent.tool_execution,
+            signal=self.signal,
+            abort_grace_seconds=agent.abort_grace_seconds,
+            emit=self.emit,
+            listening=self.listening,
+            on_result=self.record_result,
+            before=None if approved else agent.before_tool_call,
+            after=agent.after_tool_call,
+            deps=agent.deps,
+            approved=approved,
+        )
 
     async def _build_request(self) -> ModelRequest:
         agent = self.agent

@@ -97,6 +97,11 @@ class Tool:
             ``awaiting_approval``) unless a ``before_tool_call`` hook returns `Allow` for it.
         sequential: a batch holding a call of this tool runs one call after another, in
             declaration order (for a tool that must not overlap with anything).
+        idempotent: running a call twice has the effect of running it once. A durable run
+            (`statemachine_agent.durable`) re-runs an idempotent call that was in flight when its
+            worker died; any other such call is answered "no result recorded" instead.
+        step_retries: in a durable run, how many times a failed call (an error result) is run
+            again by the workflow engine before its error result is kept (default 0: none).
 
     Raises:
         ToolDefinitionError: the name is invalid.
@@ -112,6 +117,8 @@ class Tool:
     context_param: str | None = None
     requires_approval: bool = False
     sequential: bool = False
+    idempotent: bool = False
+    step_retries: int = 0
     is_async: bool = field(init=False)
     input_schema: dict[str, Any] = field(init=False)
     _field_names: tuple[str, ...] = field(init=False, repr=False)
@@ -121,6 +128,8 @@ class Tool:
             raise ToolDefinitionError(
                 f"tool name {self.name!r} must be 1-64 letters, digits, '_' or '-'"
             )
+        if self.step_retries < 0:
+            raise ToolDefinitionError(f"tool {self.name!r}: step_retries must be 0 or more")
         self.is_async = inspect.iscoroutinefunction(self.function)
         self._field_names = tuple(self.args_model.model_fields)
         schema = self.args_model.model_json_schema()
@@ -176,6 +185,8 @@ def tool_from_function(
     run_in_thread: bool = True,
     requires_approval: bool = False,
     sequential: bool = False,
+    idempotent: bool = False,
+    step_retries: int = 0,
 ) -> Tool:
     """Build a `Tool` from a typed function (see `tool`).
 
@@ -223,6 +234,8 @@ def tool_from_function(
         context_param=context_param,
         requires_approval=requires_approval,
         sequential=sequential,
+        idempotent=idempotent,
+        step_retries=step_retries,
     )
 
 
@@ -240,6 +253,8 @@ def tool(
     run_in_thread: bool = True,
     requires_approval: bool = False,
     sequential: bool = False,
+    idempotent: bool = False,
+    step_retries: int = 0,
 ) -> Callable[[ToolFunction], Tool]: ...
 
 
@@ -254,9 +269,14 @@ def tool(
     run_in_thread: bool = True,
     requires_approval: bool = False,
     sequential: bool = False,
+    idempotent: bool = False,
+    step_retries: int = 0,
 ) -> Tool | Callable[[ToolFunction], Tool]:
     """Turn a typed function into a `Tool`: ``@tool`` or ``@tool(timeout_seconds=5)``;
     ``@tool(sequential=True)`` makes any batch holding one of its calls run one call at a time.
+
+    ``idempotent=True`` lets a durable run re-run a call interrupted by a dead worker, and
+    ``step_retries`` asks the durable engine to retry a failed call (see `Tool`).
 
     The name is the function's, the description its docstring, the JSON schema comes from the
     annotated parameters (pydantic), parameter descriptions from the docstring's ``Args:``.
@@ -275,6 +295,8 @@ def tool(
             run_in_thread=run_in_thread,
             requires_approval=requires_approval,
             sequential=sequential,
+            idempotent=idempotent,
+            step_retries=step_retries,
         )
 
     return wrap(function) if function is not None else wrap
