@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 
 from statemachine_agent import ToolCallBlock
-from statemachine_agent.models._anthropic_format import parse_response
+from statemachine_agent.models._anthropic_response import parse_response
 from statemachine_agent.testing import assert_valid_history, prefix_ids
 from statemachine_agent.testing.strategies import API_STOP_REASONS, histories, responses, scripts
 
