@@ -394,3 +394,48 @@ def test_case6_json_lists_the_pending_calls(tmp_path: Path) -> None:
     pending = [e for e in events if e["type"] == "approval_requested"]
     assert pending and pending[0]["calls"][0]["id"] == "c9"
     assert pending[0]["calls"][0]["reason"] == "permission needed to run the command: ls"
+
+
+def test_the_kit_exercises_deferrals_decisions_and_resumes() -> None:
+    """The property kit reaches awaiting_approval, decides (approve, edit, deny, stop), aborts
+    while pending and resumes in a new agent, checking the invariants after every step."""
+    from hypothesis import Phase, settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from statemachine_agent.testing import AgentKit, agent_state_machine
+
+    seen: dict[str, int] = {"awaiting": 0, "decided": 0, "approved": 0, "denied": 0, "resumed": 0}
+    agents: set[int] = set()
+
+    def build(kit: AgentKit) -> Agent:
+        agent = kit.agent()
+
+        def count(event: Any) -> None:
+            if isinstance(event, ApprovalRequested):
+                seen["awaiting"] += 1
+            elif isinstance(event, CallDecided):
+                seen["decided"] += 1
+                seen["approved" if event.decision == "approve" else "denied"] += 1
+
+        agent.subscribe(count)
+        return agent
+
+    def check(agent: Agent) -> None:
+        if id(agent) not in agents and agent.state is State.AWAITING_APPROVAL:
+            seen["resumed"] += bool(agents)
+        agents.add(id(agent))
+
+    machine = agent_state_machine(build, check=check)
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=60,
+            stateful_step_count=5,
+            derandomize=True,
+            deadline=None,
+            database=None,
+            phases=[Phase.explicit, Phase.generate],
+        ),
+    )
+    assert seen["awaiting"] >= 5, seen
+    assert seen["approved"] >= 3 and seen["denied"] >= 2, seen

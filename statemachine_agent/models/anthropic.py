@@ -28,8 +28,8 @@ import httpx2
 
 from .._errors import ModelAuthError, ModelError, ModelRetryableError, UsageError
 from .._messages import AssistantMessage, UserMessage
-from ._anthropic_response import StreamAccumulator, error_from_body
 from ._anthropic_request import RequestEncoder, same_model, valid_json
+from ._anthropic_response import StreamAccumulator, error_from_body
 from ._base import ModelRequest, ResponseComplete, StreamEvent, ToolDefinition
 
 __all__ = ["AnthropicModel"]

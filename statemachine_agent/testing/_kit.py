@@ -248,7 +248,7 @@ async def drive_run(
     unsubscribe = agent.subscribe(on_event)
     try:
         try:
-            task = asyncio.ensure_future(agent.run(prompt))  # raises before anything starts
+            task = asyncio.ensure_future(agent.run(prompt, decisions=decisions))  # raises up front
         except UsageError:
             report.started = False
         else:

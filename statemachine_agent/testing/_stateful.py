@@ -142,12 +142,28 @@ class AgentStateMachine(RuleBasedStateMachine):
         self._run(None, script, abort, inputs)
 
     @precondition(lambda self: self.agent is not None and not self.agent.pending)
-    @rule(first=deferring_responses(), script=scripts(max_responses=3), abort=abort_points())
+    @rule(
+        first=deferring_responses(),
+        script=scripts(max_responses=3),
+        abort=abort_points(),
+        data=st.data(),
+    )
     def run_deferring(
-        self, first: dict[str, Any], script: list[dict[str, Any]], abort: AbortPoint | None
+        self,
+        first: dict[str, Any],
+        script: list[dict[str, Any]],
+        abort: AbortPoint | None,
+        data: st.DataObject,
     ) -> None:
-        """A run whose first batch defers calls for a person's decision."""
+        """A run whose first batch defers calls for a person's decision; then, usually, the
+        decisions (or an abort while they wait, or a new agent taking over) right away."""
         self._run("do the task", [first, *script], abort, [])
+        if self.agent is not None and self.agent.pending:
+            next_step = data.draw(st.sampled_from(["decide", "resume", "wait"]), label="then")
+            if next_step == "resume":
+                self._resume_in_a_new_agent()
+            if next_step != "wait":
+                self._decide(data, None, data.draw(scripts(max_responses=3), label="script"))
 
     @precondition(lambda self: self.agent is not None and bool(self.agent.pending))
     @rule(data=st.data(), abort=abort_points(), script=scripts(max_responses=3))
@@ -156,12 +172,19 @@ class AgentStateMachine(RuleBasedStateMachine):
     ) -> None:
         """Decide some calls awaiting approval (approve, edit, deny, deny and stop), or abort
         while they wait; the run then goes on with ``script``."""
+        self._decide(data, abort, script)
+
+    def _decide(
+        self, data: st.DataObject, abort: AbortPoint | None, script: list[dict[str, Any]]
+    ) -> None:
         agent = self.agent
         assert agent is not None
         ids = [call.id for call in agent.pending]
         if data.draw(st.integers(0, 4), label="abort while pending") == 0:
             assert agent.abort("aborted while pending by the kit")
             assert agent.state is State.ABORTED and not agent.pending
+            problems = check_history(agent)
+            assert not problems, _explain(problems, agent)
             return
         chosen = data.draw(decisions(ids), label="decisions")
         self.runs += 1
@@ -171,6 +194,27 @@ class AgentStateMachine(RuleBasedStateMachine):
         self.last = self.runner.run(drive_run(agent, None, abort=abort, decisions=chosen))
         problems = check_run(agent, self.last)
         assert not problems, _explain(problems, agent)
+
+    @precondition(lambda self: self.agent is not None and bool(self.agent.pending))
+    @rule()
+    def resume_in_a_new_agent(self) -> None:
+        """Another process takes the pending batch over: a new agent from the factory is given
+        the history, the state and the pending calls (what `Agent.resume` does from a log)."""
+        self._resume_in_a_new_agent()
+
+    def _resume_in_a_new_agent(self) -> None:
+        old = self.agent
+        assert old is not None and old._pending is not None
+        held = old._pending
+        kit = AgentKit(ScriptPlayer(), tool_execution=old.tool_execution)
+        new = type(self).factory(kit)
+        new.restore(
+            old.messages,
+            State.AWAITING_APPROVAL,
+            pending=(held.calls, list(held.results.values())),
+        )
+        _SEEDED[new] = _SEEDED.get(old, 0)
+        self.agent = new
 
     @rule(inputs=queued_inputs(max_events=0, max_size=1))
     def queue_between_runs(self, inputs: list[QueuedInput]) -> None:

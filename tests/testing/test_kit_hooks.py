@@ -33,7 +33,8 @@ FIND = settings(
     report_multiple_bugs=False,
 )
 STEP = re.compile(
-    r"^state\.(run|continue_run|queue_between_runs|run_deferring|decide)\(", re.MULTILINE
+    r"^state\.(run|continue_run|queue_between_runs|run_deferring|decide|resume_in_a_new_agent)\(",
+    re.MULTILINE,
 )
 
 
