@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from transitions import Machine, MachineError
 
@@ -432,6 +432,7 @@ class LoopMachine:
         self._callbacks: dict[str, tuple[list[Callable[[LoopData], None]], list[Any]]] = {}
         self._holder = _Holder()
         self._machine: Machine | None = None
+        self._compiled: _Compiled | None = None
         for spec in extra_transitions:
             self.specs = _placed(self.specs, spec)
         validate_definition(self.states.values(), self.specs)
@@ -464,6 +465,11 @@ class LoopMachine:
             for callback in exit_:
                 machine.get_state(name).add_callback("exit", callback)
         self._machine = machine
+        self._compiled = (
+            _compile(machine)
+            if not any(enter or exit_ for enter, exit_ in self._callbacks.values())
+            else None
+        )
 
     @property
     def state(self) -> State | str:
@@ -483,9 +489,44 @@ class LoopMachine:
     def fire(self, trigger: str, data: LoopData) -> Fired:
         """Run ``trigger`` with the guards reading ``data``.
 
+        Without enter/exit callbacks, the transition is picked from a table compiled from the
+        `transitions` machine when it was built (the same branches in the same order, the same
+        guards; the machine's state is set as its own ``trigger`` would): `transitions`'
+        per-trigger bookkeeping and debug logging cost more than the rest of a turn. With
+        callbacks, the library's own ``trigger`` runs them.
+
         Raises:
             MachineDefinitionError: no transition of ``trigger`` leaves the current state, or none of
                 their guards passed (a hole in the definition, i.e. a bug).
+        """
+        compiled = self._compiled
+        if compiled is not None:
+            source = self._holder.state
+            branches = compiled.get((trigger, source))
+            if branches is not None:
+                for guards, spec, dest in branches:
+                    for guard in guards:
+                        if not guard(data):
+                            break
+                    else:
+                        self._holder.state = dest
+                        return Fired(
+                            str(trigger),
+                            _BUILTIN.get(source, source),
+                            _BUILTIN.get(dest, dest),
+                            spec.name,
+                            spec,
+                        )
+                raise MachineDefinitionError(
+                    f"no guard of trigger {trigger!r} passed in state {source!r}"
+                )
+        return self.fire_library(trigger, data)
+
+    def fire_library(self, trigger: str, data: LoopData) -> Fired:
+        """`fire` through `transitions`' own ``trigger`` (what the compiled table must equal).
+
+        Raises:
+            MachineDefinitionError: as `fire`.
         """
         assert self._machine is not None
         source = self._holder.state
@@ -595,7 +636,27 @@ def _noter(holder: _Holder, spec: TransitionSpec) -> Callable[..., None]:
     def note(*_args: Any) -> None:
         holder.fired = spec
 
+    note.spec = spec  # type: ignore[attr-defined]  # read by `_compile`
     return note
+
+
+_Compiled = dict[tuple[str, str], list[tuple[tuple[Guard, ...], TransitionSpec, str]]]
+
+
+def _compile(machine: Machine) -> _Compiled:
+    """The branches of each (trigger, source) in `transitions`' order: each one's guards (its
+    conditions, all of which must be true), its spec and its destination."""
+    table: _Compiled = {}
+    for trigger, event in machine.events.items():
+        for source, transitions in event.transitions.items():
+            branches = table.setdefault((trigger, source), [])
+            for transition in transitions:
+                if not all(c.target for c in transition.conditions):
+                    return {}  # a shape the table does not model: use the library's trigger
+                spec = next(f.spec for f in transition.after if hasattr(f, "spec"))
+                guards = tuple(cast(Guard, c.func) for c in transition.conditions)
+                branches.append((guards, spec, str(transition.dest)))
+    return table
 
 
 def _placed(specs: list[TransitionSpec], spec: TransitionSpec) -> list[TransitionSpec]:
