@@ -204,11 +204,11 @@ async def test_case07_denied_call_never_runs_and_end_event_fires() -> None:
         return "written"
 
     def guard(info: ToolCallInfo) -> Deny | None:
-        return Deny("do not touch /etc") if info.arguments["path"].startswith("/etc") else None
+        return Deny("do not touch protected/") if info.arguments["path"].startswith("protected/") else None
 
     model = ScriptedModel(
         [
-            tool_response(call("write_file", {"path": "/etc/hosts", "content": "x"}, id="w")),
+            tool_response(call("write_file", {"path": "protected/hosts", "content": "x"}, id="w")),
             text_response("ok"),
         ]
     )
@@ -222,7 +222,7 @@ async def test_case07_denied_call_never_runs_and_end_event_fires() -> None:
     result = await agent.run("go")
     (res,) = results_of(result.messages)
     assert ran == []
-    assert res.is_error and "do not touch /etc" in res.text
+    assert res.is_error and "do not touch protected/" in res.text
     assert events == ["tool_execution_start", "tool_execution_end"]
     assert result.state is State.DONE
     assert_valid_history(result.messages)
@@ -236,13 +236,13 @@ async def test_case07_terminating_denial_answers_every_call_and_aborts() -> None
 
     def guard(info: ToolCallInfo) -> Deny | None:
         if info.call.id == "first":
-            return Deny("do not touch /etc", terminate=True)
+            return Deny("do not touch protected/", terminate=True)
         return None
 
     model = ScriptedModel(
         [
             tool_response(
-                call("write_file", {"path": "/etc/a"}, id="first"),
+                call("write_file", {"path": "protected/a"}, id="first"),
                 call("write_file", {"path": "b"}, id="second"),
             ),
             text_response("never reached"),
@@ -251,7 +251,7 @@ async def test_case07_terminating_denial_answers_every_call_and_aborts() -> None
     result = await Agent(model, tools=[write_file], before_tool_call=guard).run("go")
     assert [r.tool_call_id for r in results_of(result.messages)] == ["first", "second"]
     assert result.state is State.ABORTED
-    assert "do not touch /etc" in (result.error or "")
+    assert "do not touch protected/" in (result.error or "")
     assert model.calls == 1
     assert_valid_history(result.messages)
 
