@@ -7,17 +7,20 @@ Each test asserts the exact history, texts and events its case names, through th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
 
 from statemachine_agent import (
     Agent,
+    AssistantMessage,
     Deny,
     Event,
     RunEnd,
     State,
     StateChanged,
+    StopReason,
     ToolCallInfo,
     ToolContext,
     ToolExecutionEnd,
@@ -248,3 +251,87 @@ async def test_bug10_two_cooperative_parallel_tools_keep_their_cleanup_results()
         ("tool_execution_start", "b"),
     ]
     assert_valid_history(result.messages)
+
+
+# -- bugs the mutation check (tools/mutate.py) found uncaught -------------------------------------
+
+
+async def test_arguments_changed_by_a_before_hook_are_validated_again() -> None:
+    ran: list[Any] = []
+
+    @tool
+    def repeat(text: str, times: int) -> str:
+        """Repeat."""
+        ran.append((text, times))
+        return text * times
+
+    def before(info: ToolCallInfo) -> dict[str, Any]:
+        if info.call.id == "bad":
+            return {"text": "x", "times": "many"}  # not an int: must be refused
+        return {"text": "y", "times": "2"}  # a numeric string: validated (coerced) to 2
+
+    model = ScriptedModel(
+        [
+            tool_response(
+                call("repeat", {"text": "a", "times": 1}, id="bad"),
+                call("repeat", {"text": "b", "times": 1}, id="good"),
+            ),
+            text_response("ok"),
+        ]
+    )
+    result = await Agent(model, tools=[repeat], before_tool_call=before).run("go")
+    assert ran == [("y", 2)]
+    (bad, good) = result_texts(result.messages)
+    assert bad[0] == "bad" and bad[2] is True
+    assert bad[1].startswith("Invalid arguments for tool 'repeat'") and "times" in bad[1]
+    assert '"times": "many"' in bad[1]
+    assert good == ("good", "yy", False)
+    assert result.state is State.DONE
+    assert_valid_history(result.messages)
+
+
+class SwallowingModel:
+    """A model whose stream catches the task's cancellation and answers anyway."""
+
+    name = "swallowing"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.streaming = asyncio.Event()
+
+    def stream(self, request: Any) -> Any:
+        self.calls += 1
+        return self._stream()
+
+    async def _stream(self) -> Any:
+        from statemachine_agent.models import ResponseComplete
+
+        self.streaming.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()  # only the cancellation ends this wait
+        yield ResponseComplete(
+            AssistantMessage.model_validate(
+                {"content": [{"type": "text", "text": "answer anyway"}], "stop_reason": "end_turn"}
+            )
+        )
+
+
+async def test_a_model_swallowing_the_cancellation_still_ends_the_run_aborted() -> None:
+    model = SwallowingModel()
+    agent = Agent(model)  # type: ignore[arg-type]
+    events: list[Event] = []
+    agent.subscribe(events.append)
+    task = asyncio.create_task(agent.run("go"))
+    await model.streaming.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert model.calls == 1
+    assert agent.state is State.ABORTED
+    assert roles(agent.messages) == ["user", "assistant"]
+    last = agent.messages[-1]
+    assert isinstance(last, AssistantMessage) and last.stop_reason == StopReason.ABORTED
+    assert states(events) == [("idle", "awaiting_model"), ("awaiting_model", "aborted")]
+    (end,) = [e for e in events if isinstance(e, RunEnd)]
+    assert end.result.state is State.ABORTED
+    assert_valid_history(agent.messages)

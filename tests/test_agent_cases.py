@@ -204,7 +204,11 @@ async def test_case07_denied_call_never_runs_and_end_event_fires() -> None:
         return "written"
 
     def guard(info: ToolCallInfo) -> Deny | None:
-        return Deny("do not touch protected/") if info.arguments["path"].startswith("protected/") else None
+        return (
+            Deny("do not touch protected/")
+            if info.arguments["path"].startswith("protected/")
+            else None
+        )
 
     model = ScriptedModel(
         [

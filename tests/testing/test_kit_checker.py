@@ -41,9 +41,7 @@ async def test_bug6_checker_reports_a_request_ending_with_an_assistant_message()
     answer = AssistantMessage.model_validate(
         {"content": [{"type": "text", "text": "prefilled"}], "stop_reason": "end_turn"}
     )
-    broken = ModelRequest(
-        [*second.messages, answer], second.system, second.tools, second.settings
-    )
+    broken = ModelRequest([*second.messages, answer], second.system, second.tools, second.settings)
     bad = dataclasses.replace(report, requests=[report.requests[0], broken])
     assert check_run(agent, bad) == [  # type: ignore[arg-type]
         "request 2: message 3: a request must end with a user message or tool results"
@@ -63,4 +61,13 @@ async def test_bug6_checker_reports_a_call_started_and_ended_twice() -> None:
     bad = dataclasses.replace(report, events=doubled)
     assert check_run(agent, bad) == [  # type: ignore[arg-type]
         "invariant 6: tool 'a' started 2x, ended 2x"
+    ]
+
+
+async def test_checker_reports_an_agent_left_in_a_non_terminal_state() -> None:
+    kit, _, report = await clean_run()
+    idle = kit.agent()  # never ran: idle, which is no terminal state
+    assert check_run(idle, report) == [
+        "invariant 5: the run ended in non-terminal state 'idle'",
+        "invariant 5: RunResult.state 'done' != agent.state 'idle'",
     ]
