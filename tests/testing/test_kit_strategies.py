@@ -6,6 +6,7 @@ import runpy
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import Phase, find, given, settings
 
 from statemachine_agent import TextBlock, ToolResultMessage, UserMessage
@@ -20,6 +21,11 @@ from statemachine_agent.testing.strategies import (
     responses,
     scripts,
 )
+
+# A hypothesis search (and shrink) is CPU bound: seconds alone, minutes on a loaded 2-core
+# machine (it timed out at 120 s with two suites running beside other work). The timeout only
+# catches a hang; no behaviour here depends on time.
+pytestmark = pytest.mark.timeout(900)
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "property_test_hooks.py"
 
