@@ -374,8 +374,8 @@ class SessionLog:
 
 
 class _Syncer:
-    """Syncs one file to disk on a thread of its own: each ``os.fsync`` covers every line
-    written before it started (group commit), so the loop never waits for the disk."""
+    """Syncs one file to disk on a thread of its own, one ``os.fsync`` per line written, in
+    order, so the loop never waits for the disk."""
 
     def __init__(self, fd: int, path: Path, errors: list[str]) -> None:
         self._fd = fd
@@ -402,9 +402,9 @@ class _Syncer:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._synced < self._written or self._stopping)
-                target = self._written
-                if self._synced == target:
+                if self._synced == self._written:
                     return  # stopping, and everything is synced
+                target = self._synced + 1  # one sync per line
             try:
                 os.fsync(self._fd)
             except Exception as exc:

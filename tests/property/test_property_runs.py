@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -32,6 +33,11 @@ from statemachine_agent.testing.strategies import (
     queued_inputs,
     scripts,
 )
+
+# A hypothesis search (and shrink) is CPU bound: seconds alone, minutes on a loaded 2-core
+# machine (it timed out at 120 s with two suites running beside other work). The timeout only
+# catches a hang; no behaviour here depends on time.
+pytestmark = pytest.mark.timeout(900)
 
 MODES = st.sampled_from(["parallel", "sequential"])
 

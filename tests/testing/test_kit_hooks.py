@@ -22,6 +22,11 @@ from statemachine_agent import (
 )
 from statemachine_agent.testing import AgentKit, agent_state_machine
 
+# A hypothesis search (and shrink) is CPU bound: seconds alone, minutes on a loaded 2-core
+# machine (it timed out at 120 s with two suites running beside other work). The timeout only
+# catches a hang; no behaviour here depends on time.
+pytestmark = pytest.mark.timeout(900)
+
 # Fixed settings: these tests are about what the kit finds, not about the profile in use.
 FIND = settings(
     max_examples=100,

@@ -87,7 +87,7 @@ async def test_case3_abort_kills_the_process_group_and_skips_the_rest(
     workspace: Path, mode: SandboxMode
 ) -> None:
     calls = [
-        ("run_command", {"command": "sh -c 'sleep 300 & sleep 300'"}),
+        ("run_command", {"command": "sh -c 'sleep 300 & touch running; sleep 300'"}),
         ("write_file", {"path": "after.txt", "content": "should not exist"}),
     ]
     agent = Agent(
@@ -96,14 +96,22 @@ async def test_case3_abort_kills_the_process_group_and_skips_the_rest(
         before_tool_call=Permissions(allow_all=True),
         tool_execution="sequential",
     )
-    loop = asyncio.get_running_loop()
+    marker = workspace / "running"
+    watchers: list[asyncio.Task[None]] = []
+
+    async def abort_once_running() -> None:
+        # Abort once the group really runs (a marker file, not a guessed delay).
+        while not marker.exists():  # noqa: ASYNC110 (a file)
+            await asyncio.sleep(0.02)
+        agent.abort("test abort")
 
     def on_event(event: object) -> None:
         if isinstance(event, ToolExecutionStart) and event.call.name == "run_command":
-            loop.call_later(1.0, agent.abort, "test abort")
+            watchers.append(asyncio.ensure_future(abort_once_running()))
 
     agent.subscribe(on_event)
     result = await agent.run("go")
+    await asyncio.gather(*watchers)
     assert result.state is State.ABORTED
     assert_valid_history(result.messages)
     results = [m for m in result.messages if isinstance(m, ToolResultMessage)]
