@@ -26,6 +26,10 @@ SCRIPTS = [
     "bench_scale.py",
     "bench_session.py",
     "bench_profile.py",
+    "bench_sandbox.py",
+    "bench_html.py",
+    "bench_embedding.py",
+    "bench_durable.py",
 ]
 
 

@@ -17,7 +17,13 @@ def over_budget(data):  # a guard: plain function of the loop's data; two turns 
 def build(kit):  # the kit passes its model, tools and tool-execution mode; add your hooks
     agent = kit.agent()
     agent.machine.add_transition(
-        TransitionSpec("tools_finished", (State.EXECUTING_TOOLS,), State.MAX_TURNS, (over_budget,))
+        TransitionSpec(
+            "tools_finished",
+            (State.EXECUTING_TOOLS,),
+            State.MAX_TURNS,
+            (over_budget,),
+            before="turn_limit",
+        )
     )
     agent.machine.on_enter(State.MAX_TURNS, lambda data: audit.append(data.turns))
     return agent

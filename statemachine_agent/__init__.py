@@ -6,10 +6,12 @@ The public names are listed in ``__all__``; modules whose names start with ``_``
 from __future__ import annotations
 
 from ._agent import Agent
-from ._diagram import GraphvizNotFoundError, render_diagram
+from ._cancel import AbortSignal
+from ._diagram import render_diagram
 from ._errors import (
     AgentBusyError,
     AgentError,
+    GraphvizNotFoundError,
     InvalidHistoryError,
     MachineDefinitionError,
     ModelAuthError,
@@ -21,6 +23,8 @@ from ._errors import (
     UsageError,
 )
 from ._events import (
+    ApprovalRequested,
+    CallDecided,
     Event,
     MessageDelta,
     MessageEnd,
@@ -36,8 +40,36 @@ from ._events import (
     TurnStart,
     event_to_dict,
 )
-from ._hooks import Allow, Deny, ToolCallInfo, TurnInfo
-from ._machine import TERMINAL_STATES, LoopData, LoopMachine, State, TransitionSpec
+from ._execution import ToolExecution
+from ._handles import ClaimedRun, EventStream, RunHandle
+from ._hooks import (
+    AfterToolCall,
+    Allow,
+    Approve,
+    BeforeToolCall,
+    Decision,
+    Defer,
+    Deny,
+    PendingCall,
+    ShouldContinue,
+    ToolCallInfo,
+    TransformContext,
+    TurnInfo,
+)
+from ._machine import (
+    TERMINAL_STATES,
+    Action,
+    Effect,
+    Fired,
+    Guard,
+    LoopData,
+    LoopMachine,
+    MaxTokensPolicy,
+    State,
+    StateSpec,
+    TransitionSpec,
+    Trigger,
+)
 from ._messages import (
     HISTORY_ADAPTER,
     AssistantMessage,
@@ -53,7 +85,9 @@ from ._messages import (
     UserMessage,
 )
 from ._result import RunResult
-from ._tools import AbortSignal, Tool, ToolContext, ToolResult, tool
+from ._run import Run
+from ._tools import Tool, ToolContext, ToolFunction, ToolResult, tool
+from .session import SessionLog
 
 __version__ = "0.1.0"
 
@@ -61,19 +95,33 @@ __all__ = [
     "HISTORY_ADAPTER",
     "TERMINAL_STATES",
     "AbortSignal",
+    "Action",
+    "AfterToolCall",
     "Agent",
     "AgentBusyError",
     "AgentError",
     "Allow",
+    "ApprovalRequested",
+    "Approve",
     "AssistantMessage",
+    "BeforeToolCall",
+    "CallDecided",
+    "ClaimedRun",
+    "Decision",
+    "Defer",
     "Deny",
+    "Effect",
     "Event",
+    "EventStream",
+    "Fired",
     "GraphvizNotFoundError",
+    "Guard",
     "ImageBlock",
     "InvalidHistoryError",
     "LoopData",
     "LoopMachine",
     "MachineDefinitionError",
+    "MaxTokensPolicy",
     "Message",
     "MessageDelta",
     "MessageEnd",
@@ -82,13 +130,19 @@ __all__ = [
     "ModelError",
     "ModelRetry",
     "ModelRetryableError",
+    "PendingCall",
     "ProviderBlock",
+    "Run",
     "RunEnd",
+    "RunHandle",
     "RunResult",
     "RunStart",
     "ScriptExhaustedError",
+    "SessionLog",
+    "ShouldContinue",
     "State",
     "StateChanged",
+    "StateSpec",
     "StopReason",
     "TextBlock",
     "ThinkingBlock",
@@ -98,12 +152,16 @@ __all__ = [
     "ToolContext",
     "ToolDefinitionError",
     "ToolError",
+    "ToolExecution",
     "ToolExecutionEnd",
     "ToolExecutionStart",
     "ToolExecutionUpdate",
+    "ToolFunction",
     "ToolResult",
     "ToolResultMessage",
+    "TransformContext",
     "TransitionSpec",
+    "Trigger",
     "TurnEnd",
     "TurnInfo",
     "TurnStart",

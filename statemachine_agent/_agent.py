@@ -1,70 +1,61 @@
-"""`Agent`: the driver loop. It fires the machine's triggers and does all I/O between them.
-
-One pass of the loop per state: in ``awaiting_model`` it sends the projected history and streams the
-response, in ``executing_tools`` it runs the batch; terminal states end the run. Abort, cancellation,
-limits and queued input are handled here so that every history it leaves satisfies DESIGN section 2.
-"""
+"""`Agent`: configuration, history, queued input and events. Each ``run()`` is a `Run`
+(`statemachine_agent._run`), driven by the machine's definition (`statemachine_agent._machine`)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import inspect
 import logging
 import os
 import threading
+import time
+import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from typing import Any, Self
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Self
 
-from ._context import ContextProjector, missing_results, project
-from ._errors import (
-    AgentBusyError,
-    InvalidHistoryError,
-    ModelError,
-    ModelRetryableError,
-    ToolDefinitionError,
-    UsageError,
+from ._context import ContextProjector
+from ._errors import AgentBusyError, ToolDefinitionError, UsageError
+from ._events import Event, RunEnd, RunStart
+from ._execution import PendingBatch, ToolExecution
+from ._handles import DEFAULT_MAX_QUEUE, ClaimedRun, EventStream, RunHandle, keep_until_done
+from ._hooks import (
+    AfterToolCall,
+    Approve,
+    BeforeToolCall,
+    Decision,
+    Deny,
+    PendingCall,
+    ShouldContinue,
+    TransformContext,
 )
-from ._events import (
-    Event,
-    MessageEnd,
-    ModelRetry,
-    RunEnd,
-    RunStart,
-    StateChanged,
-    TurnEnd,
-    TurnStart,
-)
-from ._execution import BatchRun, ToolExecution, raise_if_cancelling, resolve
-from ._hooks import AfterToolCall, BeforeToolCall, ShouldContinue, TransformContext, TurnInfo
-from ._machine import TERMINAL_STATES, Fired, LoopData, LoopMachine, MaxTokensPolicy, State
-from ._messages import (
-    TRUNCATING_STOP_REASONS,
-    AssistantMessage,
-    Message,
-    StopReason,
-    ToolResultMessage,
-    Usage,
-    UserMessage,
-    text_result,
-)
-from ._protocol import find_violations
-from ._responses import Partial, call_ids, consume, refusal_text
+from ._machine import LoopMachine, MaxTokensPolicy
+from ._messages import AssistantMessage, Message, StopReason, ToolResultMessage, UserMessage
+from ._responses import call_ids
 from ._result import RunResult
-from ._tools import AbortSignal, Tool, ToolFunction, tool_from_function
-from .models._base import (
-    Model,
-    ModelRequest,
-    ToolDefinition,
-)
-from .session import SessionLog, attach_session
+from ._run import Run
+from ._states import State, Trigger
+from ._tools import Tool, ToolFunction, tool_from_function
+from .models._base import Model, ToolDefinition
+
+if TYPE_CHECKING:
+    from .session import SessionLog
 
 logger = logging.getLogger("statemachine_agent")
 
-REFUSED = "Not executed: the model's response was a refusal."
-CONTINUE_PROMPT = (
-    "Your response was cut off by the output token limit. Continue exactly where you stopped."
-)
+DeliveryMode = Literal["all", "one_at_a_time"]
+"""How queued input is delivered: every queued message at once, or one per delivery point."""
+
+SLOW_SUBSCRIBER_SECONDS = 0.02
+"""A subscriber that takes longer than this on one event is logged (once) at warning level."""
+
+
+class _Subscriber:
+    __slots__ = ("callback", "warned")
+
+    def __init__(self, callback: Callable[[Event], Any]) -> None:
+        self.callback = callback
+        self.warned = False
 
 
 class Agent:
@@ -79,7 +70,8 @@ class Agent:
             counting.
         tool_execution: ``"parallel"`` (default; calls on one resource still queue) or
             ``"sequential"``.
-        max_continuations: cap on ``pause_turn`` and ``max_tokens`` continuations in a run.
+        max_continuations: cap on ``pause_turn`` and ``max_tokens`` continuations in a run. A
+            ``pause_turn`` at the cap ends the run in ``max_turns`` (``run()`` continues it).
         max_tokens_policy: ``"continue"`` asks the model to go on after a truncated answer;
             ``"stop"`` ends ``done`` with the truncation reported in ``RunResult.error``.
         abort_grace_seconds: how long running tools may take to stop after an abort before they
@@ -93,9 +85,19 @@ class Agent:
         model_settings: provider options sent with each request.
         session: a `SessionLog`, or a path for a new append-only JSONL log of this agent's
             messages, tool results, states and runs (see `Agent.resume`).
+        owns_model: `aclose` (and ``async with``) also closes the model (``await
+            model.aclose()``, its HTTP client). False by default: one model is often shared by
+            many agents.
+        steering_mode: ``"all"`` (default) delivers every queued steering message at once;
+            ``"one_at_a_time"`` delivers one per delivery point (one per model request).
+        follow_up_mode: ``"one_at_a_time"`` (default: one follow-up each time the model would
+            stop) or ``"all"``.
 
     Raises:
         ToolDefinitionError: two tools share a name.
+        UsageError: an unknown ``tool_execution``, ``steering_mode`` or ``follow_up_mode``; the
+            model refuses a tool name (e.g. `AnthropicModel.check_tools`: the name of one of its
+            server tools).
     """
 
     def __init__(
@@ -119,10 +121,19 @@ class Agent:
         messages: Sequence[Message] = (),
         model_settings: dict[str, Any] | None = None,
         session: str | os.PathLike[str] | SessionLog | None = None,
+        owns_model: bool = False,
+        steering_mode: DeliveryMode = "all",
+        follow_up_mode: DeliveryMode = "one_at_a_time",
     ) -> None:
         if tool_execution not in ("parallel", "sequential"):
             raise UsageError("tool_execution must be 'parallel' or 'sequential'")
+        for option, mode in (("steering_mode", steering_mode), ("follow_up_mode", follow_up_mode)):
+            if mode not in ("all", "one_at_a_time"):
+                raise UsageError(f"{option} must be 'all' or 'one_at_a_time', got {mode!r}")
+        self.steering_mode: DeliveryMode = steering_mode
+        self.follow_up_mode: DeliveryMode = follow_up_mode
         self.model = model
+        self.owns_model = owns_model
         self.tools: dict[str, Tool] = {}
         for item in tools:
             if not isinstance(item, Tool) and not callable(item):
@@ -145,29 +156,34 @@ class Agent:
         self.transform_context = transform_context
         self.deps = deps
         self.model_settings = dict(model_settings or {})
+        self.max_continuations = max_continuations
+        self.max_tokens_policy: MaxTokensPolicy = max_tokens_policy
         self.machine = LoopMachine()
-        self._data = LoopData(
-            max_continuations=max_continuations, max_tokens_policy=max_tokens_policy
-        )
         self._messages: list[Message] = list(messages)
         self._projector = ContextProjector()
         self._steering: deque[UserMessage] = deque()
         self._follow_ups: deque[UserMessage] = deque()
-        self._subscribers: list[Callable[[Event], Any]] = []
-        self._signal = AbortSignal()
+        # Copy-on-write: an event goes to the subscribers registered when it was emitted.
+        self._subscribers: tuple[_Subscriber, ...] = ()
+        # Claiming a run, aborting it and binding its loop happen under this lock (any thread).
+        self._claim_lock = threading.RLock()
+        self._run: Run | None = None  # the current run (None between runs: no reference cycle)
+        self._last_turns = 0  # turns of the last run (a continued run keeps counting)
+        self._pending: PendingBatch | None = None  # a batch waiting for decisions
         self._running = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
-        self._open_turn: int | None = None
         self._call_ids = call_ids(self._messages)
-        self._run_start = 0
-        self._usage = Usage()
-        self._error: str | None = None
         self._tool_definitions = [
             ToolDefinition(t.name, t.description, t.input_schema) for t in self.tools.values()
         ]
+        check_tools = getattr(model, "check_tools", None)
+        if check_tools is not None:  # the provider's rules on tool names, before any request
+            check_tools(self._tool_definitions)
         self.session: SessionLog | None = None
         if session is not None:
+            from .session import attach_session  # the session package builds on the core
+
             self.session = attach_session(self, session)
 
     @classmethod
@@ -196,6 +212,8 @@ class Agent:
             AgentError: the file is not a session log.
             UsageError: another agent holds the log open.
         """
+        from .session import SessionLog  # the session package builds on the core
+
         log = SessionLog.open(path, fsync=fsync, strict=strict)
         try:
             return cls(model, tools=tools, session=log, **kwargs)
@@ -203,12 +221,97 @@ class Agent:
             log.close()  # release the log's lock for the caller's next attempt
             raise
 
+    def close(self) -> None:
+        """Close the session log, if any (its lock and file are released; with ``fsync`` its
+        last lines are synced first). The agent can still run, unlogged. The model is closed by
+        `aclose` when the agent owns it; otherwise it is its owner's to close.
+
+        An agent dropped without closing releases its log when it is collected (the agent holds
+        no reference cycle to it); a callback of yours that refers to the agent makes a cycle,
+        released only when the garbage collector runs, so close agents you are done with.
+
+        Raises:
+            AgentBusyError: a run is in progress (abort it and await it first).
+        """
+        with self._claim_lock:
+            if self._running:
+                raise AgentBusyError("cannot close the agent while a run is in progress")
+            if self.session is not None:
+                self.session.close()
+
+    async def aclose(self) -> None:
+        """`close`, then, when the agent owns its model (``owns_model=True``), close the model
+        (``await model.aclose()``: the HTTP client it made).
+
+        Raises:
+            AgentBusyError: a run is in progress.
+        """
+        self.close()
+        aclose = getattr(self.model, "aclose", None) if self.owns_model else None
+        if aclose is not None:
+            await aclose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
     # -- public state -------------------------------------------------------------------------
 
     @property
-    def state(self) -> State:
-        """The machine's current state."""
+    def state(self) -> State | str:
+        """The machine's current state (a `State`, or the name of a state a user added)."""
         return self.machine.state
+
+    def restore(
+        self,
+        messages: Sequence[Message],
+        state: State,
+        *,
+        pending: tuple[Sequence[PendingCall], Sequence[ToolResultMessage]] | None = None,
+    ) -> None:
+        """Put back a saved history and state (``idle``, terminal or ``awaiting_approval``), as a
+        session log does.
+
+        Args:
+            messages: the history (for ``awaiting_approval``, ending with the held batch's
+                assistant message).
+            state: the state to be in.
+            pending: for ``awaiting_approval``: the calls waiting for a decision and the results
+                the batch already has.
+
+        Raises:
+            AgentBusyError: a run is in progress.
+            MachineDefinitionError: ``state`` is mid-run (a run cannot be resumed mid-flight).
+            UsageError: ``awaiting_approval`` without pending calls, or they do not belong to the
+                last message.
+        """
+        batch = None
+        if state is State.AWAITING_APPROVAL:
+            last = messages[-1] if messages else None
+            calls, results = pending or ((), ())
+            ids = {c.id for c in getattr(last, "tool_calls", [])}
+            if not isinstance(last, AssistantMessage) or not calls:
+                raise UsageError("awaiting_approval needs the pending calls of the last message")
+            if not {c.id for c in calls} <= ids or not {r.tool_call_id for r in results} <= ids:
+                raise UsageError("the pending calls are not calls of the last message")
+            batch = PendingBatch(last, {r.tool_call_id: r for r in results}, list(calls))
+        self.messages = messages
+        self.machine.restore(state)
+        self._pending = batch
+
+    @property
+    def pending(self) -> list[PendingCall]:
+        """The deferred calls waiting for a decision (in ``awaiting_approval``), in declaration
+        order."""
+        return [] if self._pending is None else list(self._pending.calls)
 
     @property
     def messages(self) -> list[Message]:
@@ -230,68 +333,136 @@ class Agent:
     # -- events -------------------------------------------------------------------------------
 
     def subscribe(self, callback: Callable[[Event], Any]) -> Callable[[], None]:
-        """Call ``callback(event)`` for every event (synchronously, in order); returns an
-        unsubscribe function. A callback that raises is logged and does not stop the run."""
-        self._subscribers.append(callback)
+        """Call ``callback(event)`` for every event, synchronously and in order, on the thread
+        running the agent (the event loop's). Returns an unsubscribe function.
+
+        Every subscriber registered when an event is emitted receives it; subscribing or
+        unsubscribing (even from inside a callback) takes effect from the next event. A callback
+        that raises is logged and does not stop the run. A callback holds up the run and every
+        agent on its loop while it runs: one that takes longer than `SLOW_SUBSCRIBER_SECONDS`
+        is logged once at warning level. Consume slowly (or asynchronously) through `events`.
+
+        Raises:
+            TypeError: ``callback`` is async (it would never be awaited; use `events`).
+        """
+        if _is_async(callback):
+            raise TypeError(
+                f"subscribe() takes a plain function, got the async {callback!r}, which would "
+                "never be awaited; iterate 'async for event in agent.events()' instead"
+            )
+        subscriber = _Subscriber(callback)
+        with self._claim_lock:
+            self._subscribers = (*self._subscribers, subscriber)
+        agent_ref = weakref.ref(self)  # an unsubscribe function kept by a callback makes no cycle
 
         def unsubscribe() -> None:
-            with contextlib.suppress(ValueError):
-                self._subscribers.remove(callback)
+            agent = agent_ref()
+            if agent is not None:
+                with agent._claim_lock:
+                    agent._subscribers = tuple(s for s in agent._subscribers if s is not subscriber)
 
         return unsubscribe
 
-    async def events(self) -> AsyncIterator[Event]:
-        """Iterate over events as they happen (until the iterator is closed)."""
-        queue: asyncio.Queue[Event] = asyncio.Queue()
-        unsubscribe = self.subscribe(queue.put_nowait)
-        try:
-            while True:
-                yield await queue.get()
-        finally:
-            unsubscribe()
+    def events(self, *, max_queue: int = DEFAULT_MAX_QUEUE) -> EventStream:
+        """An async iterator over events, subscribed when called (before the first iteration):
+        ``async for event in agent.events(): ...``. Events are handed to the consumer's loop
+        thread-safely, whichever thread runs the agent.
+
+        Args:
+            max_queue: how many events may wait for the consumer; beyond it the oldest waiting
+                event is dropped for each new one (counted in the stream's ``dropped``; ``seq``
+                shows the gap).
+
+        Raises:
+            UsageError: ``max_queue`` is below 1.
+        """
+        return EventStream(self.subscribe, max_queue)
 
     def _listening(self) -> bool:
         return bool(self._subscribers)
 
     def _emit(self, event: Event) -> None:
-        for callback in self._subscribers:
+        for subscriber in self._subscribers:  # the tuple of this moment: a snapshot
+            started = time.perf_counter()
             try:
-                callback(event)
+                subscriber.callback(event)
             except Exception:
-                logger.exception("event subscriber %r failed on %s", callback, event.type)
+                logger.exception(
+                    "event subscriber %r failed on %s", subscriber.callback, event.type
+                )
+            if not subscriber.warned and time.perf_counter() - started > SLOW_SUBSCRIBER_SECONDS:
+                subscriber.warned = True
+                logger.warning(
+                    "event subscriber %r took %.0f ms on a %s event (more than %.0f ms); it "
+                    "holds up every agent on its event loop: consume slow work through "
+                    "agent.events() instead (logged once per subscriber)",
+                    subscriber.callback,
+                    (time.perf_counter() - started) * 1000,
+                    event.type,
+                    SLOW_SUBSCRIBER_SECONDS * 1000,
+                )
 
     # -- queued input and abort ---------------------------------------------------------------
 
     def steer(self, message: str | UserMessage) -> None:
         """Queue input delivered after the current tool batch's results, before the next model
-        request (or right after the current response when it has no tool calls)."""
+        request (or right after the current response when it has no tool calls). Input still
+        queued when a run ends (an abort) is delivered by the next run, right after its prompt."""
         self._steering.append(_as_user(message))
 
     def follow_up(self, message: str | UserMessage) -> None:
         """Queue input delivered when the model would otherwise stop (one per stop)."""
         self._follow_ups.append(_as_user(message))
 
+    def has_queued_input(self) -> bool:
+        """Steering or follow-up messages are waiting to be delivered."""
+        return bool(self._steering or self._follow_ups)
+
+    def clear_queues(self) -> tuple[list[UserMessage], list[UserMessage]]:
+        """Remove every queued message; returns them: ``(steering, follow_ups)``, each in the
+        order it was queued."""
+        steering, follow_ups = list(self._steering), list(self._follow_ups)
+        self._steering.clear()
+        self._follow_ups.clear()
+        return steering, follow_ups
+
     def abort(self, reason: str = "aborted by the caller") -> bool:
         """Stop the current run: it ends in ``aborted`` with every issued call answered.
 
-        Safe to call from any thread and at any moment. Returns False when no run is in progress.
+        Safe to call from any thread and at any moment, also between starting a run and its
+        first step (the run is claimed when started). Returns False when no run is in progress.
         """
-        if not self._running:
-            return False
-        loop = self._loop
-        if loop is not None and threading.get_ident() != self._loop_thread:
-            loop.call_soon_threadsafe(self._signal.set, reason)
-        else:
-            self._signal.set(reason)
-        return True
+        with self._claim_lock:
+            if not self._running and self._pending is not None:
+                self._abort_pending(reason)
+                return True
+        return self._abort(self._run, reason)
+
+    def _abort(self, run: Run | None, reason: str) -> bool:
+        with self._claim_lock:
+            if run is None or run is not self._run or not self._running:
+                return False
+            loop = self._loop
+            if loop is None or threading.get_ident() == self._loop_thread:
+                # Not started yet (no callbacks armed; the run sees the flag at its first step)
+                # or on the run's own thread.
+                run.signal.set(reason)
+                return True
+            try:
+                loop.call_soon_threadsafe(run.signal.set, reason)
+            except RuntimeError:  # the loop has closed: the run is over
+                return False
+            return True
 
     # -- running ------------------------------------------------------------------------------
 
     def run_sync(self, prompt: str | UserMessage | None = None, **kwargs: Any) -> RunResult:
-        """`run` in a new event loop (``asyncio.run``).
+        """`run` in a new event loop (``asyncio.run``). Threads may share an agent: when two call
+        it at once, exactly one runs and the other gets `AgentBusyError`.
 
         Raises:
             UsageError: called from inside a running event loop (``await agent.run`` there).
+            AgentBusyError: a run is already in progress.
         """
         try:
             asyncio.get_running_loop()
@@ -299,81 +470,136 @@ class Agent:
             return asyncio.run(self.run(prompt, **kwargs))
         raise UsageError("run_sync() cannot run inside an event loop; use 'await agent.run()'")
 
-    async def run(
+    def start(
         self, prompt: str | UserMessage | None = None, *, max_turns: int | None = None
-    ) -> RunResult:
-        """Run until a terminal state and return how it ended.
+    ) -> RunHandle:
+        """Start a run in the background on the running loop (for servers): the agent is
+        claimed at once, and the returned `RunHandle` is awaited for the `RunResult`, aborts
+        the run, and holds the result once it has ended.
+
+        Args:
+            prompt, max_turns: as for `run`.
+
+        Raises:
+            UsageError: no event loop is running (use `run_sync`), or nothing to continue.
+            AgentBusyError: a run is already in progress.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise UsageError(
+                "start() needs a running event loop; outside one use run_sync()"
+            ) from None
+        coro = self.run(prompt, max_turns=max_turns)
+        task: asyncio.Task[RunResult] = loop.create_task(coro)
+        keep_until_done(task)
+        return RunHandle(self, coro.run, task)
+
+    def run(
+        self,
+        prompt: str | UserMessage | None = None,
+        *,
+        max_turns: int | None = None,
+        decisions: Mapping[str, Decision] | None = None,
+    ) -> ClaimedRun:
+        """Run until a terminal state (or ``awaiting_approval``) and return how it ended:
+        ``await agent.run(prompt)``.
+
+        The run is claimed when ``run()`` is called, not when it is awaited: ``agent.is_running``
+        is true at once, a second ``run()`` raises `AgentBusyError` at once, and an
+        ``agent.abort()`` before the run's first step ends it ``aborted``. So
+        ``asyncio.create_task(agent.run(...))`` works like `start`. Closing or cancelling the
+        returned coroutine before its first step (or dropping it unawaited) releases the claim.
 
         Args:
             prompt: the user input; None continues from the current history (after ``aborted``
                 or ``max_turns``, or with queued input) and keeps counting turns.
             max_turns: change the turn cap (it stays changed).
+            decisions: in ``awaiting_approval``, ``{call_id: Approve() | Approve(arguments={...})
+                | Deny(reason)}`` for some or all pending calls: decided calls run (or are
+                answered), the rest stay pending; once none is left the run goes on.
 
         Returns:
             The `RunResult`; its ``state`` is the agent's state.
 
         Raises:
-            AgentBusyError: a run is already in progress.
+            AgentBusyError: a run is already in progress (raised by the call).
             UsageError: nothing to continue from (no prompt, no queued input, and the history ends
-                with the model's complete answer).
+                with the model's complete answer); a prompt (or none, or no decisions) while calls
+                are pending; decisions for unknown or already decided calls, or when nothing is
+                pending. Nothing is changed then.
             asyncio.CancelledError: the task was cancelled; the history is recorded as aborted
                 first.
         """
-        if self._running:
-            raise AgentBusyError("this agent is already running; await that run or abort it")
         user = None if prompt is None else _as_user(prompt)
-        if max_turns is not None:
-            self.max_turns = max_turns
-        if user is None and not (self._steering or self._follow_ups):
-            self._check_can_continue()
-        # The loop and signal are in place before the run counts as running, so an abort() from
-        # another thread never reaches the previous run's.
-        self._loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
-        self._open_turn = None
-        self._signal = AbortSignal()
-        self._running = True
-        self._run_start = len(self._messages)
-        self._usage = Usage()
-        self._error = None
-        data = self._data
-        data.continuations = 0
-        data.keep_going, data.terminate, data.response = True, False, None
-        data.max_turns = self.max_turns
-        if prompt is not None:
-            data.turns = 0
-        try:
-            self._emit(RunStart(user))
-            for repair in missing_results(self._messages):  # a given history ended mid-batch
-                self._append(repair)
-            if user is not None:
-                self._append(user)
-            else:
-                self._inject(self._steering) or self._inject(self._follow_ups, one=True)
-            self._fire("start")
-            await self._drive()
-        except asyncio.CancelledError:
-            self._end_after_exception("the task running the agent was cancelled", "abort")
-            raise
-        except BaseException as exc:
-            # A bug (in a tool, a hook or the model) escaped: the run still ends in a terminal
-            # state with every call answered, then the exception propagates.
-            self._end_after_exception(f"{type(exc).__name__}: {exc}", "fail")
-            raise
-        finally:
-            self._running = False
-        result = self._result()
-        self._emit(RunEnd(result))
-        return result
+        with self._claim_lock:  # check and claim as one step, whichever threads call
+            if self._running:
+                raise AgentBusyError("this agent is already running; await that run or abort it")
+            first = self._check_decisions(user, decisions)
+            if max_turns is not None:
+                self.max_turns = max_turns
+            if first is Trigger.START and user is None and not (self._steering or self._follow_ups):
+                self._check_can_continue()
+            run = Run(self, turns=0 if user is not None else self._last_turns)
+            run.first_trigger = first
+            self._run, self._loop, self._loop_thread = run, None, 0
+            self._running = True
+        return ClaimedRun(self, run, user)
 
-    def _end_after_exception(self, reason: str, trigger: str) -> None:
-        if self.state not in TERMINAL_STATES:
-            self._error = self._signal.reason or reason
-            if trigger == "fail" and self.state is not State.AWAITING_MODEL:
-                trigger = "abort"  # fail only leaves awaiting_model
-            self._fire(trigger)
-        self._end_turn(None)
-        self._emit(RunEnd(self._result()))
+    async def _drive(self, run: Run, user: UserMessage | None) -> RunResult:
+        with self._claim_lock:  # from now on an abort from another thread goes through the loop
+            self._loop = asyncio.get_running_loop()
+            self._loop_thread = threading.get_ident()
+        try:
+            return await run.drive(user, run.first_trigger)
+        finally:
+            self._release(run)
+
+    def _release(self, run: Run) -> None:
+        """End ``run``'s claim on the agent (it ended, or it never started)."""
+        with self._claim_lock:
+            if self._run is run:
+                self._last_turns = run.data.turns
+                self._run, self._loop, self._loop_thread = None, None, 0
+                self._running = False
+
+    def _check_decisions(
+        self, user: UserMessage | None, decisions: Mapping[str, Decision] | None
+    ) -> Trigger:
+        """Validate ``decisions`` (changing nothing when they are wrong); store them and return
+        the first trigger (``decided``), or ``start`` when there are none."""
+        pending = self._pending
+        if pending is None:
+            if decisions:
+                raise UsageError("no call is awaiting approval; there is nothing to decide")
+            return Trigger.START
+        waiting = [call.id for call in pending.calls]
+        if user is not None or not decisions:
+            raise UsageError(
+                f"calls {', '.join(waiting)} are awaiting approval: decide them first with "
+                "agent.run(decisions={call_id: Approve() or Deny(reason)}), or agent.abort()"
+            )
+        unknown = [cid for cid in decisions if cid not in waiting]
+        if unknown:
+            raise UsageError(
+                f"no pending call has id {', '.join(map(repr, unknown))} (pending: "
+                f"{', '.join(waiting)}); a call is decided once"
+            )
+        wrong = [cid for cid, d in decisions.items() if not isinstance(d, Approve | Deny)]
+        if wrong:
+            raise UsageError(f"decisions must be Approve() or Deny(reason); got one for {wrong}")
+        pending.decisions = dict(decisions)
+        return Trigger.DECIDED
+
+    def _abort_pending(self, reason: str) -> None:
+        """An abort while calls wait for decisions: a short run answers them and ends
+        ``aborted`` (there is no run to stop)."""
+        run = Run(self, turns=self._last_turns)
+        run.signal.set(reason)
+        run.emit(RunStart(None))
+        run.fire(Trigger.ABORT)
+        run.close_turn()
+        run.emit(RunEnd(run.result()))
 
     def _check_can_continue(self) -> None:
         last = self._last()
@@ -392,279 +618,15 @@ class Agent:
     def _last(self) -> Message | None:
         return self._messages[-1] if self._messages else None
 
-    def _result(self) -> RunResult:
-        new = self._messages[self._run_start :]
-        last = next((m for m in reversed(new) if isinstance(m, AssistantMessage)), None)
-        refusal = None
-        if last is not None and last.stop_reason == StopReason.REFUSAL:
-            refusal = dict(last.stop_details or {})
-        return RunResult(
-            state=self.state,
-            messages=list(self._messages),
-            new_messages=list(new),
-            turns=self._data.turns,
-            usage=self._usage,
-            stop_reason=None if last is None else last.stop_reason,
-            error=self._error,
-            refusal=refusal,
-        )
-
     def _append(self, message: Message) -> None:
         self._messages.append(message)
         if isinstance(message, AssistantMessage):
             self._call_ids.update(call.id for call in message.tool_calls)
-        if self._subscribers:  # no event objects on the hot path when nobody listens
-            self._emit(MessageEnd(message))
 
-    def _inject(self, queue: deque[UserMessage], *, one: bool = False) -> bool:
-        if not queue:
-            return False
-        while queue:
-            self._append(queue.popleft())
-            if one:
-                break
-        return True
 
-    def _fire(self, trigger: str) -> Fired:
-        fired = self.machine.fire(trigger, self._data)
-        if self._subscribers:  # no event objects on the hot path when nobody listens
-            self._emit(StateChanged(fired.source.value, fired.dest.value, trigger, fired.label))
-        return fired
-
-    def _end_turn(
-        self, message: AssistantMessage | None, results: Sequence[ToolResultMessage] = ()
-    ) -> None:
-        if self._open_turn is not None:
-            turn, self._open_turn = self._open_turn, None
-            if self._subscribers:
-                self._emit(TurnEnd(turn, message, tuple(results)))
-
-    # -- the loop -----------------------------------------------------------------------------
-
-    async def _drive(self) -> None:
-        data = self._data
-        while True:
-            state = self.state
-            if state is State.AWAITING_MODEL:
-                if self._signal.aborted:  # aborted between two steps: send nothing more
-                    self._abort_now()
-                    return
-                turn = data.turns + 1
-                self._open_turn = turn
-                if self._subscribers:
-                    self._emit(TurnStart(turn))
-                response = await self._request()
-                if response is None:  # aborted or failed; the state says which
-                    self._end_turn(None)
-                    return
-                data.turns = turn
-                self._usage = self._usage + response.usage
-                self._append(response)
-                if self._signal.aborted and not response.tool_calls:
-                    # Aborted as the response completed: keep it, but end the run here (with
-                    # calls, the batch answers each "not run" and the run ends aborted too).
-                    self._abort_now()
-                    self._end_turn(response)
-                    return
-                data.response = response
-                data.queued_input = bool(self._steering or self._follow_ups)
-                label = self._fire("model_replied").label
-                if label == "tool_calls":
-                    continue  # the turn ends after its batch
-                refused: list[ToolResultMessage] = []
-                if label == "refusal":
-                    refused = [text_result(c, REFUSED, is_error=True) for c in response.tool_calls]
-                    for result in refused:
-                        self._append(result)
-                    self._error = refusal_text(response)
-                elif label in ("pause_turn", "max_tokens"):
-                    data.continuations += 1
-                    if label == "max_tokens":
-                        self._append(UserMessage(CONTINUE_PROMPT))
-                elif label == "queued_input":
-                    self._inject(self._steering) or self._inject(self._follow_ups, one=True)
-                elif label == "turn_limit":
-                    self._error = self._limit_text(response)
-                elif response.stop_reason in TRUNCATING_STOP_REASONS:
-                    self._error = (
-                        f"The response was truncated (stop reason {response.stop_reason}) and "
-                        "was not continued (max_tokens_policy or max_continuations)."
-                    )
-                elif response.stop_reason == StopReason.TOOL_USE:
-                    self._error = "The model stopped for tool use but sent no tool call."
-                self._end_turn(response, refused)
-            elif state is State.EXECUTING_TOOLS:
-                await self._run_tools()
-            else:
-                return
-
-    async def _run_tools(self) -> None:
-        data = self._data
-        response = data.response
-        assert response is not None
-        batch = BatchRun(
-            response.tool_calls,
-            self.tools,
-            mode=self.tool_execution,
-            signal=self._signal,
-            abort_grace_seconds=self.abort_grace_seconds,
-            emit=self._emit,
-            listening=self._listening,
-            before=self.before_tool_call,
-            after=self.after_tool_call,
-            deps=self.deps,
-        )
-        try:
-            await batch.run()
-        finally:
-            # Every call gets its result, even when the task is being cancelled.
-            results = batch.results()
-            for result in results:
-                self._append(result)
-        if self._signal.aborted:
-            self._error = self._signal.reason
-            self._fire("abort")
-            self._end_turn(response, results)
-            return
-        hook_error = None
-        if self.should_continue is not None:
-            info = TurnInfo(data.turns, response, tuple(results), self._usage, self._messages)
-            try:
-                data.keep_going = bool(await resolve(self.should_continue(info)))
-            except Exception as exc:
-                hook_error = f"The should_continue hook failed: {type(exc).__name__}: {exc}"
-        data.terminate = batch.terminate_reason is not None
-        data.max_turns = self.max_turns
-        dest = self._fire("tools_finished").dest
-        self._end_turn(response, results)
-        if dest is State.MAX_TURNS:
-            self._error = self._limit_text(response)
-        elif dest is State.ABORTED:
-            self._error = f"A tool call was denied and ended the run: {batch.terminate_reason}"
-        if hook_error is not None:
-            self._error = hook_error if self._error is None else f"{self._error}. {hook_error}"
-            if dest is State.AWAITING_MODEL:
-                self._fire("fail")
-        elif dest is State.AWAITING_MODEL:
-            self._inject(self._steering)
-
-    def _limit_text(self, response: AssistantMessage) -> str:
-        if not self._data.keep_going:
-            why = "the should_continue hook returned False"
-        else:
-            why = f"the max_turns limit ({self.max_turns}) was reached"
-        if response.tool_calls:
-            names = ", ".join(call.name for call in response.tool_calls)
-            last = f"a tool batch ({names}) whose results are recorded"
-        else:
-            last = (
-                "a response after which the run would have gone on (queued input or a continuation)"
-            )
-        return (
-            f"Stopped after {self._data.turns} turn(s): {why}. The last action was {last}. To "
-            "continue, call run() again without a prompt and a higher limit, e.g. await "
-            f"agent.run(max_turns={self._data.turns + 10})."
-        )
-
-    # -- model requests -----------------------------------------------------------------------
-
-    async def _build_request(self) -> ModelRequest:
-        if self.transform_context is not None:
-            messages = await resolve(self.transform_context(list(self._messages)))
-            projected = project(messages)
-            problems = find_violations(projected, request=True)
-            if problems:
-                raise InvalidHistoryError(problems)
-        else:
-            projected = self._projector.project(self._messages)
-        return ModelRequest(projected, self.system, self._tool_definitions, self.model_settings)
-
-    async def _request(self) -> AssistantMessage | None:
-        """One response, with retries. None when the run was aborted or failed meanwhile."""
-        try:
-            request = await self._build_request()
-        except InvalidHistoryError as exc:
-            self._fail(f"The request was not sent: {exc}")
-            return None
-        except Exception as exc:
-            self._fail(f"The transform_context hook failed: {type(exc).__name__}: {exc}")
-            return None
-        if self._signal.aborted:  # aborted while the request was built: do not send it
-            self._abort_now()
-            return None
-        attempt = 0
-        requests_made = 0  # the provider's own retries included
-        while True:
-            attempt += 1
-            partial = Partial()
-            try:
-                # The stream is read in this task; an abort cancels it at once (an expired scope).
-                async with asyncio.timeout(None) as scope:
-                    disarm = self._signal.arm(scope)
-                    try:
-                        stream = self.model.stream(request)
-                        message = await consume(
-                            stream, partial, self._call_ids, self._emit, self._listening
-                        )
-                    finally:
-                        disarm()
-                raise_if_cancelling()  # a model that swallowed the task's cancellation
-                return message
-            except asyncio.CancelledError:
-                self._append(partial.message("the task running the agent was cancelled"))
-                raise
-            except TimeoutError as exc:
-                if not scope.expired():
-                    error: BaseException = exc  # the model's own TimeoutError: a failure
-                else:
-                    self._record_abort(partial)
-                    return None
-            except Exception as exc:
-                error = exc
-            requests_made += error.attempts if isinstance(error, ModelError) else 1
-            if isinstance(error, ModelRetryableError) and attempt <= self.model_retries:
-                delay = self.retry_backoff_seconds * 2 ** (attempt - 1)
-                self._emit(ModelRetry(attempt, delay, str(error)))
-                if await self._sleep_or_abort(delay):
-                    self._record_abort(Partial())
-                    return None
-                continue
-            if isinstance(error, ModelError):
-                status = f", HTTP {error.status_code}" if error.status_code else ""
-                self._fail(
-                    f"Model request failed ({error.kind}{status}) after {requests_made} "
-                    "attempt(s): "
-                    f"{error.message}"
-                )
-                return None
-            logger.error("model %r raised", self.model, exc_info=error)
-            self._fail(f"Model request failed: {type(error).__name__}: {error}")
-            return None
-
-    async def _sleep_or_abort(self, seconds: float) -> bool:
-        abort = self._signal.future()
-        try:
-            await asyncio.wait_for(asyncio.shield(abort), seconds)
-        except TimeoutError:
-            return False
-        finally:
-            abort.cancel()
-        return True
-
-    def _abort_now(self) -> None:
-        self._error = self._signal.reason
-        self._fire("abort")
-
-    def _record_abort(self, partial: Partial) -> None:
-        reason = self._signal.reason or "aborted"
-        self._append(partial.message(reason))
-        self._error = reason
-        self._fire("abort")
-
-    def _fail(self, error: str) -> None:
-        self._append(AssistantMessage(content=[], stop_reason=StopReason.ERROR, error=error))
-        self._error = error
-        self._fire("fail")
+def _is_async(callback: Callable[..., Any]) -> bool:
+    call = getattr(callback, "__call__", None)  # noqa: B004 (an async __call__ counts too)
+    return inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(call)
 
 
 def _as_user(message: str | UserMessage) -> UserMessage:

@@ -1,4 +1,5 @@
-"""Context projection: the one place a history becomes what a provider may receive (invariant 4).
+"""Context projection: the one place a history becomes what a provider may receive (rule 4 of
+`statemachine_agent._protocol`).
 
 The stored history records what happened; the projection repairs what a provider would reject:
 - whitespace-only text blocks and then-empty messages are dropped;
@@ -21,34 +22,30 @@ from ._errors import InvalidHistoryError
 from ._messages import (
     AssistantMessage,
     Message,
-    StopReason,
     TextBlock,
-    ToolCallBlock,
     ToolResultMessage,
     UserMessage,
     text_result,
 )
-from ._protocol import find_violations, is_user_side
-
-NO_RESULT = (
-    "no result recorded: the run ended before this call finished; it may or may not have run; "
-    "check before retrying"
+from ._protocol import (
+    EMPTY_OUTPUT,
+    INCOMPLETE_STOP_REASONS,
+    NO_RESULT,
+    find_violations,
+    is_blank,
+    is_user_side,
+    without_blank_text,
 )
-"""The result of a call that has none (the session-log repair uses the same text)."""
 
-_INCOMPLETE = (StopReason.ABORTED, StopReason.ERROR)
-
-
-def _is_blank(block: object) -> bool:
-    return isinstance(block, TextBlock) and not block.text.strip()
+_INCOMPLETE = INCOMPLETE_STOP_REASONS
 
 
 def _clean_assistant(message: AssistantMessage) -> AssistantMessage | None:
     content = message.content
     if message.stop_reason in _INCOMPLETE:
-        content = [b for b in content if isinstance(b, TextBlock) and b.text.strip()]
-    elif any(_is_blank(b) for b in content):
-        content = [b for b in content if not _is_blank(b)]
+        content = without_blank_text([b for b in content if isinstance(b, TextBlock)])
+    elif any(is_blank(b) for b in content):
+        content = without_blank_text(content)
     else:
         return message if content else None
     if not content:
@@ -57,16 +54,16 @@ def _clean_assistant(message: AssistantMessage) -> AssistantMessage | None:
 
 
 def _clean_user(message: UserMessage) -> UserMessage | None:
-    if not any(_is_blank(b) for b in message.content):
+    if not any(is_blank(b) for b in message.content):
         return message if message.content else None
-    content = [b for b in message.content if not _is_blank(b)]
+    content = without_blank_text(message.content)
     return message.model_copy(update={"content": content}) if content else None
 
 
 def _clean_result(message: ToolResultMessage) -> ToolResultMessage:
-    if not any(_is_blank(b) for b in message.content):
+    if not any(is_blank(b) for b in message.content):
         return message
-    content = [b for b in message.content if not _is_blank(b)] or [TextBlock(text="(empty)")]
+    content = without_blank_text(message.content, EMPTY_OUTPUT)
     return message.model_copy(update={"content": content})
 
 
@@ -116,28 +113,10 @@ def project(messages: Sequence[Message], start: int = 0) -> list[Message]:
             if result.tool_call_id in wanted and result.tool_call_id not in found:
                 found[result.tool_call_id] = _clean_result(result)
             i += 1
-        out.extend(found.get(call.id) or _missing(call) for call in calls)
+        out.extend(
+            found.get(call.id) or text_result(call, NO_RESULT, is_error=True) for call in calls
+        )
     return out
-
-
-def _missing(call: ToolCallBlock) -> ToolResultMessage:
-    return text_result(call, NO_RESULT, is_error=True)
-
-
-def missing_results(messages: Sequence[Message]) -> list[ToolResultMessage]:
-    """Error results for the calls of the last assistant message that have none after it (a
-    history that ended mid-batch), in declaration order; empty when nothing is owed."""
-    answered: set[str] = set()
-    for message in reversed(messages):
-        if isinstance(message, ToolResultMessage):
-            answered.add(message.tool_call_id)
-        elif isinstance(message, AssistantMessage):
-            if message.stop_reason in _INCOMPLETE:
-                return []
-            return [_missing(call) for call in message.tool_calls if call.id not in answered]
-        else:
-            return []
-    return []
 
 
 class ContextProjector:

@@ -15,16 +15,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._errors import UsageError
-from ._machine import TERMINAL_STATES, LoopMachine, State
+from ._errors import GraphvizNotFoundError, UsageError
+from ._machine import LoopMachine, State
 
 DiagramFormat = Literal["mermaid", "dot", "svg", "png"]
 TEXT_FORMATS: tuple[str, ...] = ("mermaid", "dot")
 IMAGE_FORMATS: tuple[str, ...] = ("svg", "png")
-
-
-class GraphvizNotFoundError(UsageError):
-    """Graphviz's ``dot`` binary is needed for SVG/PNG and is not installed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +34,8 @@ class DiagramNode:
         current: the machine is in this state now (highlighted).
         on_enter: names of callbacks run on entering it.
         on_exit: names of callbacks run on leaving it.
+        effect: the name of its effect (what entering it does); None for ``idle`` and for the
+            terminal states, whose effect is always to settle the run.
     """
 
     name: str
@@ -46,6 +44,7 @@ class DiagramNode:
     current: bool = False
     on_enter: tuple[str, ...] = ()
     on_exit: tuple[str, ...] = ()
+    effect: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,29 +117,32 @@ def diagram_graph(
         raise UsageError(f"cannot draw {source!r}: pass an Agent or a LoopMachine")
     current = machine.state if (highlight and source is not None) else None
     nodes = []
-    for state in State:
-        enter, exit_ = machine.state_callbacks(state)
+    for name, state_spec in machine.states.items():
+        enter, exit_ = machine.state_callbacks(name)
         nodes.append(
             DiagramNode(
-                state.value,
-                initial=state is State.IDLE,
-                terminal=state in TERMINAL_STATES,
-                current=state is current,
+                name,
+                initial=name == State.IDLE,
+                terminal=state_spec.terminal,
+                current=name == current,
                 on_enter=tuple(callable_name(c) for c in enter),
                 on_exit=tuple(callable_name(c) for c in exit_),
+                effect=None
+                if state_spec.terminal or state_spec.effect is None
+                else callable_name(state_spec.effect),
             )
         )
     edges = []
-    guarded: set[tuple[str, State]] = {
+    guarded: set[tuple[str, str]] = {
         (spec.trigger, src) for spec in machine.specs if spec.guards for src in spec.sources
     }
     for spec in machine.specs:
         for src in spec.sources:
             edges.append(
                 DiagramEdge(
-                    src.value,
-                    spec.dest.value,
-                    spec.trigger,
+                    str(src),
+                    str(spec.dest),
+                    str(spec.trigger),
                     tuple(callable_name(g) for g in spec.guards),
                     fallback=not spec.guards and (spec.trigger, src) in guarded,
                 )
@@ -170,9 +172,15 @@ def to_mermaid(graph: DiagramGraph) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_dot(graph: DiagramGraph) -> str:
+def to_dot(graph: DiagramGraph, *, element_ids: bool = False) -> str:
     """Graphviz DOT text: terminal states with a double border, the current state filled,
-    callbacks listed under the state's name."""
+    callbacks listed under the state's name.
+
+    Args:
+        graph: the graph to draw.
+        element_ids: give each state the id ``state_NAME`` and each edge ``edge_INDEX`` (its
+            position in ``graph.edges``); Graphviz's SVG keeps them, so a page can highlight one.
+    """
     lines = [
         f"digraph {graph.name} {{",
         '    node [shape=box, style=rounded, fontname="Helvetica"];',
@@ -186,10 +194,13 @@ def to_dot(graph: DiagramGraph) -> str:
             attrs.append("peripheries=2")
         if node.current:
             attrs.append('style="rounded,filled", fillcolor="#ffe08a"')
+        if element_ids:
+            attrs.append(f"id={_quote('state_' + node.name)}")
         lines.append(f"    {node.name} [{', '.join(attrs)}];")
-    for edge in graph.edges:
+    for index, edge in enumerate(graph.edges):
         label = "\n".join(part for part in (edge.trigger, edge.condition) if part)
-        lines.append(f"    {edge.source} -> {edge.dest} [label={_quote(label)}];")
+        extra = f", id={_quote(f'edge_{index}')}" if element_ids else ""
+        lines.append(f"    {edge.source} -> {edge.dest} [label={_quote(label)}{extra}];")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -283,7 +294,8 @@ def _initial(nodes: Sequence[DiagramNode]) -> str:
 
 
 def _callback_lines(node: DiagramNode) -> list[str]:
-    return [f"entry / {n}" for n in node.on_enter] + [f"exit / {n}" for n in node.on_exit]
+    effect = [f"do / {node.effect}"] if node.effect else []
+    return effect + [f"entry / {n}" for n in node.on_enter] + [f"exit / {n}" for n in node.on_exit]
 
 
 def _quote(text: str) -> str:

@@ -6,11 +6,13 @@ engine what went wrong on the wire::
 
     AgentError
     ├── UsageError               misuse of the API (e.g. ``run`` while a run is in progress)
-    │   └── AgentBusyError
+    │   ├── AgentBusyError
+    │   └── GraphvizNotFoundError  SVG/PNG asked for without Graphviz's ``dot``
     ├── InvalidHistoryError      a history breaks the tool-use protocol (lists every violation)
     ├── MachineDefinitionError   the state machine has an unreachable state or a dead end
     ├── ToolDefinitionError      a function cannot be turned into a tool
     ├── ToolError                raised by a tool: becomes a clean error result
+    ├── SessionCorruptError      a complete line of a session log cannot be read
     └── ModelError               a model request failed
         ├── ModelAuthError       bad or missing credentials (not retried)
         ├── ModelRetryableError  overload, rate limit, dropped connection (retried by the engine)
@@ -18,6 +20,12 @@ engine what went wrong on the wire::
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .session import SessionData
 
 
 class AgentError(Exception):
@@ -32,8 +40,32 @@ class AgentBusyError(UsageError):
     """A run was started while another run of the same agent is in progress."""
 
 
+class GraphvizNotFoundError(UsageError):
+    """Graphviz's ``dot`` binary is needed for SVG/PNG and is not installed."""
+
+
+class SessionCorruptError(AgentError):
+    """A complete line of a session log cannot be read (only a torn last line may be).
+
+    Attributes:
+        path: the log.
+        problems: ``(line number, what is wrong)`` for each unreadable line (1-based).
+        data: everything the other lines hold, rebuilt (`SessionData`): nothing else is lost.
+    """
+
+    def __init__(self, path: Path, problems: list[tuple[int, str]], data: SessionData) -> None:
+        self.path = path
+        self.problems = problems
+        self.data = data
+        lines = "; ".join(f"line {n}: {why}" for n, why in problems)
+        super().__init__(
+            f"session log {path} has {len(problems)} unreadable line(s): {lines}. "
+            "The other lines were read (see .data); pass strict=False to resume without them."
+        )
+
+
 class InvalidHistoryError(AgentError):
-    """A history breaks the tool-use protocol (DESIGN invariants 1-4).
+    """A history breaks the tool-use protocol (rules 1-5 of ``statemachine_agent.testing.assert_valid_history``).
 
     Attributes:
         violations: one line per problem, each naming the message index.

@@ -2,17 +2,22 @@
 
 Plain frozen dataclasses (cheap on the hot path); ``event_to_dict`` gives their JSON shape. Pairs
 always match: each ``ToolExecutionStart`` has one ``ToolExecutionEnd``, each ``TurnStart`` one
-``TurnEnd``, each ``RunStart`` one ``RunEnd`` (DESIGN invariant 6).
+``TurnEnd``, each ``RunStart`` one ``RunEnd``.
+
+Every event carries ``run_id`` (the run that emitted it, as in ``RunResult.run_id``) and ``seq``
+(1 for the run's ``run_start``, then one more per event of that run): both are stamped when the
+event is emitted, so a gap in ``seq`` shows a consumer that it missed events.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
+from ._hooks import PendingCall
 from ._messages import AssistantMessage, Message, ToolCallBlock, ToolResultMessage
 
 if TYPE_CHECKING:
@@ -20,7 +25,21 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
-class RunStart:
+class EventBase:
+    """What every event carries: ``run_id`` and ``seq`` (stamped when emitted; not compared)."""
+
+    run_id: str = field(default="", compare=False, kw_only=True)
+    seq: int = field(default=0, compare=False, kw_only=True)
+
+
+def stamp(event: EventBase, run_id: str, seq: int) -> None:
+    """Stamp ``event`` with its run and sequence number (once, before any subscriber sees it)."""
+    object.__setattr__(event, "run_id", run_id)  # frozen for subscribers, not for its emitter
+    object.__setattr__(event, "seq", seq)
+
+
+@dataclass(frozen=True, slots=True)
+class RunStart(EventBase):
     """A run began (``prompt`` is None when continuing)."""
 
     type: ClassVar[str] = "run_start"
@@ -28,7 +47,7 @@ class RunStart:
 
 
 @dataclass(frozen=True, slots=True)
-class RunEnd:
+class RunEnd(EventBase):
     """A run reached a terminal state."""
 
     type: ClassVar[str] = "run_end"
@@ -36,7 +55,7 @@ class RunEnd:
 
 
 @dataclass(frozen=True, slots=True)
-class TurnStart:
+class TurnStart(EventBase):
     """A turn began: a model request is about to be sent (``turn`` counts from 1 in the run)."""
 
     type: ClassVar[str] = "turn_start"
@@ -44,7 +63,7 @@ class TurnStart:
 
 
 @dataclass(frozen=True, slots=True)
-class TurnEnd:
+class TurnEnd(EventBase):
     """A turn ended: the response and the results of its tool batch (empty when none ran)."""
 
     type: ClassVar[str] = "turn_end"
@@ -54,7 +73,7 @@ class TurnEnd:
 
 
 @dataclass(frozen=True, slots=True)
-class MessageStart:
+class MessageStart(EventBase):
     """The model began streaming a response."""
 
     type: ClassVar[str] = "message_start"
@@ -62,7 +81,7 @@ class MessageStart:
 
 
 @dataclass(frozen=True, slots=True)
-class MessageDelta:
+class MessageDelta(EventBase):
     """A piece of a streamed response. ``kind`` is ``text``, ``thinking`` or ``tool_call``
     (for a tool call, ``delta`` is a fragment of its JSON arguments)."""
 
@@ -74,7 +93,7 @@ class MessageDelta:
 
 
 @dataclass(frozen=True, slots=True)
-class MessageEnd:
+class MessageEnd(EventBase):
     """A message was appended to the history (a response, a user message or a tool result)."""
 
     type: ClassVar[str] = "message_end"
@@ -82,7 +101,7 @@ class MessageEnd:
 
 
 @dataclass(frozen=True, slots=True)
-class ToolExecutionStart:
+class ToolExecutionStart(EventBase):
     """A tool call began (its permission hook, then the tool)."""
 
     type: ClassVar[str] = "tool_execution_start"
@@ -90,7 +109,7 @@ class ToolExecutionStart:
 
 
 @dataclass(frozen=True, slots=True)
-class ToolExecutionUpdate:
+class ToolExecutionUpdate(EventBase):
     """A running tool reported progress through ``ToolContext.progress``."""
 
     type: ClassVar[str] = "tool_execution_update"
@@ -99,7 +118,7 @@ class ToolExecutionUpdate:
 
 
 @dataclass(frozen=True, slots=True)
-class ToolExecutionEnd:
+class ToolExecutionEnd(EventBase):
     """A tool call finished (in completion order; results enter the history in declaration order)."""
 
     type: ClassVar[str] = "tool_execution_end"
@@ -108,7 +127,7 @@ class ToolExecutionEnd:
 
 
 @dataclass(frozen=True, slots=True)
-class StateChanged:
+class StateChanged(EventBase):
     """The machine moved: ``source`` -> ``dest`` by ``trigger`` (the branch is ``label``)."""
 
     type: ClassVar[str] = "state_changed"
@@ -119,13 +138,32 @@ class StateChanged:
 
 
 @dataclass(frozen=True, slots=True)
-class ModelRetry:
+class ModelRetry(EventBase):
     """A failed model request will be retried after ``delay_seconds``."""
 
     type: ClassVar[str] = "model_retry"
     attempt: int
     delay_seconds: float
     error: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequested(EventBase):
+    """The run stopped in ``awaiting_approval``: ``calls`` wait for a decision."""
+
+    type: ClassVar[str] = "approval_requested"
+    calls: tuple[PendingCall, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CallDecided(EventBase):
+    """A person decided on a deferred call (``decision`` is ``"approve"`` or ``"deny"``)."""
+
+    type: ClassVar[str] = "call_decided"
+    call_id: str
+    decision: str
+    reason: str | None = None
+    arguments: dict[str, Any] | None = None
 
 
 Event = (
@@ -141,6 +179,8 @@ Event = (
     | ToolExecutionEnd
     | StateChanged
     | ModelRetry
+    | ApprovalRequested
+    | CallDecided
 )
 
 
@@ -155,8 +195,33 @@ def _plain(value: Any) -> Any:
 
 
 def event_to_dict(event: Any) -> dict[str, Any]:
-    """The JSON-ready shape of an event: ``{"type": ..., **fields}``."""
+    """The JSON-ready shape of an event: ``{"type": ..., "run_id": ..., "seq": ..., **fields}``.
+
+    A ``run_end`` event's ``result`` is the outcome without the history (``state``, ``turns``,
+    ``usage``, ``stop_reason``, ``error``, ``refusal``, ``text``, ``new_messages``: how many
+    messages the run added, each already sent as a ``message_end`` event), so its size does not
+    grow with the session.
+    """
     out: dict[str, Any] = {"type": event.type} if hasattr(event, "type") else {}
     for f in dataclasses.fields(event):
-        out[f.name] = _plain(getattr(event, f.name))
+        value = getattr(event, f.name)
+        out[f.name] = _result_summary(value) if isinstance(event, RunEnd) else _plain(value)
     return out
+
+
+def _result_summary(value: Any) -> Any:
+    from ._result import RunResult  # the result module imports the messages, not the events
+
+    if not isinstance(value, RunResult):
+        return _plain(value)
+    return {
+        "run_id": value.run_id,
+        "state": value.state.value,
+        "turns": value.turns,
+        "usage": value.usage.model_dump(mode="json"),
+        "stop_reason": None if value.stop_reason is None else str(value.stop_reason),
+        "error": value.error,
+        "refusal": value.refusal,
+        "text": value.text,
+        "new_messages": len(value.new_messages),
+    }

@@ -2,44 +2,64 @@
 
 Every call of the batch gets exactly one result, in declaration order, whatever happens: the five
 failure paths (unknown tool, invalid arguments, exception, denial, abort) and truncated calls all
-drain into a `ToolResultMessage` with ``is_error=True`` (DESIGN section 3). End events fire in
+drain into a `ToolResultMessage` with ``is_error=True`` (texts in `statemachine_agent._protocol`). End events fire in
 completion order.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import difflib
 import inspect
 import json
+import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from ._cancel import AbortSignal, abort_scope, cancelling
 from ._errors import ToolError
 from ._events import Event, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
-from ._hooks import AfterToolCall, Allow, BeforeToolCall, Deny, ToolCallInfo
-from ._messages import ImageBlock, TextBlock, ToolCallBlock, ToolResultMessage, text_result
-from ._tools import AbortSignal, Tool, ToolContext, ToolResult, format_validation_error, repr_json
+from ._hooks import (
+    AfterToolCall,
+    Allow,
+    Approve,
+    BeforeToolCall,
+    Defer,
+    Deny,
+    PendingCall,
+    ToolCallInfo,
+)
+from ._messages import (
+    AssistantMessage,
+    ImageBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultMessage,
+    text_result,
+)
+from ._protocol import (
+    AFTER_TERMINATION,
+    EMPTY_OUTPUT,
+    INTERRUPTED,
+    NO_OUTPUT,
+    NOT_RUN,
+    TRUNCATED,
+    without_blank_text,
+)
+from ._tools import Tool, ToolContext, ToolResult, format_validation_error, repr_json
 
 ToolExecution = Literal["parallel", "sequential"]
 
+logger = logging.getLogger("statemachine_agent")
+
 RAW_ARGUMENTS_CAP = 200
 
-NOT_RUN = "Not run: the run was aborted before this call started."
-INTERRUPTED = (
-    "Interrupted while running: the run was aborted. The call may have partly completed; "
-    "check its effects before retrying."
-)
-TRUNCATED = (
-    "Not run: the arguments of this call were truncated because the response hit its token "
-    "limit (max_tokens). Call the tool again with complete arguments, or split the work into "
-    "smaller calls."
-)
-
+_DEFERRED = {"awaiting_approval": True}  # marks the placeholder a deferred call's end event shows
 
 _JSON_KINDS = {
     "NoneType": "null",
@@ -49,14 +69,6 @@ _JSON_KINDS = {
     "float": "number",
     "bool": "boolean",
 }
-
-
-def raise_if_cancelling() -> None:
-    """Re-raise a cancellation of the current task that code it awaited swallowed (a tool or a
-    model catching `asyncio.CancelledError`): cancellation is never lost."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
 
 
 async def resolve(value: Any) -> Any:
@@ -107,9 +119,8 @@ def check_call(call: ToolCallBlock, tools: dict[str, Tool]) -> str | dict[str, A
 
 
 def _clean(blocks: list[TextBlock | ImageBlock]) -> list[TextBlock | ImageBlock]:
-    # Blank text is invalid for a provider (invariant 4); an output with nothing left says so.
-    kept = [b for b in blocks if not (isinstance(b, TextBlock) and not b.text.strip())]
-    return kept or [TextBlock(text="(empty output)")]
+    # Blank text is invalid for a provider (protocol rule 4); an output with nothing left says so.
+    return without_blank_text(blocks, EMPTY_OUTPUT)
 
 
 def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
@@ -128,7 +139,7 @@ def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
     if isinstance(value, ToolResult):
         is_error, details, value = value.is_error, value.details, value.content
     if value is None:
-        blocks: list[TextBlock | ImageBlock] = [TextBlock(text="(no output)")]
+        blocks: list[TextBlock | ImageBlock] = [TextBlock(text=NO_OUTPUT)]
     elif isinstance(value, str):
         blocks = _clean([TextBlock(text=value)])
     elif isinstance(value, TextBlock | ImageBlock):
@@ -152,7 +163,9 @@ class _Slot:
     started: bool = False  # the tool function was invoked
     announced: bool = False  # a start event was emitted
     result: ToolResultMessage | None = None
-    terminate: str | None = None
+    terminate: str | None = None  # the reason of a terminating denial
+    ends_run: bool = False  # the result was marked ``terminate=True``
+    deferred: PendingCall | None = None  # waits for a person's decision
 
 
 class BatchRun:
@@ -167,6 +180,8 @@ class BatchRun:
             are cancelled.
         emit: receives the tool-execution events.
         listening: whether anyone receives events (skips building them when not).
+        on_result: called with each call's result the moment it is final (completion order).
+        approved: the calls were approved by a person (tools that require approval run).
     """
 
     def __init__(
@@ -182,6 +197,8 @@ class BatchRun:
         after: AfterToolCall | None = None,
         deps: Any = None,
         listening: Callable[[], bool] = lambda: True,
+        on_result: Callable[[ToolResultMessage], None] = lambda _result: None,
+        approved: bool = False,
     ) -> None:
         self._slots = [_Slot(call) for call in calls]
         self._tools = tools
@@ -190,10 +207,13 @@ class BatchRun:
         self._grace = abort_grace_seconds
         self._emit = emit
         self._listening = listening
+        self._on_result = on_result
+        self._approved = approved
         self._before = before
         self._after = after
         self._deps = deps
         self._terminated = False
+        self._fatal: BaseException | None = None
         self._resource_tails: dict[str, asyncio.Future[None]] = {}
 
     @property
@@ -201,13 +221,30 @@ class BatchRun:
         """The reason of the first terminating denial, if any."""
         return next((s.terminate for s in self._slots if s.terminate), None)
 
-    def results(self) -> list[ToolResultMessage]:
-        """One result per call in declaration order; calls never reached get "not run"."""
+    @property
+    def final_result(self) -> ToolResultMessage | None:
+        """The first result (declaration order) marked ``terminate=True``, if any: the run ends
+        ``done`` with its text as the final answer."""
+        return next((s.result for s in self._slots if s.ends_run and s.result is not None), None)
+
+    def deferred(self) -> list[PendingCall]:
+        """The calls deferred for a decision, in declaration order (none once the batch was
+        aborted or a denial ended the run: those are answered instead)."""
+        if self._terminated or self._signal.aborted:
+            return []
+        return [slot.deferred for slot in self._slots if slot.deferred is not None]
+
+    def results(self, *, hold: bool = True) -> list[ToolResultMessage]:
+        """One result per call in declaration order; calls never reached get "not run". With
+        ``hold``, deferred calls (see `deferred`) get none: they wait for a decision."""
         out = []
+        waiting = {call.id for call in self.deferred()} if hold else set()
         for slot in self._slots:
+            if slot.call.id in waiting:
+                continue
             if slot.result is None:
                 if self._terminated and not self._signal.aborted:
-                    text = "Not run: an earlier call of this batch ended the run."
+                    text = AFTER_TERMINATION
                 else:
                     text = INTERRUPTED if slot.started else NOT_RUN
                 self._finish(slot, text_result(slot.call, text, is_error=True))
@@ -218,9 +255,15 @@ class BatchRun:
     def _finish(self, slot: _Slot, result: ToolResultMessage) -> None:
         if slot.result is not None:
             return
+        if slot.deferred is not None and result.details == _DEFERRED:
+            if slot.announced:  # the execution ends for now; the result comes with the decision
+                self._emit(ToolExecutionEnd(slot.call, result))
+                slot.announced = False
+            return
         slot.result = result
         if slot.announced:
             self._emit(ToolExecutionEnd(slot.call, result))
+        self._on_result(result)
 
     async def run(self) -> None:
         """Run the batch until every call has a result, or until abort (plus the grace period).
@@ -228,32 +271,36 @@ class BatchRun:
         Raises:
             asyncio.CancelledError: the task running the batch was cancelled; running calls are
                 cancelled and recorded as interrupted before it propagates.
+            KeyboardInterrupt: a tool raised it (or `SystemExit`): the run's signal was set so
+                the other calls stop, every call has its result, then it propagates.
         """
         if not self._slots:
             return
-        if self._mode == "sequential" or len(self._slots) == 1:
+        if self._one_at_a_time():
             for slot in self._slots:
                 if self._signal.aborted or self._terminated:
-                    return
+                    break
                 await self._process_inline(slot)
         else:
             tasks = [asyncio.ensure_future(self._process(slot)) for slot in self._slots]
             await self._watch(tasks)
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _one_at_a_time(self) -> bool:
+        """Sequential mode, a batch of one, or a call of a ``sequential=True`` tool in it."""
+        if self._mode == "sequential" or len(self._slots) == 1:
+            return True
+        tools = self._tools
+        return any(
+            (t := tools.get(slot.call.name)) is not None and t.sequential for slot in self._slots
+        )
 
     async def _process_inline(self, slot: _Slot) -> None:
         """Process one call in this task (no task of its own: a per-turn cost); an abort gives it
         the grace period, then cancels it (recorded as interrupted)."""
-        try:
-            async with asyncio.timeout(None) as scope:
-                disarm = self._signal.arm(scope, self._grace)
-                try:
-                    await self._process(slot)
-                finally:
-                    disarm()
-        except TimeoutError:
-            if not scope.expired():
-                raise  # not the grace period running out: nothing of ours (tools' own are results)
-        raise_if_cancelling()  # a tool that caught the run task's cancellation
+        async with abort_scope(self._signal, self._grace):
+            await self._process(slot)
 
     async def _watch(self, tasks: Sequence[asyncio.Future[None]]) -> None:
         try:
@@ -332,6 +379,13 @@ class BatchRun:
         self._resource_tails[resource] = turn
         return previous, turn
 
+    def _defer(self, slot: _Slot, reason: str) -> ToolResultMessage:
+        call = slot.call
+        arguments = call.input if isinstance(call.input, dict) else {}
+        slot.deferred = PendingCall(call.id, call.name, dict(arguments), reason)
+        result = text_result(call, f"Awaiting approval: {reason}")
+        return result.model_copy(update={"details": _DEFERRED})
+
     async def _checked_run(
         self,
         slot: _Slot,
@@ -340,18 +394,31 @@ class BatchRun:
         previous: asyncio.Future[None] | None,
     ) -> ToolResultMessage:
         call = slot.call
-        info = ToolCallInfo(call, tool, kwargs, self._deps)
+        if self._before is None and tool.requires_approval and not self._approved:
+            return self._defer(slot, f"{tool.name} requires approval")
         if self._before is not None:
+            # The hook gets its own copy: what it changes in place is validated again below,
+            # so the tool is only ever called with validated arguments.
+            seen = _copied(kwargs)
+            info = ToolCallInfo(call, tool, seen, self._deps, self._signal)
             try:
                 decision = await resolve(self._before(info))
-            except Exception as exc:
+            except (Exception, asyncio.CancelledError) as exc:
+                if isinstance(exc, asyncio.CancelledError) and cancelling():
+                    raise  # the run is being cancelled; a hook's own one is its failure
                 return _hook_failed("before_tool_call", call, exc)
             if isinstance(decision, Deny):
                 if decision.terminate:
                     slot.terminate = decision.reason
                     self._terminated = True
                 return text_result(call, f"Denied: {decision.reason}", is_error=True)
+            if isinstance(decision, Defer):
+                return self._defer(slot, decision.reason)
+            if tool.requires_approval and not self._approved and not isinstance(decision, Allow):
+                return self._defer(slot, f"{tool.name} requires approval")
             changed = decision.arguments if isinstance(decision, Allow) else decision
+            if not isinstance(changed, dict) and _differs(seen, kwargs):
+                changed = seen  # edited in place
             if isinstance(changed, dict):
                 try:
                     kwargs = tool.validate(changed)
@@ -359,16 +426,22 @@ class BatchRun:
                     return text_result(
                         call, format_validation_error(call.name, exc, changed), is_error=True
                     )
-                info = ToolCallInfo(call, tool, kwargs, self._deps)
         if previous is not None:
             await asyncio.shield(previous)
         result = await self._execute(slot, tool, kwargs)
         if self._after is not None:
+            info = ToolCallInfo(call, tool, _copied(kwargs), self._deps, self._signal)
             try:
                 replaced = await resolve(self._after(info, result))
-            except Exception as exc:
+            except (Exception, asyncio.CancelledError) as exc:
+                if isinstance(exc, asyncio.CancelledError) and cancelling():
+                    raise  # the run is being cancelled; a hook's own one is its failure
+                slot.ends_run = False
                 return _hook_failed("after_tool_call", call, exc)
-            if isinstance(replaced, ToolResultMessage):
+            if isinstance(replaced, ToolResult):
+                slot.ends_run = replaced.terminate
+                result = to_result(call, replaced)
+            elif isinstance(replaced, ToolResultMessage):
                 # A hook may rewrite a result, never re-address it: the protocol pairs by id.
                 result = to_result(call, replaced)
         return result
@@ -380,12 +453,26 @@ class BatchRun:
         loop = asyncio.get_running_loop()
         loop_thread = threading.get_ident()
 
+        def deliver(update: Any) -> None:
+            # Updates belong between the call's start and end events: a late one (a background
+            # task or thread the tool left running) is dropped.
+            if slot.result is not None:
+                logger.debug(
+                    "dropped a progress update of tool %r (call %s): the call has ended",
+                    call.name,
+                    call.id,
+                )
+                return
+            self._emit(ToolExecutionUpdate(call.id, update))
+
         def progress(update: Any) -> None:
-            event = ToolExecutionUpdate(call.id, update)
             if threading.get_ident() == loop_thread:
-                self._emit(event)
-            else:  # a sync tool in a worker thread: events are delivered on the loop's thread
-                loop.call_soon_threadsafe(self._emit, event)
+                deliver(update)
+                return
+            try:  # a sync tool in a worker thread: events are delivered on the loop's thread
+                loop.call_soon_threadsafe(deliver, update)
+            except RuntimeError:  # the loop is closed: the run is long over
+                logger.debug("dropped a progress update of call %s: its loop is closed", call.id)
 
         ctx = ToolContext(call.id, call.name, self._signal, progress, self._deps)
         slot.started = True
@@ -406,21 +493,100 @@ class BatchRun:
                     is_error=True,
                 )
             return text_result(call, "TimeoutError: the tool timed out", is_error=True)
-        except ToolError as exc:
+        except ToolError as exc:  # an expected failure: the model reads it, nothing is logged
             return text_result(call, str(exc) or type(exc).__name__, is_error=True)
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if (task is not None and task.cancelling()) or not self._signal.aborted:
-                raise
-            return text_result(call, INTERRUPTED, is_error=True)
+        except asyncio.CancelledError as exc:
+            if cancelling():
+                raise  # the run (an abort's grace ran out) or its task was cancelled
+            if self._signal.aborted:  # a tool that stopped on the abort by raising
+                return text_result(call, INTERRUPTED, is_error=True)
+            # Nothing cancelled this task: the tool's own CancelledError (a library inside it
+            # cancelled its own work) is a failure of that call like any other exception.
+            _log_tool_exception(call, exc)
+            return text_result(call, f"CancelledError: {OWN_CANCELLATION}", is_error=True)
         except Exception as exc:
+            _log_tool_exception(call, exc)
             return text_result(call, f"{type(exc).__name__}: {exc}", is_error=True)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            # Recorded (this call's result, the run aborted so the others stop), then re-raised
+            # by `run` once every call has its result.
+            self._fatal = self._fatal or exc
+            self._signal.set(f"{type(exc).__name__} raised in tool {call.name!r} (call {call.id})")
+            return text_result(
+                call,
+                f"Interrupted: the tool raised {type(exc).__name__} and the run was aborted. "
+                "The call may have partly completed; check its effects before retrying.",
+                is_error=True,
+            )
+        if isinstance(value, ToolResult) and value.terminate:
+            slot.ends_run = True
         return to_result(call, value)
 
 
-def _hook_failed(hook: str, call: ToolCallBlock, exc: Exception) -> ToolResultMessage:
+OWN_CANCELLATION = (
+    "the tool raised asyncio.CancelledError itself (the run was not aborted or cancelled); "
+    "the call may have partly completed."
+)
+
+
+def _log_tool_exception(call: ToolCallBlock, exc: BaseException) -> None:
+    """One warning record on the package's logger, with the traceback, the tool and the call."""
+    logger.warning(
+        "tool %r raised %s (call %s)",
+        call.name,
+        type(exc).__name__,
+        call.id,
+        exc_info=exc,
+        extra={"tool_name": call.name, "call_id": call.id},
+    )
+
+
+def _copied(arguments: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of ``arguments`` (a shallow one when a value cannot be copied)."""
+    try:
+        return copy.deepcopy(arguments)
+    except Exception:
+        return dict(arguments)
+
+
+def _differs(seen: dict[str, Any], original: dict[str, Any]) -> bool:
+    """A hook changed its copy of the arguments (an equality that fails counts as changed)."""
+    try:
+        return bool(seen != original)
+    except Exception:
+        return True
+
+
+def _hook_failed(hook: str, call: ToolCallBlock, exc: BaseException) -> ToolResultMessage:
+    logger.warning(
+        "the %s hook raised %s (tool %r, call %s)",
+        hook,
+        type(exc).__name__,
+        call.name,
+        call.id,
+        exc_info=exc,
+        extra={"tool_name": call.name, "call_id": call.id},
+    )
     return text_result(
         call,
         f"The {hook} hook failed ({type(exc).__name__}: {exc}); the call was not completed.",
         is_error=True,
     )
+
+
+@dataclass(slots=True)
+class PendingBatch:
+    """A tool batch waiting for decisions: what an agent in ``awaiting_approval`` holds.
+
+    Attributes:
+        response: the assistant message whose calls these are (the last message of the history).
+        results: the results the batch already has, by call id (appended, in declaration order,
+            once every call is decided and run).
+        calls: the calls still waiting, in declaration order.
+        decisions: the decisions given for the next run, by call id.
+    """
+
+    response: AssistantMessage
+    results: dict[str, ToolResultMessage]
+    calls: list[PendingCall]
+    decisions: dict[str, Approve | Deny] = field(default_factory=dict)

@@ -6,8 +6,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._cancel import AbortSignal
 from ._messages import AssistantMessage, Message, ToolCallBlock, ToolResultMessage, Usage
-from ._tools import Tool
+from ._tools import Tool, ToolResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,20 +28,63 @@ class Deny:
 
 
 @dataclass(frozen=True, slots=True)
+class Defer:
+    """Do not run the call yet: the run stops in ``awaiting_approval`` once the rest of the batch
+    has run, until a person decides (``agent.run(decisions={call_id: Approve() | Deny(reason)})``,
+    from this process or another that resumed the session log)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Approve:
+    """A decision on a deferred call: run it (with ``arguments`` instead, when given; they are
+    validated again)."""
+
+    arguments: dict[str, Any] | None = None
+
+
+Decision = Approve | Deny
+"""A person's decision on a deferred call: `Approve` it, or `Deny` it (``Deny(reason,
+terminate=True)`` answers every pending call and ends the run ``aborted``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCall:
+    """A deferred call waiting for a decision.
+
+    Attributes:
+        id: the tool-call id (the key of its decision).
+        tool_name: the tool.
+        arguments: the arguments the model sent.
+        reason: why it was deferred.
+    """
+
+    id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallInfo:
     """What a tool hook sees.
 
     Attributes:
         call: the tool call as the model sent it.
         tool: the registered tool.
-        arguments: the validated arguments.
+        arguments: the validated arguments. ``before_tool_call`` gets its own copy: arguments it
+            changes in place are validated again before the call, like arguments it returns.
         deps: the ``deps`` object given to the `Agent`.
+        signal: the run's abort signal: a slow hook (a permission prompt) can stop waiting when
+            ``signal.aborted`` turns true (``await signal.wait()``).
     """
 
     call: ToolCallBlock
     tool: Tool
     arguments: dict[str, Any]
     deps: Any = None
+    signal: AbortSignal = field(default_factory=AbortSignal, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +97,7 @@ class TurnInfo:
         tool_results: the results of its tool batch.
         usage: tokens used by the run so far.
         messages: the whole history.
+        signal: the run's abort signal (a slow hook can stop waiting when it is set).
     """
 
     turn: int
@@ -60,23 +105,29 @@ class TurnInfo:
     tool_results: tuple[ToolResultMessage, ...]
     usage: Usage
     messages: Sequence[Message] = field(repr=False)
+    signal: AbortSignal = field(default_factory=AbortSignal, repr=False)
 
 
 BeforeToolCall = Callable[
     [ToolCallInfo],
-    "Allow | Deny | dict[str, Any] | Awaitable[Allow | Deny | dict[str, Any] | None] | None",
+    "Allow | Deny | Defer | dict[str, Any] | Awaitable[Allow | Deny | Defer | dict[str, Any] | None]"
+    " | None",
 ]
 """Return None or `Allow()` to run the call, a dict or `Allow(arguments)` to change its arguments,
-`Deny(reason)` to refuse it. Sync or async."""
+`Deny(reason)` to refuse it, `Defer(reason)` to wait for a person's decision. Sync or async."""
 
 AfterToolCall = Callable[
     [ToolCallInfo, ToolResultMessage],
-    "ToolResultMessage | Awaitable[ToolResultMessage | None] | None",
+    "ToolResultMessage | ToolResult | Awaitable[ToolResultMessage | ToolResult | None] | None",
 ]
-"""Return a `ToolResultMessage` to replace the result, or None to keep it. Sync or async."""
+"""Return a `ToolResultMessage` to replace the result (a call whose tool asked to end the run
+still ends it), a `ToolResult` to replace it and decide with its ``terminate`` whether the run ends
+after this batch, or None to keep it. Sync or async."""
 
 ShouldContinue = Callable[[TurnInfo], "bool | Awaitable[bool]"]
 """Return False to end the run in ``max_turns`` after this turn. Sync or async."""
 
-TransformContext = Callable[[list[Message]], "list[Message] | Awaitable[list[Message]]"]
-"""Rewrite the history sent with each request (the stored history is unchanged). Sync or async."""
+TransformContext = Callable[..., "list[Message] | Awaitable[list[Message]]"]
+"""``transform_context(messages)`` or ``transform_context(messages, signal)``: rewrite the history
+sent with each request (the stored history is unchanged). A hook that takes a second parameter gets
+the run's `AbortSignal`. Sync or async."""

@@ -1,64 +1,92 @@
-"""The agent loop's states and guarded transitions (DESIGN section 1), on `transitions`.
+"""The agent loop's definition, on `transitions`: states with effects, guarded transitions with
+actions. The definition is what runs.
 
-This module is the only importer of `transitions`. The definition is data (`TRANSITIONS`), so it can
-be validated up front (every state reachable from ``idle``, no dead ends) and rendered as a diagram
-without running anything. Guards are plain synchronous functions of `LoopData`; all I/O happens in
-the engine's driver loop between triggers, never in a callback here.
+The driver (`statemachine_agent._run`) is a generic loop: fire a trigger, run the transition's
+action, then the entered state's effect, which returns the next trigger. Nothing else decides.
+
+States and their effects (`STATES`):
+
+==================  ================================================================================
+``idle``            constructed, no run yet (no effect: a run starts with ``start``)
+``awaiting_model``  `request_model`: send the projected history, stream the response
+``executing_tools`` `run_tools`: run the response's tool batch
+``done``, ``aborted``, ``max_turns``, ``failed``: terminal; `settle` answers every call still
+                    without a result and ends the run
+==================  ================================================================================
+
+Transitions (`TRANSITIONS`), tried top to bottom per trigger and source; the first whose guards all
+pass fires. Failure paths: a provider failure (``fail``), an abort or cancelled task (``abort``, from
+any active state), a bug escaping a tool, hook or model (``fail``), a terminating denial
+(``tools_finished [terminate_requested]``), the turn cap (``turn_limit``), the ``pause_turn``
+continuation cap (``continuation_limit``), a response with tool calls and an unknown stop reason
+(``unknown_stop_reason``: its calls are not run). A result marked ``terminate=True`` ends the run
+``done`` (``terminating_result``).
+
+The protocol holds on every path: a terminal state's effect answers each call of the last response
+that has no result ("Not run: the run ended in state S by transition 'T'."), in declaration order,
+so a user's transition to a terminal state keeps rules 1-5 of `statemachine_agent._protocol`.
+
+Extending it (`LoopMachine.add_transition`, `add_state`, `add_guard`) is validated when it happens:
+unknown states, a transition into a non-terminal state with no effect, a transition that an earlier
+unguarded one of the same trigger and source shadows (or that shadows built-in branches), states
+that are unreachable or have no way out. Guards are plain synchronous functions of `LoopData`;
+actions are synchronous functions of the `Run`; effects are async functions of the `Run` that
+return the next trigger. This module is the only importer of `transitions`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from transitions import Machine, MachineError
-from transitions.core import Condition
 
+from . import _effects as fx
 from ._errors import MachineDefinitionError
-from ._messages import TRUNCATING_STOP_REASONS, AssistantMessage, StopReason
-
-
-class State(StrEnum):
-    """The states of an agent (DESIGN section 1)."""
-
-    IDLE = "idle"
-    AWAITING_MODEL = "awaiting_model"
-    EXECUTING_TOOLS = "executing_tools"
-    DONE = "done"
-    ABORTED = "aborted"
-    MAX_TURNS = "max_turns"
-    FAILED = "failed"
-
-
-TERMINAL_STATES: frozenset[State] = frozenset(
-    {State.DONE, State.ABORTED, State.MAX_TURNS, State.FAILED}
+from ._messages import (
+    TRUNCATING_STOP_REASONS,
+    AssistantMessage,
+    StopReason,
+    ToolResultMessage,
+    is_known_stop_reason,
 )
-"""States that end a run (not the agent: ``start`` leaves each of them)."""
+from ._states import TERMINAL_STATES, State, Trigger
+
+if TYPE_CHECKING:
+    from ._run import Run
+
+__all__ = ["TERMINAL_STATES", "State", "Trigger"]  # re-exported for the modules that use them
 
 MaxTokensPolicy = Literal["continue", "stop"]
-
-_STATES: dict[str, State] = {state.value: state for state in State}
 
 
 @dataclass(slots=True)
 class LoopData:
-    """What the guards read. The engine fills it in before each trigger.
+    """What the guards read. The run fills it in before each trigger.
 
     Attributes:
         response: the assistant message the model just returned (for ``model_replied``).
-        queued_input: steering or follow-up messages are waiting to be injected.
+        results: the results of the last tool batch, in declaration order.
+        queued_input: steering or follow-up messages are waiting to be delivered.
         continuations: ``pause_turn`` / ``max_tokens`` continuations used in this run.
         max_continuations: the cap on those continuations.
         max_tokens_policy: ``"continue"`` asks the model to go on; ``"stop"`` ends in ``done``.
-        turns: completed turns in this run (a turn is one response plus its tool batch).
+        turns: completed turns in this run (a turn is one response plus its tool batch). At
+            ``model_replied`` the response just received is not counted yet: its turn completes
+            after its tool batch (``tools_finished`` sees it), or when the run goes on or ends
+            without one.
         max_turns: the turn cap.
         keep_going: what the ``should_continue`` hook said after the last turn.
-        terminate: a tool result of the last batch asked to end the run (terminating denial).
+        terminate: a tool call of the last batch was denied with ``terminate=True``.
+        final_result: the first result of the last batch marked ``terminate=True`` (a tool's or an
+            ``after_tool_call`` hook's `ToolResult`): the run ends ``done`` with its text.
+        hook_error: the ``should_continue`` hook raised (its error text).
+        pending: calls of the last batch were deferred and wait for a decision.
     """
 
     response: AssistantMessage | None = None
+    results: tuple[ToolResultMessage, ...] = ()
     queued_input: bool = False
     continuations: int = 0
     max_continuations: int = 3
@@ -67,9 +95,21 @@ class LoopData:
     max_turns: int = 50
     keep_going: bool = True
     terminate: bool = False
+    final_result: ToolResultMessage | None = None
+    hook_error: str | None = None
+    pending: bool = False
 
 
 Guard = Callable[[LoopData], bool]
+"""A guard: a plain synchronous function of the loop's data."""
+Effect = Callable[["Run"], Awaitable[str | None]]
+"""A state's effect: an async function of the run returning the trigger to fire next (a terminal
+state's returns None: the run ends)."""
+Action = Callable[["Run"], None]
+"""A transition's action: a synchronous function of the run, called when the transition fires."""
+
+
+# -- guards ------------------------------------------------------------------------------------
 
 
 def is_refusal(data: LoopData) -> bool:
@@ -77,9 +117,28 @@ def is_refusal(data: LoopData) -> bool:
     return data.response is not None and data.response.stop_reason == StopReason.REFUSAL
 
 
+def unknown_stop_reason(data: LoopData) -> bool:
+    """The response holds tool calls but its stop reason is not one this library knows (a value
+    a provider added later): its calls are not run, since nothing says they are complete."""
+    return (
+        data.response is not None
+        and bool(data.response.tool_calls)
+        and not is_known_stop_reason(data.response.stop_reason)
+    )
+
+
 def has_tool_calls(data: LoopData) -> bool:
-    """The response holds at least one tool call, whatever its stop reason."""
-    return data.response is not None and bool(data.response.tool_calls)
+    """The response holds at least one tool call to run. A response cut by a limit
+    (``max_tokens``) under ``max_tokens_policy="stop"`` is not acted on: its calls are answered
+    as not run and the run ends (no further request)."""
+    response = data.response
+    return (
+        response is not None
+        and bool(response.tool_calls)
+        and not (
+            response.stop_reason in TRUNCATING_STOP_REASONS and data.max_tokens_policy == "stop"
+        )
+    )
 
 
 def can_continue_pause_turn(data: LoopData) -> bool:
@@ -88,6 +147,16 @@ def can_continue_pause_turn(data: LoopData) -> bool:
         data.response is not None
         and data.response.stop_reason == StopReason.PAUSE_TURN
         and data.continuations < data.max_continuations
+    )
+
+
+def continuations_exhausted(data: LoopData) -> bool:
+    """``pause_turn`` with no continuation left (``max_continuations``): the model is still
+    working, so the run stops in ``max_turns`` rather than pretending it answered."""
+    return (
+        data.response is not None
+        and data.response.stop_reason == StopReason.PAUSE_TURN
+        and data.continuations >= data.max_continuations
     )
 
 
@@ -112,9 +181,10 @@ def turn_limit_reached(data: LoopData) -> bool:
 
 
 def turn_limit_before_continuing(data: LoopData) -> bool:
-    """The turn cap is reached and the response would lead to another request (a continuation
-    or queued input): the cap bounds every way a run goes on, not only tool batches."""
-    return data.turns >= data.max_turns and (
+    """The turn this response completes reaches the cap and the response would lead to another
+    request (a continuation or queued input): the cap bounds every way a run goes on, not only
+    tool batches."""
+    return data.turns + 1 >= data.max_turns and (
         can_continue_pause_turn(data) or can_continue_max_tokens(data) or has_queued_input(data)
     )
 
@@ -124,109 +194,160 @@ def terminate_requested(data: LoopData) -> bool:
     return data.terminate
 
 
+def calls_pending(data: LoopData) -> bool:
+    """Calls of the batch were deferred and wait for a person's decision."""
+    return data.pending
+
+
+def result_ends_run(data: LoopData) -> bool:
+    """A result of the batch was marked ``terminate=True`` (and no call was denied with
+    ``terminate=True``, which ends the run ``aborted`` instead)."""
+    return data.final_result is not None and not data.terminate
+
+
+def hook_failed(data: LoopData) -> bool:
+    """The ``should_continue`` hook raised."""
+    return data.hook_error is not None
+
+
+# -- the definition ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StateSpec:
+    """A state and its effect.
+
+    Attributes:
+        name: the state's name (a `State` for the built-in ones).
+        effect: what entering it does; None only for ``idle``.
+        terminal: a run ends here, and so does its work (every call is answered).
+        stops_run: ``run()`` returns here though the work goes on later (``awaiting_approval``);
+            its effect returns None.
+    """
+
+    name: str
+    effect: Effect | None = None
+    terminal: bool = False
+    stops_run: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class TransitionSpec:
-    """One guarded transition: the first spec of a trigger whose guards all pass wins.
+    """One guarded transition: the first spec of a trigger and source whose guards all pass wins.
 
     Attributes:
         trigger: the event name (``start``, ``model_replied``, ...).
         sources: the states it leaves from.
         dest: the state it enters.
         guards: all must be true.
-        label: a short name of the branch, for diagrams and for the engine.
+        label: the branch's name (diagrams, events, the session log, "not run" results); defaults
+            to its guards' names, else ``trigger->dest``.
+        action: called with the `Run` when the transition fires, before the dest's effect.
+        before: place it before the branch of the same trigger with this label.
+        after: place it after the branch of the same trigger with this label. With neither, it
+            goes before every existing branch of its trigger that leaves one of its sources (and
+            last when there is none).
     """
 
     trigger: str
-    sources: tuple[State, ...]
-    dest: State
+    sources: tuple[str, ...]
+    dest: str
     guards: tuple[Guard, ...] = ()
     label: str = ""
+    action: Action | None = None
+    before: str | None = None
+    after: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The label, or a name made from the guards (or ``trigger->dest``)."""
+        if self.label:
+            return self.label
+        if self.guards:
+            return "_and_".join(getattr(g, "__name__", "guard") for g in self.guards)
+        return f"{self.trigger}->{self.dest}"
 
 
-_RUN_START_SOURCES = (State.IDLE, *sorted(TERMINAL_STATES))
-_ACTIVE = (State.AWAITING_MODEL, State.EXECUTING_TOOLS)
+_S = State
+_START_FROM = (_S.IDLE, *sorted(TERMINAL_STATES))
+_ACTIVE = (_S.AWAITING_MODEL, _S.EXECUTING_TOOLS)
+_APPROVAL = (_S.AWAITING_APPROVAL,)
+_T = TransitionSpec
 
-TRANSITIONS: tuple[TransitionSpec, ...] = (
-    TransitionSpec("start", _RUN_START_SOURCES, State.AWAITING_MODEL, label="start"),
-    TransitionSpec("model_replied", (State.AWAITING_MODEL,), State.DONE, (is_refusal,), "refusal"),
-    TransitionSpec(
-        "model_replied",
-        (State.AWAITING_MODEL,),
-        State.EXECUTING_TOOLS,
-        (has_tool_calls,),
-        "tool_calls",
-    ),
-    TransitionSpec(
-        "model_replied",
-        (State.AWAITING_MODEL,),
-        State.MAX_TURNS,
-        (turn_limit_before_continuing,),
-        "turn_limit",
-    ),
-    TransitionSpec(
-        "model_replied",
-        (State.AWAITING_MODEL,),
-        State.AWAITING_MODEL,
-        (can_continue_pause_turn,),
-        "pause_turn",
-    ),
-    TransitionSpec(
-        "model_replied",
-        (State.AWAITING_MODEL,),
-        State.AWAITING_MODEL,
-        (can_continue_max_tokens,),
-        "max_tokens",
-    ),
-    TransitionSpec(
-        "model_replied",
-        (State.AWAITING_MODEL,),
-        State.AWAITING_MODEL,
-        (has_queued_input,),
-        "queued_input",
-    ),
-    TransitionSpec("model_replied", (State.AWAITING_MODEL,), State.DONE, label="final_answer"),
-    TransitionSpec(
-        "tools_finished",
-        (State.EXECUTING_TOOLS,),
-        State.MAX_TURNS,
-        (turn_limit_reached,),
-        "turn_limit",
-    ),
-    TransitionSpec(
-        "tools_finished",
-        (State.EXECUTING_TOOLS,),
-        State.ABORTED,
-        (terminate_requested,),
-        "terminated",
-    ),
-    TransitionSpec(
-        "tools_finished", (State.EXECUTING_TOOLS,), State.AWAITING_MODEL, label="next_turn"
-    ),
-    TransitionSpec("abort", _ACTIVE, State.ABORTED, label="abort"),
-    TransitionSpec("fail", (State.AWAITING_MODEL,), State.FAILED, label="fail"),
+STATES: tuple[StateSpec, ...] = (
+    StateSpec(_S.IDLE),
+    StateSpec(_S.AWAITING_MODEL, fx.request_model),
+    StateSpec(_S.EXECUTING_TOOLS, fx.run_tools),
+    StateSpec(_S.AWAITING_APPROVAL, fx.await_decisions, stops_run=True),
+    StateSpec(_S.DONE, fx.settle, terminal=True),
+    StateSpec(_S.ABORTED, fx.settle, terminal=True),
+    StateSpec(_S.MAX_TURNS, fx.settle, terminal=True),
+    StateSpec(_S.FAILED, fx.settle, terminal=True),
 )
+
+# fmt: off
+TRANSITIONS: tuple[TransitionSpec, ...] = (
+    # trigger              sources                dest                 guards                             label             action
+    _T(Trigger.START,          _START_FROM,           _S.AWAITING_MODEL,   (),                                "start"),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (is_refusal,),                     "refusal",        fx.answer_refused),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (unknown_stop_reason,),            "unknown_stop_reason", fx.answer_unknown_stop_reason),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.EXECUTING_TOOLS,  (has_tool_calls,),                 "tool_calls"),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (turn_limit_before_continuing,),   "turn_limit",     fx.note_turn_limit),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (can_continue_pause_turn,),        "pause_turn",     fx.continue_paused),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (continuations_exhausted,),        "continuation_limit", fx.note_continuation_limit),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (can_continue_max_tokens,),        "max_tokens",     fx.continue_truncated),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (has_queued_input,),               "queued_input",   fx.deliver_queued),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (),                                "final_answer",   fx.note_final_answer),
+    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_APPROVAL,(calls_pending,),                  "deferred"),
+    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.DONE,             (result_ends_run,),                "terminating_result", fx.note_terminating_result),
+    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.MAX_TURNS,        (turn_limit_reached,),             "turn_limit",     fx.note_turn_limit),
+    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.ABORTED,          (terminate_requested,),            "terminated",     fx.note_terminated),
+    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.FAILED,           (hook_failed,),                    "hook_failed",    fx.note_hook_failed),
+    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_MODEL,   (),                                "next_turn",      fx.deliver_steering),
+    _T(Trigger.DECIDED,        _APPROVAL,             _S.EXECUTING_TOOLS,  (),                                "decided"),
+    _T(Trigger.ABORT,          _ACTIVE,               _S.ABORTED,          (),                                "abort",          fx.note_abort),
+    _T(Trigger.ABORT,          _APPROVAL,             _S.ABORTED,          (),                                "abort_pending",  fx.answer_pending),
+    _T(Trigger.FAIL,           _ACTIVE,               _S.FAILED,           (),                                "fail"),
+)
+# fmt: on
+
+_ESCAPES = (Trigger.ABORT, Trigger.FAIL)
+"""Triggers that leave every active state (a user's state gets them when it is added)."""
 
 
 def validate_definition(
-    states: Iterable[State], transitions: Iterable[TransitionSpec], initial: State = State.IDLE
+    states: Iterable[StateSpec | State | str],
+    transitions: Iterable[TransitionSpec],
+    initial: str = State.IDLE,
 ) -> None:
     """Check a machine definition before it is built.
 
     Raises:
-        MachineDefinitionError: a state is unreachable from ``initial``, a state has no way out, or
-            a transition names an unknown state. The message lists every problem.
+        MachineDefinitionError: listing every problem: a transition naming an unknown state, a
+            transition into a non-terminal state that has no effect, a transition that can never
+            fire because an earlier unguarded one of the same trigger and source shadows it, a
+            state unreachable from ``initial``, a state with no way out.
     """
-    states = list(states)
+    specs_by_name = {str(s.name): s for s in (_as_state_spec(x) for x in states)}
     specs = list(transitions)
-    known = set(states)
+    initial = str(initial)
     problems: list[str] = []
-    edges: dict[State, set[State]] = {state: set() for state in states}
+    edges: dict[str, set[str]] = {name: set() for name in specs_by_name}
     for spec in specs:
-        for state in (*spec.sources, spec.dest):
-            if state not in known:
-                problems.append(f"transition {spec.trigger!r} names unknown state {state!r}")
+        for name in map(str, (*spec.sources, spec.dest)):
+            if name not in specs_by_name:
+                problems.append(
+                    f"transition {spec.name!r} ({spec.trigger}) names unknown state {name!r}"
+                )
+        dest = specs_by_name.get(str(spec.dest))
+        if dest is not None and not dest.terminal and dest.effect is None:
+            problems.append(
+                f"transition {spec.name!r} enters {str(spec.dest)!r}, a state with no effect (add "
+                "the state with an effect: an async function of the run returning the next trigger)"
+            )
         for source in spec.sources:
-            edges.setdefault(source, set()).add(spec.dest)
+            edges.setdefault(str(source), set()).add(str(spec.dest))
+    problems += _shadowing(specs)
     reached = {initial}
     frontier = [initial]
     while frontier:
@@ -235,25 +356,52 @@ def validate_definition(
                 reached.add(nxt)
                 frontier.append(nxt)
     problems += [
-        f"state {s.value!r} is unreachable from {initial.value!r}"
-        for s in states
-        if s not in reached
+        f"state {n!r} is unreachable from {initial!r}" for n in specs_by_name if n not in reached
     ]
     problems += [
-        f"state {s.value!r} is a dead end (no transition leaves it)"
-        for s in states
-        if not edges.get(s)
+        f"state {n!r} has no way out (no transition leaves it)"
+        for n in specs_by_name
+        if not edges.get(n)
     ]
     if problems:
         raise MachineDefinitionError("invalid state machine:\n" + "\n".join(problems))
 
 
+def _shadowing(specs: Sequence[TransitionSpec]) -> list[str]:
+    """Branches that can never fire: after an unguarded branch of the same trigger and source."""
+    problems = []
+    first_unguarded: dict[tuple[str, str], TransitionSpec] = {}
+    hidden: dict[tuple[str, str], list[str]] = {}
+    for spec in specs:
+        for source in spec.sources:
+            key = (str(spec.trigger), str(source))
+            if key in first_unguarded:
+                hidden.setdefault(key, []).append(spec.name)
+            elif not spec.guards:
+                first_unguarded[key] = spec
+    for (trigger, source), names in hidden.items():
+        blocker = first_unguarded[(trigger, source)]
+        problems.append(
+            f"transition {blocker.name!r} ({trigger} from {source!r}) has no guard, so the "
+            f"branches after it can never fire: {', '.join(repr(n) for n in names)} (give it a "
+            "guard, or place it after them with after=...)"
+        )
+    return problems
+
+
+def _as_state_spec(state: StateSpec | State | str) -> StateSpec:
+    if isinstance(state, StateSpec):
+        return state
+    builtin = {s.name: s for s in STATES}
+    return builtin.get(str(state), StateSpec(str(state)))
+
+
 class _Holder:
     """The object `transitions` drives; its ``state`` attribute is the agent's state."""
 
-    def __init__(self) -> None:
-        self.state = State.IDLE.value
-        self.fired = ""
+    def __init__(self, state: str = State.IDLE.value) -> None:
+        self.state = state
+        self.fired: TransitionSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,139 +409,277 @@ class Fired:
     """A transition that happened."""
 
     trigger: str
-    source: State
-    dest: State
+    source: State | str
+    dest: State | str
     label: str
-
-
-@dataclass(slots=True)
-class _Extras:
-    enter: dict[State, list[Callable[[LoopData], None]]] = field(default_factory=dict)
+    spec: TransitionSpec = field(repr=False, compare=False)
 
 
 class LoopMachine:
-    """The agent loop's state machine: a synchronous `transitions.Machine` over `TRANSITIONS`.
+    """The agent loop's state machine: a synchronous `transitions.Machine` over a definition
+    (`STATES` and `TRANSITIONS` plus what a user added).
 
     Args:
-        extra_transitions: transitions to add; each is tried before the built-in ones of its trigger.
+        extra_transitions: transitions to add, each placed as `add_transition` places it.
 
     Raises:
-        MachineDefinitionError: the definition has an unreachable state or a dead end.
+        MachineDefinitionError: the definition is invalid (see `validate_definition`).
     """
 
     def __init__(self, extra_transitions: Iterable[TransitionSpec] = ()) -> None:
-        self.specs: list[TransitionSpec] = [*extra_transitions, *TRANSITIONS]
-        validate_definition(State, self.specs)
+        self.states: dict[str, StateSpec] = {str(s.name): s for s in STATES}
+        self.specs: list[TransitionSpec] = list(TRANSITIONS)
+        self._callbacks: dict[str, tuple[list[Callable[[LoopData], None]], list[Any]]] = {}
         self._holder = _Holder()
-        self._machine = Machine(
+        self._machine: Machine | None = None
+        self._compiled: _Compiled | None = None
+        for spec in extra_transitions:
+            self.specs = _placed(self.specs, spec)
+        validate_definition(self.states.values(), self.specs)
+        self._build()
+
+    def _build(self) -> None:
+        current = self._holder.state
+        self._holder = _Holder(current)  # a fresh model: `transitions` binds methods onto it
+        machine = Machine(
             model=self._holder,
-            states=[state.value for state in State],
-            initial=State.IDLE.value,
+            states=[str(name) for name in self.states],
+            initial=current,
             auto_transitions=False,
             ignore_invalid_triggers=False,
         )
         for spec in self.specs:
-            self._add(spec)
-
-    def _add(self, spec: TransitionSpec, *, first: bool = False) -> None:
-        label = spec.label or f"{spec.trigger}->{spec.dest.value}"
-
-        def note(*_args: Any) -> None:
-            self._holder.fired = label
-
-        for source in spec.sources:
-            self._machine.add_transition(
-                spec.trigger,
-                source.value,
-                spec.dest.value,
-                conditions=list(spec.guards),
-                after=[note],
-            )
-            if first:
-                bucket = self._machine.events[spec.trigger].transitions[source.value]
-                bucket.insert(0, bucket.pop())
+            note = _noter(self._holder, spec)
+            for source in spec.sources:
+                machine.add_transition(
+                    str(spec.trigger),
+                    str(source),
+                    str(spec.dest),
+                    conditions=list(spec.guards),
+                    after=[note],
+                )
+        for name, (enter, exit_) in self._callbacks.items():
+            name = str(name)
+            for callback in enter:
+                machine.get_state(name).add_callback("enter", callback)
+            for callback in exit_:
+                machine.get_state(name).add_callback("exit", callback)
+        self._machine = machine
+        self._compiled = (
+            _compile(machine)
+            if not any(enter or exit_ for enter, exit_ in self._callbacks.values())
+            else None
+        )
 
     @property
-    def state(self) -> State:
-        """The current state."""
-        return _STATES[self._holder.state]
+    def state(self) -> State | str:
+        """The current state (a `State`, or the name of a state a user added)."""
+        name = self._holder.state
+        return _BUILTIN.get(name, name)
+
+    def is_terminal(self, state: str) -> bool:
+        """``state`` ends a run."""
+        return self.states[state].terminal
+
+    def stops_run(self, state: str) -> bool:
+        """``run()`` returns in ``state`` (a terminal state, or ``awaiting_approval``)."""
+        spec = self.states[state]
+        return spec.terminal or spec.stops_run
 
     def fire(self, trigger: str, data: LoopData) -> Fired:
         """Run ``trigger`` with the guards reading ``data``.
+
+        Without enter/exit callbacks, the transition is picked from a table compiled from the
+        `transitions` machine when it was built (the same branches in the same order, the same
+        guards; the machine's state is set as its own ``trigger`` would): `transitions`'
+        per-trigger bookkeeping and debug logging cost more than the rest of a turn. With
+        callbacks, the library's own ``trigger`` runs them.
 
         Raises:
             MachineDefinitionError: no transition of ``trigger`` leaves the current state, or none of
                 their guards passed (a hole in the definition, i.e. a bug).
         """
-        source = self.state
-        self._holder.fired = ""
-        event = self._machine.events.get(trigger)
+        compiled = self._compiled
+        if compiled is not None:
+            source = self._holder.state
+            branches = compiled.get((trigger, source))
+            if branches is not None:
+                for guards, spec, dest in branches:
+                    for guard in guards:
+                        if not guard(data):
+                            break
+                    else:
+                        self._holder.state = dest
+                        return Fired(
+                            str(trigger),
+                            _BUILTIN.get(source, source),
+                            _BUILTIN.get(dest, dest),
+                            spec.name,
+                            spec,
+                        )
+                raise MachineDefinitionError(
+                    f"no guard of trigger {trigger!r} passed in state {source!r}"
+                )
+        return self.fire_library(trigger, data)
+
+    def fire_library(self, trigger: str, data: LoopData) -> Fired:
+        """`fire` through `transitions`' own ``trigger`` (what the compiled table must equal).
+
+        Raises:
+            MachineDefinitionError: as `fire`.
+        """
+        assert self._machine is not None
+        source = self._holder.state
+        event = self._machine.events.get(str(trigger))
         if event is None:
             raise MachineDefinitionError(f"unknown trigger {trigger!r}")
         try:
             moved = event.trigger(self._holder, data)
         except MachineError as exc:
             raise MachineDefinitionError(
-                f"trigger {trigger!r} cannot leave state {source.value!r}"
+                f"trigger {trigger!r} cannot leave state {source!r}"
             ) from exc
-        if not moved:
+        spec = self._holder.fired
+        if not moved or spec is None:
             raise MachineDefinitionError(
-                f"no guard of trigger {trigger!r} passed in state {source.value!r}"
+                f"no guard of trigger {trigger!r} passed in state {source!r}"
             )
-        return Fired(trigger, source, _STATES[self._holder.state], self._holder.fired)
+        self._holder.fired = None
+        dest = str(spec.dest)
+        return Fired(
+            str(trigger), _BUILTIN.get(source, source), _BUILTIN.get(dest, dest), spec.name, spec
+        )
 
-    def add_transition(self, spec: TransitionSpec) -> None:
-        """Add a transition, tried before the built-in ones of its trigger.
+    def add_state(self, name: str, effect: Effect) -> None:
+        """Add a non-terminal state whose ``effect`` (an async function of the `Run` returning
+        the next trigger) runs each time it is entered. Add the transitions into and out of it
+        with `add_transition`; ``abort`` and ``fail`` leave it like any active state.
 
         Raises:
-            MachineDefinitionError: the definition would become invalid.
+            MachineDefinitionError: the name is taken, or ``effect`` is not callable.
         """
-        validate_definition(State, [spec, *self.specs])
-        self.specs.insert(0, spec)
-        self._add(spec, first=True)
+        if name in self.states:
+            raise MachineDefinitionError(f"a state named {name!r} already exists")
+        if not callable(effect):
+            raise MachineDefinitionError(f"state {name!r} needs an effect (an async function)")
+        self.states[name] = StateSpec(name, effect)
+        self.specs = [
+            replace(s, sources=(*s.sources, name))
+            if s.trigger in _ESCAPES and s.label in _ESCAPES
+            else s
+            for s in self.specs
+        ]
+        self._build()  # not validated yet: a new state has no way in until a transition enters it
 
-    def add_guard(self, trigger: str, dest: State, guard: Guard) -> None:
+    def add_transition(self, spec: TransitionSpec) -> None:
+        """Add a transition. It goes before the branch labelled ``spec.before`` or after the one
+        labelled ``spec.after`` (same trigger); with neither, before every existing branch of its
+        trigger from the same sources (so later additions are tried first: say where instead).
+
+        Raises:
+            MachineDefinitionError: the definition would become invalid (naming the offending
+                specs: unknown states, a state with no effect, shadowed branches, ...); the
+                machine is unchanged.
+        """
+        specs = _placed(self.specs, spec)
+        validate_definition(self.states.values(), specs)
+        self.specs = specs
+        self._build()
+
+    def add_guard(self, trigger: str, dest: str, guard: Guard) -> None:
         """Add ``guard`` to every transition of ``trigger`` into ``dest``.
 
         Raises:
             MachineDefinitionError: no such transition exists.
         """
-        found = False
-        for source_transitions in self._machine.events[trigger].transitions.values():
-            for transition in source_transitions:
-                if transition.dest == dest.value:
-                    transition.conditions.append(Condition(guard))
-                    found = True
-        if not found:
-            raise MachineDefinitionError(f"no transition {trigger!r} -> {dest.value!r}")
+        if not any(s.trigger == trigger and s.dest == dest for s in self.specs):
+            raise MachineDefinitionError(f"no transition {trigger!r} -> {dest!r}")
         self.specs = [
-            TransitionSpec(s.trigger, s.sources, s.dest, (*s.guards, guard), s.label)
-            if s.trigger == trigger and s.dest == dest
-            else s
+            replace(s, guards=(*s.guards, guard)) if s.trigger == trigger and s.dest == dest else s
             for s in self.specs
         ]
+        self._build()
 
-    def restore(self, state: State) -> None:
+    def restore(self, state: str) -> None:
         """Put the machine in ``state`` without a transition (resuming a saved session).
 
         Raises:
-            MachineDefinitionError: ``state`` is not ``idle`` or terminal (a run cannot be resumed
-                mid-flight).
+            MachineDefinitionError: ``state`` is not ``idle``, terminal or ``awaiting_approval`` (a
+                run cannot be resumed mid-flight).
         """
-        if state is not State.IDLE and state not in TERMINAL_STATES:
-            raise MachineDefinitionError(f"cannot restore the mid-run state {state.value!r}")
-        self._machine.set_state(state.value, model=self._holder)
+        spec = self.states.get(state, StateSpec(state))
+        if state != State.IDLE and not (spec.terminal or spec.stops_run):
+            raise MachineDefinitionError(f"cannot restore the mid-run state {state!r}")
+        assert self._machine is not None
+        self._machine.set_state(str(state), model=self._holder)
 
-    def on_enter(self, state: State, callback: Callable[[LoopData], None]) -> None:
+    def on_enter(self, state: str, callback: Callable[[LoopData], None]) -> None:
         """Call ``callback(data)`` each time ``state`` is entered (synchronously; no I/O)."""
-        self._machine.get_state(state.value).add_callback("enter", callback)
+        self._callbacks.setdefault(str(state), ([], []))[0].append(callback)
+        self._build()
 
-    def on_exit(self, state: State, callback: Callable[[LoopData], None]) -> None:
+    def on_exit(self, state: str, callback: Callable[[LoopData], None]) -> None:
         """Call ``callback(data)`` each time ``state`` is left (synchronously; no I/O)."""
-        self._machine.get_state(state.value).add_callback("exit", callback)
+        self._callbacks.setdefault(str(state), ([], []))[1].append(callback)
+        self._build()
 
-    # Added for the diagram renderer (issue 5): user callbacks are drawn by name.
-    def state_callbacks(self, state: State) -> tuple[list[Any], list[Any]]:
+    def state_callbacks(self, state: str) -> tuple[list[Any], list[Any]]:
         """The callbacks added with `on_enter` and `on_exit` for ``state``: ``(enter, exit)``."""
-        machine_state = self._machine.get_state(state.value)
-        return list(machine_state.on_enter), list(machine_state.on_exit)
+        enter, exit_ = self._callbacks.get(str(state), ([], []))
+        return list(enter), list(exit_)
+
+
+_BUILTIN: dict[str, State] = {state.value: state for state in State}
+
+
+def _noter(holder: _Holder, spec: TransitionSpec) -> Callable[..., None]:
+    def note(*_args: Any) -> None:
+        holder.fired = spec
+
+    note.spec = spec  # type: ignore[attr-defined]  # read by `_compile`
+    return note
+
+
+_Compiled = dict[tuple[str, str], list[tuple[tuple[Guard, ...], TransitionSpec, str]]]
+
+
+def _compile(machine: Machine) -> _Compiled:
+    """The branches of each (trigger, source) in `transitions`' order: each one's guards (its
+    conditions, all of which must be true), its spec and its destination."""
+    table: _Compiled = {}
+    for trigger, event in machine.events.items():
+        for source, transitions in event.transitions.items():
+            branches = table.setdefault((trigger, source), [])
+            for transition in transitions:
+                if not all(c.target for c in transition.conditions):
+                    return {}  # a shape the table does not model: use the library's trigger
+                spec = next(f.spec for f in transition.after if hasattr(f, "spec"))
+                guards = tuple(cast(Guard, c.func) for c in transition.conditions)
+                branches.append((guards, spec, str(transition.dest)))
+    return table
+
+
+def _placed(specs: list[TransitionSpec], spec: TransitionSpec) -> list[TransitionSpec]:
+    """``specs`` with ``spec`` inserted where its ``before``/``after`` say (see `add_transition`).
+
+    Raises:
+        MachineDefinitionError: ``before``/``after`` names no branch of the trigger, or both given.
+    """
+    if spec.before and spec.after:
+        raise MachineDefinitionError(f"transition {spec.name!r}: give before= or after=, not both")
+    same = [i for i, s in enumerate(specs) if s.trigger == spec.trigger]
+    anchor = spec.before or spec.after
+    if anchor is None:
+        sources = set(map(str, spec.sources))
+        rivals = [i for i in same if sources & set(map(str, specs[i].sources))]
+        index = rivals[0] if rivals else len(specs)
+    else:
+        matches = [i for i in same if specs[i].name == anchor]
+        if not matches:
+            labels = ", ".join(repr(specs[i].name) for i in same) or "none"
+            raise MachineDefinitionError(
+                f"transition {spec.name!r}: no {spec.trigger!r} branch is labelled {anchor!r} "
+                f"(its branches: {labels})"
+            )
+        index = matches[0] if spec.before else matches[-1] + 1
+    return [*specs[:index], spec, *specs[index:]]

@@ -34,10 +34,22 @@ class StopReason(StrEnum):
 
 _KNOWN_STOP_REASONS = {reason.value: reason for reason in StopReason}
 
+
+def is_known_stop_reason(value: str | None) -> bool:
+    """``value`` is a `StopReason` (None, a missing stop reason, counts as known)."""
+    return value is None or value in _KNOWN_STOP_REASONS
+
+
 TRUNCATING_STOP_REASONS = frozenset(
     {StopReason.MAX_TOKENS, StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED}
 )
 """Stop reasons of a response cut short by a limit (continued or reported as truncated)."""
+
+CONTINUE_PROMPT = (
+    "Your response was cut off by the output token limit. Continue exactly where you stopped."
+)
+"""The user message the engine sends after a truncated response (``max_tokens_policy="continue"``);
+`RunResult.text` joins the text around it into one answer."""
 
 
 def _coerce_stop_reason(value: str | None) -> str | None:
@@ -89,10 +101,18 @@ class Usage(_Model):
 
 
 class TextBlock(_Model):
-    """Plain text."""
+    """Text, as the model streamed it (whitespace-only blocks included).
+
+    Attributes:
+        text: the text.
+        citations: the provider's citations of this text (e.g. Anthropic ``web_search_result_location``
+            objects with ``url``, ``title``, ``cited_text``, ``encrypted_index``), kept verbatim in
+            the order received and sent back unchanged; None when the block has none.
+    """
 
     type: Literal["text"] = "text"
     text: str
+    citations: list[dict[str, Any]] | None = None
 
 
 class ThinkingBlock(_Model):

@@ -1,24 +1,33 @@
 """Turning a model's stream into a response the engine can act on.
 
+`request_response` sends one request with the engine's retries, under the run's abort scope;
 `consume` reads a `Model` stream, passing deltas on as events and keeping the streamed text in a
-`Partial` (what an aborted response keeps); `normalize` makes a finished response safe to act on.
+`Partial` (what an aborted response keeps); `normalize` makes a finished response safe to act on
+without changing what the model said.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 
+from ._cancel import AbortSignal, abort_scope, cancelling
 from ._errors import ModelError, ModelRetryableError
-from ._events import Event, MessageDelta, MessageStart
+from ._events import Event, MessageDelta, MessageStart, ModelRetry
 from ._messages import (
     TRUNCATING_STOP_REASONS,
     AssistantMessage,
+    ContentBlock,
     Message,
     StopReason,
     TextBlock,
     ToolCallBlock,
 )
 from .models._base import (
+    Model,
+    ModelRequest,
     ResponseComplete,
     ResponseStart,
     StreamEvent,
@@ -26,6 +35,8 @@ from .models._base import (
     ThinkingDelta,
     ToolCallDelta,
 )
+
+logger = logging.getLogger("statemachine_agent")
 
 
 class Partial:
@@ -38,14 +49,94 @@ class Partial:
         self.model: str | None = None
 
     def message(self, reason: str) -> AssistantMessage:
-        """The aborted assistant message: the streamed text, never a partial tool call."""
-        blocks = [TextBlock(text="".join(parts)) for _, parts in sorted(self.texts.items())]
+        """The aborted assistant message: the streamed text blocks as streamed, never a partial
+        tool call (blank ones are dropped when a request is built, see `is_blank_text`)."""
+        blocks: list[ContentBlock] = [
+            TextBlock(text="".join(parts)) for _, parts in sorted(self.texts.items())
+        ]
         return AssistantMessage(
-            content=[b for b in blocks if b.text.strip()],
+            content=blocks,
             stop_reason=StopReason.ABORTED,
             model=self.model,
             error=reason,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFailed:
+    """The request failed for good; ``message`` is the run's error text."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestAborted:
+    """The run was aborted during the request; ``partial`` is what had streamed."""
+
+    partial: AssistantMessage
+
+
+async def request_response(
+    model: Model,
+    request: ModelRequest,
+    *,
+    signal: AbortSignal,
+    used_ids: set[str],
+    emit: Callable[[Event], None],
+    listening: Callable[[], bool],
+    retries: int,
+    backoff_seconds: float,
+    on_cancel: Callable[[AssistantMessage], None],
+) -> AssistantMessage | RequestFailed | RequestAborted:
+    """Send ``request`` and return the normalized response, retrying a `ModelRetryableError` up
+    to ``retries`` times (the delay starts at ``backoff_seconds`` and doubles).
+
+    The stream is read in the caller's task under `abort_scope`: an abort cancels it at once and
+    the streamed text is returned as `RequestAborted`. A model's own failure is `RequestFailed`
+    with a message saying how many requests were made (the provider's own retries included).
+
+    Raises:
+        asyncio.CancelledError: the task was cancelled; ``on_cancel`` got the partial response
+            first.
+    """
+    attempt = 0
+    requests_made = 0
+    error: BaseException
+    while True:
+        attempt += 1
+        partial = Partial()
+        try:
+            async with abort_scope(signal) as scope:
+                message = await consume(model.stream(request), partial, used_ids, emit, listening)
+            if not scope.aborted:
+                return message
+            return RequestAborted(partial.message(signal.reason or "aborted"))
+        except asyncio.CancelledError as exc:
+            if cancelling():
+                on_cancel(partial.message("the task running the agent was cancelled"))
+                raise
+            if signal.aborted:  # a model that stopped on the abort by raising
+                return RequestAborted(partial.message(signal.reason or "aborted"))
+            error = exc  # the model's own CancelledError (nothing cancelled the run): a failure
+        except Exception as exc:
+            error = exc
+        requests_made += error.attempts if isinstance(error, ModelError) else 1
+        if isinstance(error, ModelRetryableError) and attempt <= retries:
+            delay = backoff_seconds * 2 ** (attempt - 1)
+            emit(ModelRetry(attempt, delay, str(error)))
+            async with abort_scope(signal) as scope:
+                await asyncio.sleep(delay)
+            if scope.aborted:
+                return RequestAborted(Partial().message(signal.reason or "aborted"))
+            continue
+        if isinstance(error, ModelError):
+            status = f", HTTP {error.status_code}" if error.status_code else ""
+            return RequestFailed(
+                f"Model request failed ({error.kind}{status}) after {requests_made} attempt(s): "
+                f"{error.message}"
+            )
+        logger.error("model %r raised", model, exc_info=error)
+        return RequestFailed(f"Model request failed: {type(error).__name__}: {error}")
 
 
 async def consume(
@@ -99,8 +190,10 @@ def refusal_text(response: AssistantMessage) -> str:
 
 
 def normalize(message: AssistantMessage, used_ids: set[str]) -> AssistantMessage:
-    """Make a response safe to act on: drop blank text blocks and mark a trailing tool call cut
-    off by the token limit as truncated.
+    """Make a response safe to act on: mark a trailing tool call cut off by the token limit as
+    truncated. Every other block is kept as the model sent it, whitespace-only text included (the
+    stored response is what the model said; blank text is removed only when a request is built,
+    see ``_protocol.is_blank_text``).
 
     Raises:
         ModelError: the response reuses a tool-call id (invariant 3); acting on it would corrupt
@@ -108,9 +201,6 @@ def normalize(message: AssistantMessage, used_ids: set[str]) -> AssistantMessage
     """
     content = message.content
     changed = False
-    if any(isinstance(b, TextBlock) and not b.text.strip() for b in content):
-        content = [b for b in content if not (isinstance(b, TextBlock) and not b.text.strip())]
-        changed = True
     last = content[-1] if content else None
     if (
         message.stop_reason in TRUNCATING_STOP_REASONS

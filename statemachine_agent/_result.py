@@ -5,8 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._machine import State
-from ._messages import AssistantMessage, Message, ToolResultMessage, Usage
+from ._hooks import PendingCall
+from ._messages import (
+    CONTINUE_PROMPT,
+    TRUNCATING_STOP_REASONS,
+    AssistantMessage,
+    Message,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from ._states import State
 
 
 @dataclass(frozen=True)
@@ -14,7 +23,8 @@ class RunResult:
     """The outcome of one run.
 
     Attributes:
-        state: the terminal state: ``done``, ``aborted``, ``max_turns`` or ``failed``.
+        state: where the run stopped: ``done``, ``aborted``, ``max_turns``, ``failed``, or
+            ``awaiting_approval`` (calls wait for a decision: see ``pending``).
         messages: the whole history after the run.
         new_messages: the messages this run added (the prompt included).
         turns: model responses in this run (a continued run keeps counting).
@@ -22,6 +32,11 @@ class RunResult:
         stop_reason: the stop reason of the last response.
         error: why the run did not end ``done`` (or what to know about how it did), else None.
         refusal: the provider's refusal details (category, explanation) when the model refused.
+        pending: in ``awaiting_approval``, the deferred calls waiting for a decision (id, tool
+            name, arguments, reason), in declaration order; empty otherwise.
+        final_text: the text of the tool result that ended the run (``terminate=True``), if one
+            did; `text` returns it.
+        run_id: the run's id (the ``run_id`` of its events; see `RunHandle`).
     """
 
     state: State
@@ -32,22 +47,46 @@ class RunResult:
     stop_reason: str | None = None
     error: str | None = None
     refusal: dict[str, Any] | None = None
+    pending: tuple[PendingCall, ...] = ()
+    final_text: str | None = field(default=None, repr=False)
+    run_id: str = ""
 
     @property
     def text(self) -> str:
-        """The final answer: the text of the run's last response (joined with the parts of a
-        ``pause_turn`` continuation before it)."""
+        """The final answer, exactly as streamed: the text of the run's last response joined with
+        the responses it continues (a ``pause_turn`` continuation, and a response cut by
+        ``max_tokens`` that the engine asked to continue), whitespace-only blocks included; or the
+        text of the tool result marked ``terminate=True`` that ended the run."""
+        if self.final_text is not None:
+            return self.final_text
         messages = self.new_messages
         i = len(messages) - 1
         while i >= 0 and isinstance(messages[i], ToolResultMessage):
             i -= 1
         parts: list[str] = []
-        while i >= 0 and isinstance(messages[i], AssistantMessage):
-            parts.append(messages[i].text)
-            i -= 1
+        while i >= 0:
+            message = messages[i]
+            if isinstance(message, AssistantMessage):
+                parts.append(message.text)
+                i -= 1
+            elif _is_continuation(messages, i):
+                i -= 1  # the engine's "continue" prompt: the answer goes on across it
+            else:
+                break
         return "".join(reversed(parts))
 
     @property
     def ok(self) -> bool:
         """The run ended ``done``."""
         return self.state is State.DONE
+
+
+def _is_continuation(messages: list[Message], i: int) -> bool:
+    """``messages[i]`` is the engine's prompt after a truncated response without tool calls."""
+    message, before = messages[i], messages[i - 1] if i > 0 else None
+    return (
+        isinstance(message, UserMessage)
+        and message.text == CONTINUE_PROMPT
+        and isinstance(before, AssistantMessage)
+        and before.stop_reason in TRUNCATING_STOP_REASONS
+    )

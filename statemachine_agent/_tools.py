@@ -11,7 +11,6 @@ import contextvars
 import functools
 import inspect
 import re
-import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,10 +20,11 @@ import docstring_parser
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
+from ._cancel import AbortSignal
 from ._errors import ToolDefinitionError
 from ._messages import ImageBlock, TextBlock
 
-_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_NAME_RE = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # the providers' rule for a tool name
 
 # Sync tools get their own pool: asyncio's default one has min(32, cpus + 4) workers (6 on two
 # cores), which would silently serialise a larger parallel batch of blocking tools. Threads are
@@ -33,87 +33,6 @@ SYNC_TOOL_WORKERS = 64
 _sync_tool_pool = ThreadPoolExecutor(
     SYNC_TOOL_WORKERS, thread_name_prefix="statemachine-agent-tool"
 )
-
-
-class AbortSignal:
-    """Set when the run is aborted. Tools should check it and stop early.
-
-    Readable from any thread (sync tools run in a worker thread).
-    """
-
-    def __init__(self) -> None:
-        self._aborted = False
-        self.reason: str | None = None
-        self._callbacks: list[Callable[[], None]] = []
-        self._lock = threading.Lock()
-
-    @property
-    def aborted(self) -> bool:
-        """True once the run has been aborted."""
-        return self._aborted
-
-    def set(self, reason: str | None = None) -> None:
-        """Abort (idempotent). Call from the event loop's thread."""
-        if self._aborted:
-            return
-        self._aborted = True
-        self.reason = reason
-        with self._lock:
-            callbacks = list(self._callbacks)
-        for callback in callbacks:
-            callback()
-
-    def add_callback(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback()`` on abort; returns a function that removes it."""
-        with self._lock:
-            self._callbacks.append(callback)
-
-        def remove() -> None:
-            with self._lock:
-                if callback in self._callbacks:
-                    self._callbacks.remove(callback)
-
-        return remove
-
-    def arm(self, scope: asyncio.Timeout, after_seconds: float = 0.0) -> Callable[[], None]:
-        """Make ``scope`` (an ``asyncio.timeout(None)``) expire ``after_seconds`` after an abort,
-        cancelling the block it guards; leaving it then raises `TimeoutError` and
-        ``scope.expired()`` is true. Returns the function that disarms it.
-        """
-        loop = asyncio.get_running_loop()
-
-        def on_abort() -> None:
-            if scope.when() is None:
-                scope.reschedule(loop.time() + after_seconds)
-
-        remove = self.add_callback(on_abort)
-        if self._aborted:
-            on_abort()
-        return remove
-
-    def future(self) -> asyncio.Future[None]:
-        """A future resolved on abort (already resolved if aborted)."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self._aborted:
-            fut.set_result(None)
-            return fut
-
-        def wake() -> None:
-            if not fut.done():
-                fut.set_result(None)
-
-        remove = self.add_callback(wake)
-        fut.add_done_callback(lambda _fut: remove())  # a cancelled waiter does not linger
-        return fut
-
-    async def wait(self) -> None:
-        """Return once the run is aborted."""
-        await self.future()
-
-    def raise_if_aborted(self) -> None:
-        """Raise `asyncio.CancelledError` if the run was aborted (for cooperative tools)."""
-        if self._aborted:
-            raise asyncio.CancelledError(self.reason or "aborted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,11 +62,15 @@ class ToolResult:
         content: text or blocks the model reads.
         is_error: report a failure the model should act on.
         details: structured data for the application, not sent to the model.
+        terminate: end the run once the batch has its results: the run ends ``done`` and this
+            result's text is the run's final answer (``RunResult.text``); no further model
+            request is sent. The other calls of the batch keep their results.
     """
 
     content: str | list[TextBlock | ImageBlock]
     is_error: bool = False
     details: Any = None
+    terminate: bool = False
 
 
 ToolFunction = Callable[..., Any]
@@ -170,6 +93,15 @@ class Tool:
         run_in_thread: run a sync function in a worker thread (default; a pool of up to
             `SYNC_TOOL_WORKERS` threads, so a parallel batch really runs in parallel) so it does
             not block the event loop.
+        requires_approval: every call waits for a person's decision (the run stops in
+            ``awaiting_approval``) unless a ``before_tool_call`` hook returns `Allow` for it.
+        sequential: a batch holding a call of this tool runs one call after another, in
+            declaration order (for a tool that must not overlap with anything).
+        idempotent: running a call twice has the effect of running it once. A durable run
+            (`statemachine_agent.durable`) re-runs an idempotent call that was in flight when its
+            worker died; any other such call is answered "no result recorded" instead.
+        step_retries: in a durable run, how many times a failed call (an error result) is run
+            again by the workflow engine before its error result is kept (default 0: none).
 
     Raises:
         ToolDefinitionError: the name is invalid.
@@ -183,15 +115,21 @@ class Tool:
     resource: str | ResourceKey | None = None
     run_in_thread: bool = True
     context_param: str | None = None
+    requires_approval: bool = False
+    sequential: bool = False
+    idempotent: bool = False
+    step_retries: int = 0
     is_async: bool = field(init=False)
     input_schema: dict[str, Any] = field(init=False)
     _field_names: tuple[str, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if not _NAME_RE.match(self.name):
+        if not _NAME_RE.fullmatch(self.name):
             raise ToolDefinitionError(
                 f"tool name {self.name!r} must be 1-64 letters, digits, '_' or '-'"
             )
+        if self.step_retries < 0:
+            raise ToolDefinitionError(f"tool {self.name!r}: step_retries must be 0 or more")
         self.is_async = inspect.iscoroutinefunction(self.function)
         self._field_names = tuple(self.args_model.model_fields)
         schema = self.args_model.model_json_schema()
@@ -245,6 +183,10 @@ def tool_from_function(
     timeout_seconds: float | None = None,
     resource: str | ResourceKey | None = None,
     run_in_thread: bool = True,
+    requires_approval: bool = False,
+    sequential: bool = False,
+    idempotent: bool = False,
+    step_retries: int = 0,
 ) -> Tool:
     """Build a `Tool` from a typed function (see `tool`).
 
@@ -290,6 +232,10 @@ def tool_from_function(
         resource=resource,
         run_in_thread=run_in_thread,
         context_param=context_param,
+        requires_approval=requires_approval,
+        sequential=sequential,
+        idempotent=idempotent,
+        step_retries=step_retries,
     )
 
 
@@ -305,6 +251,10 @@ def tool(
     timeout_seconds: float | None = None,
     resource: str | ResourceKey | None = None,
     run_in_thread: bool = True,
+    requires_approval: bool = False,
+    sequential: bool = False,
+    idempotent: bool = False,
+    step_retries: int = 0,
 ) -> Callable[[ToolFunction], Tool]: ...
 
 
@@ -317,8 +267,16 @@ def tool(
     timeout_seconds: float | None = None,
     resource: str | ResourceKey | None = None,
     run_in_thread: bool = True,
+    requires_approval: bool = False,
+    sequential: bool = False,
+    idempotent: bool = False,
+    step_retries: int = 0,
 ) -> Tool | Callable[[ToolFunction], Tool]:
-    """Turn a typed function into a `Tool`: ``@tool`` or ``@tool(timeout_seconds=5)``.
+    """Turn a typed function into a `Tool`: ``@tool`` or ``@tool(timeout_seconds=5)``;
+    ``@tool(sequential=True)`` makes any batch holding one of its calls run one call at a time.
+
+    ``idempotent=True`` lets a durable run re-run a call interrupted by a dead worker, and
+    ``step_retries`` asks the durable engine to retry a failed call (see `Tool`).
 
     The name is the function's, the description its docstring, the JSON schema comes from the
     annotated parameters (pydantic), parameter descriptions from the docstring's ``Args:``.
@@ -335,6 +293,10 @@ def tool(
             timeout_seconds=timeout_seconds,
             resource=resource,
             run_in_thread=run_in_thread,
+            requires_approval=requires_approval,
+            sequential=sequential,
+            idempotent=idempotent,
+            step_retries=step_retries,
         )
 
     return wrap(function) if function is not None else wrap

@@ -161,7 +161,9 @@ async def test_retryable_error_is_retried_then_succeeds() -> None:
     retries: list[Event] = []
     agent.subscribe(lambda e: retries.append(e) if isinstance(e, ModelRetry) else None)
     result = await agent.run("go")
-    assert result.state is State.DONE and len(retries) == 1
+    assert result.state is State.DONE and result.text == "ok" and model.calls == 2
+    assert retries == [ModelRetry(attempt=1, delay_seconds=0.001, error="Overloaded")]
+    assert [m.role for m in result.messages] == ["user", "assistant"]  # the failure left nothing
 
 
 async def test_retries_spent_end_failed_with_attempts() -> None:
@@ -195,7 +197,13 @@ async def test_should_continue_false_ends_in_max_turns() -> None:
         return False
 
     result = await Agent(model, tools=[echo], should_continue=stop).run("go")
-    assert result.state is State.MAX_TURNS and "should_continue" in (result.error or "")
+    assert result.state is State.MAX_TURNS and model.calls == 1 and result.turns == 1
+    assert result.error == (
+        "Stopped after 1 turn(s): the should_continue hook returned False. The last action was a "
+        "tool batch (echo) whose results are recorded. To continue, call run() again without a "
+        "prompt and a higher limit, e.g. await agent.run(max_turns=11)."
+    )
+    assert [m.role for m in result.messages] == ["user", "assistant", "tool_result"]
 
 
 async def test_run_hook_that_raises_ends_failed_with_valid_history() -> None:
@@ -205,7 +213,13 @@ async def test_run_hook_that_raises_ends_failed_with_valid_history() -> None:
         raise RuntimeError("hook bug")
 
     result = await Agent(model, tools=[echo], should_continue=broken).run("go")
-    assert result.state is State.FAILED and "hook bug" in (result.error or "")
+    assert result.state is State.FAILED and model.calls == 1
+    assert result.error == "The should_continue hook failed: RuntimeError: hook bug"
+    assert [(m.role, m.text) for m in result.messages] == [
+        ("user", "go"),
+        ("assistant", ""),
+        ("tool_result", "x"),
+    ]
     assert_valid_history(result.messages)
 
     def bad_transform(messages: list[Any]) -> list[Any]:
@@ -213,17 +227,43 @@ async def test_run_hook_that_raises_ends_failed_with_valid_history() -> None:
 
     model2 = ScriptedModel([text_response("x")])
     result2 = await Agent(model2, transform_context=bad_transform).run("go")
-    assert result2.state is State.FAILED and "transform bug" in (result2.error or "")
+    assert result2.state is State.FAILED and model2.calls == 0
+    assert result2.error == "The transform_context hook failed: RuntimeError: transform bug"
+    (user, failure) = result2.messages
+    assert isinstance(user, UserMessage) and user.text == "go"
+    assert isinstance(failure, AssistantMessage) and failure.stop_reason == StopReason.ERROR
+    assert failure.content == [] and failure.error == result2.error
+    assert_valid_history(result2.messages)
 
 
 async def test_tool_hooks_that_raise_give_error_results() -> None:
+    ran: list[str] = []
+
+    @tool
+    def record(text: str) -> str:
+        """Record."""
+        ran.append(text)
+        return text
+
     def before(info: Any) -> None:
         raise RuntimeError("before bug")
 
-    model = ScriptedModel([tool_response(call("echo", {"text": "x"})), text_response("x")])
-    result = await Agent(model, tools=[echo], before_tool_call=before).run("go")
-    assert "before bug" in results(result.messages)[0].text
-    assert result.state is State.DONE
+    model = ScriptedModel(
+        [tool_response(call("record", {"text": "x"}, id="r")), text_response("x")]
+    )
+    agent = Agent(model, tools=[record], before_tool_call=before)
+    events: list[Event] = []
+    agent.subscribe(events.append)
+    result = await agent.run("go")
+    assert ran == []
+    (res,) = results(result.messages)
+    assert (res.tool_call_id, res.is_error) == ("r", True)
+    assert res.text == (
+        "The before_tool_call hook failed (RuntimeError: before bug); the call was not completed."
+    )
+    assert [e.result for e in events if isinstance(e, ToolExecutionEnd)] == [res]
+    assert result.state is State.DONE and result.text == "x"
+    assert_valid_history(result.messages)
 
 
 async def test_before_hook_can_change_arguments_and_after_hook_replace_result() -> None:
@@ -302,10 +342,21 @@ async def test_async_event_iterator() -> None:
                 return
 
     collector = asyncio.create_task(collect())
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # the collector runs up to its first wait: it is subscribed
     await agent.run("go")
     await collector
-    assert seen[0] == "run_start" and seen[-1] == "run_end"
+    assert seen == [
+        "run_start",
+        "message_end",
+        "state_changed",
+        "turn_start",
+        "message_start",
+        "message_delta",
+        "message_end",
+        "state_changed",
+        "turn_end",
+        "run_end",
+    ]
 
 
 async def test_subscriber_that_raises_does_not_stop_the_run() -> None:
@@ -315,16 +366,31 @@ async def test_subscriber_that_raises_does_not_stop_the_run() -> None:
         raise RuntimeError("subscriber bug")
 
     agent.subscribe(bad)
-    assert (await agent.run("go")).state is State.DONE
+    seen: list[str] = []
+    agent.subscribe(lambda e: seen.append(e.type))  # later subscribers still get every event
+    result = await agent.run("go")
+    assert result.state is State.DONE and result.text == "hi"
+    assert seen[0] == "run_start" and seen[-1] == "run_end" and len(seen) == 10
 
 
 async def test_running_twice_at_once_is_misuse() -> None:
-    agent = Agent(ScriptedModel([text_response("hi", delay_seconds=0.2)]))
+    requested = asyncio.Event()
+    release = asyncio.Event()
+
+    async def respond(messages: Any, request: ModelRequest) -> str:
+        requested.set()
+        await release.wait()
+        return "hi"
+
+    agent = Agent(FunctionModel(respond))
     task = asyncio.create_task(agent.run("go"))
-    await asyncio.sleep(0.01)
+    await requested.wait()
     with pytest.raises(AgentBusyError):
         await agent.run("again")
-    await task
+    release.set()
+    result = await task
+    assert result.state is State.DONE and result.text == "hi"
+    assert [m.text for m in result.messages] == ["go", "hi"]  # the refused run added nothing
 
 
 async def test_continue_without_anything_to_continue_is_misuse() -> None:
@@ -337,32 +403,41 @@ async def test_continue_without_anything_to_continue_is_misuse() -> None:
 
 
 async def test_abort_from_another_thread() -> None:
+    started = asyncio.Event()
+
     @tool
     async def slow() -> str:
         """Sleep."""
-        await asyncio.sleep(30)
+        started.set()
+        await asyncio.Event().wait()  # only the abort's cancellation ends it
         return "x"
 
     agent = Agent(
-        ScriptedModel([tool_response(call("slow", {})), text_response("x")]),
+        ScriptedModel([tool_response(call("slow", {}, id="s")), text_response("x")]),
         tools=[slow],
         abort_grace_seconds=0.1,
     )
     task = asyncio.create_task(agent.run("go"))
-    await asyncio.sleep(0.1)
-    threading.Thread(target=agent.abort, args=("from a thread",)).start()
+    await started.wait()
+    thread = threading.Thread(target=agent.abort, args=("from a thread",))
+    thread.start()
     result = await task
+    thread.join()
     assert result.state is State.ABORTED and result.error == "from a thread"
+    (res,) = results(result.messages)
+    assert res.tool_call_id == "s" and res.is_error and res.text.startswith("Interrupted")
 
 
 async def test_cooperative_tool_sees_the_signal() -> None:
     from statemachine_agent import ToolContext
 
     stopped: list[bool] = []
+    started = asyncio.Event()
 
     @tool
     async def worker(ctx: ToolContext) -> str:
         """Work until aborted."""
+        started.set()
         await ctx.signal.wait()
         stopped.append(True)
         return "stopped cleanly"
@@ -373,18 +448,21 @@ async def test_cooperative_tool_sees_the_signal() -> None:
         abort_grace_seconds=5,
     )
     task = asyncio.create_task(agent.run("go"))
-    await asyncio.sleep(0.05)
+    await started.wait()
     agent.abort()
     result = await task
     assert stopped == [True]
+    assert result.state is State.ABORTED and result.error == "aborted by the caller"
     # It finished inside the grace period, so its own result is kept.
     assert results(result.messages)[0].text == "stopped cleanly"
 
 
 async def test_cancel_during_model_request_records_and_reraises() -> None:
-    agent = Agent(ScriptedModel([text_response("late", delay_seconds=5)]))
+    agent = Agent(ScriptedModel([text_response("late", delay_seconds=30)]))
+    requesting = asyncio.Event()
+    agent.subscribe(lambda e: requesting.set() if isinstance(e, TurnStart) else None)
     task = asyncio.create_task(agent.run("go"))
-    await asyncio.sleep(0.05)
+    await requesting.wait()  # the run is in its request (the response is 30 s away)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -17,12 +17,19 @@ from statemachine_agent import (
     ToolExecutionEnd,
     ToolExecutionStart,
     ToolResultMessage,
+    TurnStart,
     UserMessage,
     tool,
 )
 from statemachine_agent.models import ScriptedModel
 from statemachine_agent.testing import assert_valid_history
 from statemachine_agent.testing.steps import call, text_response, tool_response
+
+INTERRUPTED = (
+    "Interrupted while running: the run was aborted. The call may have partly completed; "
+    "check its effects before retrying."
+)
+NOT_RUN = "Not run: the run was aborted before this call started."
 
 
 def results_of(messages: list) -> list[ToolResultMessage]:
@@ -79,36 +86,48 @@ async def test_case02_end_turn_with_tool_call_still_runs_the_tool() -> None:
 
 
 async def test_case03_parallel_results_in_declaration_order_events_in_completion_order() -> None:
-    timeline: list[tuple[str, float]] = []
+    # The issue's delays (0.3, 0.1, 0.2, 0.0 s) as an order the test controls: each call waits
+    # for its gate, and the gates open one at a time in that completion order (w3, w1, w2, w0),
+    # each after the previous call's end event. No timing, so a loaded machine cannot reorder it.
+    ids = ["w0", "w1", "w2", "w3"]
+    timeline: list[tuple[str, str]] = []
+    started = {i: asyncio.Event() for i in ids}
+    gates = {i: asyncio.Event() for i in ids}
+    ended = {i: asyncio.Event() for i in ids}
 
     @tool
-    async def wait(seconds: float) -> str:
-        """Sleep."""
-        timeline.append(("start", seconds))
-        await asyncio.sleep(seconds)
-        timeline.append(("end", seconds))
-        return f"slept {seconds}"
+    async def wait(name: str) -> str:
+        """Wait for the test to let this call finish."""
+        timeline.append(("start", name))
+        started[name].set()
+        await gates[name].wait()
+        timeline.append(("end", name))
+        return f"finished {name}"
 
-    delays = [0.3, 0.1, 0.2, 0.0]
     model = ScriptedModel(
-        [
-            tool_response(
-                *(call("wait", {"seconds": d}, id=f"w{i}") for i, d in enumerate(delays))
-            ),
-            text_response("ok"),
-        ]
+        [tool_response(*(call("wait", {"name": i}, id=i) for i in ids)), text_response("ok")]
     )
     agent = Agent(model, tools=[wait])
     ends: list[str] = []
-    agent.subscribe(lambda e: ends.append(e.call.id) if isinstance(e, ToolExecutionEnd) else None)
-    started = time.perf_counter()
-    result = await agent.run("go")
-    elapsed = time.perf_counter() - started
+
+    def on_event(event: object) -> None:
+        if isinstance(event, ToolExecutionEnd):
+            ends.append(event.call.id)
+            ended[event.call.id].set()
+
+    agent.subscribe(on_event)
+    run = asyncio.create_task(agent.run("go"))
+    for i in ids:  # parallel: all four run at once (sequential execution would hang here)
+        await started[i].wait()
+    for i in ["w3", "w1", "w2", "w0"]:
+        gates[i].set()
+        await ended[i].wait()
+    result = await run
     assert [r.tool_call_id for r in results_of(result.messages)] == ["w0", "w1", "w2", "w3"]
+    assert [r.text for r in results_of(result.messages)] == [f"finished {i}" for i in ids]
     assert ends == ["w3", "w1", "w2", "w0"]
-    # Parallel: all four started before any ended, so the batch takes about the slowest (0.3 s).
     assert [kind for kind, _ in timeline[:4]] == ["start"] * 4
-    assert elapsed < 0.6 * 2  # far from 4 x sequential even on a loaded machine
+    assert result.state is State.DONE and result.text == "ok"
     assert_valid_history(result.messages)
 
 
@@ -204,11 +223,15 @@ async def test_case07_denied_call_never_runs_and_end_event_fires() -> None:
         return "written"
 
     def guard(info: ToolCallInfo) -> Deny | None:
-        return Deny("do not touch /etc") if info.arguments["path"].startswith("/etc") else None
+        return (
+            Deny("do not touch protected/")
+            if info.arguments["path"].startswith("protected/")
+            else None
+        )
 
     model = ScriptedModel(
         [
-            tool_response(call("write_file", {"path": "/etc/hosts", "content": "x"}, id="w")),
+            tool_response(call("write_file", {"path": "protected/hosts", "content": "x"}, id="w")),
             text_response("ok"),
         ]
     )
@@ -222,7 +245,7 @@ async def test_case07_denied_call_never_runs_and_end_event_fires() -> None:
     result = await agent.run("go")
     (res,) = results_of(result.messages)
     assert ran == []
-    assert res.is_error and "do not touch /etc" in res.text
+    assert res.is_error and "do not touch protected/" in res.text
     assert events == ["tool_execution_start", "tool_execution_end"]
     assert result.state is State.DONE
     assert_valid_history(result.messages)
@@ -236,13 +259,13 @@ async def test_case07_terminating_denial_answers_every_call_and_aborts() -> None
 
     def guard(info: ToolCallInfo) -> Deny | None:
         if info.call.id == "first":
-            return Deny("do not touch /etc", terminate=True)
+            return Deny("do not touch protected/", terminate=True)
         return None
 
     model = ScriptedModel(
         [
             tool_response(
-                call("write_file", {"path": "/etc/a"}, id="first"),
+                call("write_file", {"path": "protected/a"}, id="first"),
                 call("write_file", {"path": "b"}, id="second"),
             ),
             text_response("never reached"),
@@ -251,7 +274,7 @@ async def test_case07_terminating_denial_answers_every_call_and_aborts() -> None
     result = await Agent(model, tools=[write_file], before_tool_call=guard).run("go")
     assert [r.tool_call_id for r in results_of(result.messages)] == ["first", "second"]
     assert result.state is State.ABORTED
-    assert "do not touch /etc" in (result.error or "")
+    assert "do not touch protected/" in (result.error or "")
     assert model.calls == 1
     assert_valid_history(result.messages)
 
@@ -292,9 +315,12 @@ async def test_case08_max_turns_then_continue_with_higher_limit() -> None:
 async def test_case09_abort_while_first_of_three_calls_sleeps() -> None:
     # "interrupted, not run, not run" means the later calls had not started: sequential execution
     # (in parallel mode they would have finished long before the abort).
+    first_started = asyncio.Event()
+
     @tool
     async def slow(seconds: float) -> str:
         """Sleep."""
+        first_started.set()
         await asyncio.sleep(seconds)
         return "slept"
 
@@ -311,15 +337,16 @@ async def test_case09_abort_while_first_of_three_calls_sleeps() -> None:
     grace = 0.5
     agent = Agent(model, tools=[slow], tool_execution="sequential", abort_grace_seconds=grace)
     task = asyncio.create_task(agent.run("go"))
-    await asyncio.sleep(1.0)
+    await first_started.wait()
     started = time.perf_counter()
     agent.abort("user pressed stop")
     result = await task
-    assert time.perf_counter() - started < grace + 1.0
-    assert result.state is State.ABORTED
+    # The one timing bound kept: the abort must not wait for the 30 s call, only for the 0.5 s
+    # grace period; 10 s leaves room for a loaded machine and is still far from 30 s.
+    assert time.perf_counter() - started < 10
+    assert result.state is State.ABORTED and result.error == "user pressed stop"
     texts = [r.text for r in results_of(result.messages)]
-    assert texts[0].startswith("Interrupted while running")
-    assert texts[1].startswith("Not run") and texts[2].startswith("Not run")
+    assert texts == [INTERRUPTED, NOT_RUN, NOT_RUN]
     assert_valid_history(result.messages)
     follow = await agent.run("what happened?")
     assert follow.state is State.DONE
@@ -327,22 +354,26 @@ async def test_case09_abort_while_first_of_three_calls_sleeps() -> None:
 
 
 async def test_case10_cancelling_the_run_task_records_and_reraises() -> None:
+    started = asyncio.Event()
+
     @tool
     async def slow() -> str:
         """Sleep."""
+        started.set()
         await asyncio.sleep(30)
         return "slept"
 
     model = ScriptedModel([tool_response(call("slow", {}, id="s")), text_response("x")])
     agent = Agent(model, tools=[slow])
     task = asyncio.create_task(agent.run("go"))
-    await asyncio.sleep(0.2)
+    await started.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert agent.state is State.ABORTED
     (res,) = results_of(agent.messages)
-    assert res.tool_call_id == "s" and res.is_error and "Interrupted" in res.text
+    assert res.tool_call_id == "s" and res.is_error and res.text == INTERRUPTED
+    assert kinds(agent.messages) == ["user", "assistant", "tool_result"] and model.calls == 1
     assert_valid_history(agent.messages)
 
 
@@ -380,16 +411,21 @@ async def test_case11_write_queue_serialises_edits_to_one_file(tmp_path: Path) -
 
 async def test_case12_abort_during_delayed_response_keeps_no_tool_call() -> None:
     model = ScriptedModel(
-        [tool_response(call("anything", {}, id="late"), text="Thinking", delay_seconds=5)]
+        [tool_response(call("anything", {}, id="late"), text="Thinking", delay_seconds=30)]
     )
     agent = Agent(model)
+    requesting = asyncio.Event()
+    agent.subscribe(lambda e: requesting.set() if isinstance(e, TurnStart) else None)
     task = asyncio.create_task(agent.run("go"))
-    await asyncio.sleep(0.1)
+    await requesting.wait()
     started = time.perf_counter()
     agent.abort()
     result = await task
-    assert time.perf_counter() - started < 1.0
-    assert result.state is State.ABORTED
+    # Kept timing bound: the abort stops the request at once instead of waiting for the 30 s
+    # response; 10 s is generous for a loaded machine and still far from 30 s.
+    assert time.perf_counter() - started < 10
+    assert result.state is State.ABORTED and result.error == "aborted by the caller"
+    assert kinds(result.messages) == ["user", "assistant"]
     assert all(not m.tool_calls for m in result.messages if isinstance(m, AssistantMessage))
     assert_valid_history(result.messages)
 

@@ -4,15 +4,18 @@ hooks, exceptions escaping tools or models, given histories that end mid-batch, 
 cancellation swallowed by a tool, progress from worker threads, the turn cap on text-only turns."""
 
 import asyncio
-import contextlib
 import threading
+from typing import Any
 
 import pytest
 
 from statemachine_agent import (
     Agent,
     AssistantMessage,
+    Event,
+    RunEnd,
     State,
+    StateChanged,
     TextBlock,
     ToolCallBlock,
     ToolContext,
@@ -27,6 +30,34 @@ from statemachine_agent.models._base import ResponseComplete
 from statemachine_agent.testing import assert_valid_history
 from statemachine_agent.testing.steps import call, text_response, tool_response
 
+INTERRUPTED = (
+    "Interrupted while running: the run was aborted. The call may have partly completed; "
+    "check its effects before retrying."
+)
+NO_RESULT = (
+    "no result recorded: the run ended before this call finished; it may or may not have run; "
+    "check before retrying"
+)
+
+
+ABORTED_BEFORE_THE_REQUEST = [
+    "run_start",
+    "message_end",  # the prompt
+    "state_changed",
+    "turn_start",
+    "state_changed",
+    "turn_end",
+    "run_end",
+]
+
+
+def transitions(events: list[Event]) -> list[tuple[str, str]]:
+    return [(e.source, e.dest) for e in events if isinstance(e, StateChanged)]
+
+
+def tool_texts(messages: list[Any]) -> list[str]:
+    return [m.text for m in messages if isinstance(m, ToolResultMessage)]
+
 
 # 1. abort() that lands after the top-of-loop check but before the stream suspends is lost
 async def test_abort_during_transform_context_is_lost():
@@ -38,17 +69,28 @@ async def test_abort_during_transform_context_is_lost():
         return msgs
 
     agent = Agent(model, transform_context=transform)
+    events: list[Event] = []
+    agent.subscribe(events.append)
     result = await agent.run("hi")
     assert model.calls == 0, "a request was sent after abort()"
-    assert result.state is State.ABORTED
+    assert result.state is State.ABORTED and result.error == "stop"
+    assert [m.role for m in result.messages] == ["user"]
+    assert [e.type for e in events] == ABORTED_BEFORE_THE_REQUEST
+    assert transitions(events) == [("idle", "awaiting_model"), ("awaiting_model", "aborted")]
 
 
 async def test_abort_from_turnstart_subscriber_is_lost():
     model = ScriptedModel([text_response("hello")])
     agent = Agent(model)
     agent.subscribe(lambda e: isinstance(e, TurnStart) and agent.abort("x"))
+    events: list[Event] = []
+    agent.subscribe(events.append)
     result = await agent.run("hi")
-    assert result.state is State.ABORTED
+    assert model.calls == 0, "a request was sent after abort()"
+    assert result.state is State.ABORTED and result.error == "x"
+    assert [m.role for m in result.messages] == ["user"]
+    assert [e.type for e in events] == ABORTED_BEFORE_THE_REQUEST
+    assert transitions(events) == [("idle", "awaiting_model"), ("awaiting_model", "aborted")]
 
 
 # 2. per-resource write queue is not in declaration order when before_tool_call suspends
@@ -60,8 +102,13 @@ async def test_resource_queue_order_with_async_permission_hook():
         order.append(content)
         return "ok"
 
+    second_approved = asyncio.Event()
+
     async def before(info):  # e.g. asks a human; the 2nd approval comes first
-        await asyncio.sleep(0.05 if info.arguments["content"] == "1" else 0)
+        if info.arguments["content"] == "1":
+            await second_approved.wait()
+        else:
+            second_approved.set()
 
     model = ScriptedModel(
         [
@@ -73,8 +120,11 @@ async def test_resource_queue_order_with_async_permission_hook():
         ]
     )
     agent = Agent(model, tools=[write], before_tool_call=before)
-    await agent.run("hi")
+    result = await agent.run("hi")
     assert order == ["1", "2"]
+    assert second_approved.is_set()
+    assert tool_texts(result.messages) == ["ok", "ok"]
+    assert result.state is State.DONE and result.text == "done"
 
 
 # 3. unexpected exception escaping the batch / request leaves the machine mid-run forever
@@ -87,12 +137,21 @@ async def test_baseexception_from_tool_leaves_state_executing_tools():
     async def bad() -> str:
         raise Boom()
 
-    agent = Agent(
-        ScriptedModel([tool_response(call("bad", id="a")), text_response("x")]), tools=[bad]
-    )
+    model = ScriptedModel([tool_response(call("bad", id="a")), text_response("x")])
+    agent = Agent(model, tools=[bad])
+    events: list[Event] = []
+    agent.subscribe(events.append)
     with pytest.raises(Boom):
         await agent.run("hi")
-    assert agent.state in (State.ABORTED, State.FAILED)
+    # A bug escaping a tool batch ends the run failed (``fail`` leaves every active state), with
+    # the call answered, then propagates.
+    assert agent.state is State.FAILED and not agent.is_running
+    assert [m.role for m in agent.messages] == ["user", "assistant", "tool_result"]
+    assert tool_texts(agent.messages) == [INTERRUPTED]
+    assert model.calls == 1
+    (end,) = [e for e in events if isinstance(e, RunEnd)]
+    assert end.result.state is State.FAILED and end.result.error == "Boom: "
+    assert transitions(events)[-1] == ("executing_tools", "failed")
 
 
 async def test_resource_function_error_leaves_state_executing_tools():
@@ -103,13 +162,16 @@ async def test_resource_function_error_leaves_state_executing_tools():
     async def w(x: int) -> str:
         return "ok"
 
-    agent = Agent(
-        ScriptedModel([tool_response(call("w", {"x": 1}, id="a")), text_response("x")]), tools=[w]
+    model = ScriptedModel(
+        [tool_response(call("w", {"x": 1}, id="a")), text_response("x"), text_response("y")]
     )
-    with contextlib.suppress(KeyError):
-        await agent.run("hi")
-    assert agent.state in (State.DONE, State.ABORTED, State.FAILED)
-    await agent.run("again")
+    agent = Agent(model, tools=[w])
+    result = await agent.run("hi")
+    assert result.state is State.DONE and result.text == "x"
+    assert tool_texts(result.messages) == ["Could not prepare the call: KeyError: 'path'"]
+    assert [m.role for m in result.messages] == ["user", "assistant", "tool_result", "assistant"]
+    again = await agent.run("again")  # the agent is not stuck mid-run
+    assert again.state is State.DONE and again.text == "y"
 
 
 class EagerModel:
@@ -137,7 +199,14 @@ async def test_model_stream_raising_synchronously():
     events = []
     agent.subscribe(events.append)
     result = await agent.run("hi")
-    assert result.state is State.DONE  #   TurnStart without TurnEnd, no RunEnd
+    assert result.state is State.DONE and result.text == "hi"
+    assert agent.model.n == 2  # the failed attempt and its retry
+    kinds = [e.type for e in events]
+    # Before the fix: a turn_start without its turn_end, and no run_end.
+    assert kinds.count("model_retry") == 1
+    assert kinds.count("turn_start") == kinds.count("turn_end") == 1
+    assert kinds[0] == "run_start" and kinds[-1] == "run_end" and kinds.count("run_end") == 1
+    assert [m.role for m in result.messages] == ["user", "assistant"]
 
 
 # 4. history produced by the engine violates invariant 1/4
@@ -148,8 +217,23 @@ async def test_dangling_calls_in_given_history():
             content=[ToolCallBlock(id="t1", name="x", input={})], stop_reason="tool_use"
         ),
     ]
-    agent = Agent(ScriptedModel([text_response("ok")]), messages=hist)
+    model = ScriptedModel([text_response("ok")])
+    agent = Agent(model, messages=hist)
     result = await agent.run("next")
+    assert [(m.role, m.text) for m in result.messages] == [
+        ("user", "do"),
+        ("assistant", ""),
+        ("tool_result", NO_RESULT),
+        ("user", "next"),
+        ("assistant", "ok"),
+    ]
+    assert [m.role for m in result.new_messages] == ["tool_result", "user", "assistant"]
+    assert [m.role for m in model.requests[0].messages] == [
+        "user",
+        "assistant",
+        "tool_result",
+        "user",
+    ]
     assert_valid_history(result.messages)
 
 
@@ -165,10 +249,13 @@ async def test_tool_value_with_blank_text(value):
     async def t() -> object:
         return value
 
-    agent = Agent(
-        ScriptedModel([tool_response(call("t", id="a")), text_response("done")]), tools=[t]
-    )
+    model = ScriptedModel([tool_response(call("t", id="a")), text_response("done")])
+    agent = Agent(model, tools=[t])
     result = await agent.run("hi")
+    (res,) = [m for m in result.messages if isinstance(m, ToolResultMessage)]
+    assert (res.tool_call_id, res.text, res.is_error) == ("a", "(empty output)", False)
+    assert model.requests[1].messages[-1] == res  # what the provider got: no blank text
+    assert result.state is State.DONE
     assert_valid_history(result.messages)
 
 
@@ -181,7 +268,7 @@ async def test_cancel_swallowed_inline(mode):
     async def stubborn() -> str:
         started.set()
         try:
-            await asyncio.sleep(1)
+            await asyncio.Event().wait()  # only the cancellation ends this wait
         except asyncio.CancelledError:
             return "cleaned up"
         return "finished"
@@ -193,6 +280,8 @@ async def test_cancel_swallowed_inline(mode):
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    assert model.calls == 1 and agent.state is State.ABORTED
+    assert [m.role for m in agent.messages] == ["user", "assistant", "tool_result"]
 
 
 # 6. progress from a sync tool (a worker thread) reaches subscribers on the loop's thread, while
@@ -232,6 +321,12 @@ async def test_turn_cap_with_queued_followups():
     r = await agent.run("go")
     assert r.state is State.MAX_TURNS and r.turns == 2
     assert "max_turns limit (2)" in (r.error or "")
+    assert [(m.role, m.text) for m in r.messages] == [
+        ("user", "go"),
+        ("assistant", "a0"),
+        ("user", "more 0"),
+        ("assistant", "a1"),
+    ]
     assert_valid_history(r.messages)
 
 
@@ -258,4 +353,8 @@ async def test_terminating_denial_reason_survives_a_failing_should_continue() ->
     )
     result = await agent.run("go")
     assert result.state is State.ABORTED
-    assert "not here" in (result.error or "") and "hook bug" in (result.error or "")
+    assert result.error == (
+        "A tool call was denied and ended the run: not here. "
+        "The should_continue hook failed: RuntimeError: hook bug"
+    )
+    assert tool_texts(result.messages) == ["Denied: not here"]

@@ -14,7 +14,8 @@ from statemachine_agent import (
     ToolResultMessage,
     UserMessage,
 )
-from statemachine_agent._context import NO_RESULT, ContextProjector, project
+from statemachine_agent._context import ContextProjector, project
+from statemachine_agent._protocol import NO_RESULT
 from statemachine_agent.testing import find_violations
 
 

@@ -121,8 +121,8 @@ def test_user_guards_transitions_and_callbacks_appear_by_name() -> None:
     dot = render_diagram(agent, format="dot")
     assert isinstance(mermaid, str) and isinstance(dot, str)
     assert "executing_tools --> max_turns : tools_finished [over_budget]" in mermaid
-    assert "note right of executing_tools : entry / audit" in mermaid
-    assert 'executing_tools [label="executing_tools\\nentry / audit"];' in dot
+    assert "note right of executing_tools : do / run_tools<br/>entry / audit" in mermaid
+    assert 'executing_tools [label="executing_tools\\ndo / run_tools\\nentry / audit"];' in dot
     # An added transition is tried first, so it precedes the built-in ones.
     assert mermaid.index("[over_budget]") < mermaid.index("[turn_limit_reached]")
 

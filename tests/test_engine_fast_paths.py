@@ -102,6 +102,8 @@ async def test_abort_waiters_do_not_pile_up_over_a_run() -> None:
     script: list[Any] = [_call(i) for i in range(30)]
     script.append({"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"})
     agent = Agent(ScriptedModel(script, record_requests=False), tools=[noop], max_turns=40)
-    result = await agent.run("go")
+    coro = agent.run("go")
+    run = coro.run  # the agent holds its run only while it is in progress
+    result = await coro
     assert result.state is State.DONE and result.turns == 31
-    assert agent._signal._callbacks == []  # abort waiters are callbacks too
+    assert run.signal._callbacks == []  # abort waiters are callbacks too

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from statemachine_agent import (
@@ -54,9 +56,10 @@ def test_model_replied_branches(
     assert (fired.dest, fired.label) == (dest, label)
 
 
-def test_continuation_cap_falls_through_to_done() -> None:
+def test_pause_turn_at_the_continuation_cap_stops_in_max_turns() -> None:
     data = LoopData(response=reply("pause_turn"), continuations=3, max_continuations=3)
-    assert machine_at(State.AWAITING_MODEL).fire("model_replied", data).dest is State.DONE
+    fired = machine_at(State.AWAITING_MODEL).fire("model_replied", data)
+    assert (fired.dest, fired.label) == (State.MAX_TURNS, "continuation_limit")
 
 
 @pytest.mark.parametrize(
@@ -87,11 +90,11 @@ def test_abort_and_fail_sources() -> None:
 
 def test_definition_is_valid_and_invalid_ones_are_refused() -> None:
     validate_definition(State, TRANSITIONS)
-    without_fail = [t for t in TRANSITIONS if t.trigger != "fail"]
+    without_fail = [t for t in TRANSITIONS if t.dest != State.FAILED]
     with pytest.raises(MachineDefinitionError, match="'failed' is unreachable"):
         validate_definition(State, without_fail)
     without_start = [t for t in TRANSITIONS if t.trigger != "start"]
-    with pytest.raises(MachineDefinitionError, match="dead end"):
+    with pytest.raises(MachineDefinitionError, match="no way out"):
         validate_definition(State, without_start)
 
 
@@ -107,6 +110,96 @@ def test_user_guards_callbacks_and_transitions() -> None:
     with pytest.raises(MachineDefinitionError, match="no guard"):
         machine.fire("tools_finished", LoopData(turns=3))
     machine.add_transition(
-        TransitionSpec("tools_finished", (State.EXECUTING_TOOLS,), State.DONE, label="budget")
+        TransitionSpec(
+            "tools_finished",
+            (State.EXECUTING_TOOLS,),
+            State.DONE,
+            label="budget",
+            after="next_turn",
+        )
     )
     assert machine.fire("tools_finished", LoopData(turns=3)).label == "budget"
+
+
+# -- the compiled dispatch takes the library's transition (issue "Engine cost") ------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from statemachine_agent import ToolResultMessage  # noqa: E402
+
+_STOP_REASONS = [
+    "end_turn",
+    "tool_use",
+    "max_tokens",
+    "model_context_window_exceeded",
+    "pause_turn",
+    "refusal",
+    "stop_sequence",
+    "some_new_reason",
+]
+
+
+@st.composite
+def loop_data(draw: st.DrawFn) -> LoopData:
+    calls = draw(st.integers(0, 2))
+    response = None
+    if draw(st.booleans()):
+        content: list[object] = [TextBlock(text="t")]
+        content += [ToolCallBlock(id=f"c{i}", name="x", input={}) for i in range(calls)]
+        response = AssistantMessage(
+            content=content, stop_reason=draw(st.sampled_from(_STOP_REASONS))
+        )
+    final = None
+    if draw(st.booleans()):
+        final = ToolResultMessage(tool_call_id="c0", tool_name="x", content=[TextBlock(text="r")])
+    return LoopData(
+        response=response,
+        queued_input=draw(st.booleans()),
+        continuations=draw(st.integers(0, 4)),
+        max_continuations=draw(st.integers(0, 3)),
+        max_tokens_policy=draw(st.sampled_from(["continue", "stop"])),
+        turns=draw(st.integers(0, 4)),
+        max_turns=draw(st.integers(1, 4)),
+        keep_going=draw(st.booleans()),
+        terminate=draw(st.booleans()),
+        final_result=final,
+        hook_error=draw(st.sampled_from([None, "hook failed"])),
+        pending=draw(st.booleans()),
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    state=st.sampled_from(list(State)),
+    trigger=st.sampled_from(
+        ["start", "model_replied", "tools_finished", "abort", "fail", "decided"]
+    ),
+    data=loop_data(),
+)
+def test_compiled_dispatch_takes_the_same_transition_as_the_library(
+    state: State, trigger: str, data: LoopData
+) -> None:
+    """For every state, trigger and guard outcome, the table compiled from the `transitions`
+    machine and the library's own ``trigger`` agree: the same branch, or the same refusal."""
+    compiled, library = machine_at(state), machine_at(state)
+    assert compiled._compiled, "the fast path is in use"
+
+    def outcome(fire: Any) -> tuple[str, str] | str:
+        try:
+            fired = fire(trigger, data)
+        except MachineDefinitionError as exc:
+            return type(exc).__name__
+        return (str(fired.dest), fired.label)
+
+    assert outcome(compiled.fire) == outcome(library.fire_library)
+    assert compiled.state == library.state
+
+
+def test_callbacks_use_the_library_trigger() -> None:
+    machine = LoopMachine()
+    entered: list[str] = []
+    machine.on_enter(State.AWAITING_MODEL, lambda data: entered.append("awaiting"))
+    assert machine._compiled is None
+    machine.fire("start", LoopData())
+    assert entered == ["awaiting"]

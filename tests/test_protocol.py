@@ -44,13 +44,23 @@ def test_every_violation_is_listed() -> None:
         AssistantMessage(content=[TextBlock(text="  ")], stop_reason="end_turn"),  # blank text
     ]
     with pytest.raises(InvalidHistoryError) as info:
-        assert_valid_history(history)
+        assert_valid_history(history, request=True)
     text = "\n".join(info.value.violations)
     assert "message 2" in text and "out of order" in text
     assert "message 4" in text and "'zzz'" in text
     assert "message 5" in text and "appears twice" in text
     assert "message 6" in text and "before the results" in text
     assert "message 7" in text and "whitespace" in text
+
+
+def test_blank_text_is_kept_in_a_stored_history_and_refused_only_in_a_request() -> None:
+    streamed = AssistantMessage(
+        content=[TextBlock(text="Downtown S.F."), TextBlock(text=" "), TextBlock(text="Fares")],
+        stop_reason="end_turn",
+    )
+    assert not find_violations([UserMessage("q"), streamed])
+    (problem,) = find_violations([UserMessage("q"), streamed, UserMessage("next")], request=True)
+    assert problem == "message 1: block 1 is an empty or whitespace-only text"
 
 
 def test_request_rules() -> None:

@@ -47,3 +47,57 @@ def test_stable_names_from_design_section_5() -> None:
     for name in ("AnthropicModel", "ScriptedModel", "FunctionModel"):
         assert name in statemachine_agent.models.__all__
     assert "assert_valid_history" in statemachine_agent.testing.__all__
+
+
+def test_every_type_in_a_public_signature_is_exported() -> None:
+    """Types a user meets in the signatures of the public API can be imported from the package."""
+    import inspect
+    import typing
+
+    import statemachine_agent.session
+    from statemachine_agent import Agent, LoopMachine, Run, TransitionSpec
+
+    exported = {
+        getattr(module, name)
+        for module in (statemachine_agent, statemachine_agent.models, statemachine_agent.session)
+        for name in module.__all__
+    }
+    owners = [Agent.__init__, Agent.run, Agent.resume, Agent.restore, Agent.subscribe, Run]
+    owners += [LoopMachine.add_state, LoopMachine.add_transition, LoopMachine.fire]
+    missing = set()
+    for owner in owners:
+        import collections.abc
+
+        namespace = {**vars(collections.abc), **vars(statemachine_agent)}
+        hints = (
+            typing.get_type_hints(owner, localns=namespace) if not inspect.isclass(owner) else {}
+        )
+        for hint in hints.values():
+            for part in (hint, *typing.get_args(hint)):
+                module = getattr(part, "__module__", "")
+                if (
+                    inspect.isclass(part)
+                    and module.startswith("statemachine_agent")
+                    and part not in exported
+                ):
+                    missing.add(part.__name__)
+    assert missing == set()
+    for name in (
+        "AfterToolCall",
+        "Allow",
+        "BeforeToolCall",
+        "Deny",
+        "MaxTokensPolicy",
+        "SessionLog",
+        "ShouldContinue",
+        "ToolCallInfo",
+        "ToolExecution",
+        "TransformContext",
+        "TurnInfo",
+        "Effect",
+        "Guard",
+        "StateSpec",
+        "Trigger",
+    ):
+        assert name in statemachine_agent.__all__, name
+    assert TransitionSpec in exported

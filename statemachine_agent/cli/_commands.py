@@ -6,11 +6,14 @@ import click
 
 from ._demo import demo_command
 from ._diagram import diagram
-from ._run import run_command
+from ._durable import recover_command, status_command, submit_command, worker_command
+from ._run import approve_command, run_command
 from ._session import check_command, replay_command
 
 COMMANDS: list[click.Command] = []
 COMMANDS.append(diagram)
 COMMANDS.append(run_command)
+COMMANDS.append(approve_command)
 COMMANDS.append(demo_command)
 COMMANDS.extend([replay_command, check_command])
+COMMANDS.extend([worker_command, submit_command, status_command, recover_command])

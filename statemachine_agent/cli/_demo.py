@@ -16,7 +16,7 @@ from rich.console import Console
 from .._result import RunResult
 from ..demo import PROJECT, demo_script
 from ..models._offline import ScriptedModel
-from ..workspace import Permissions, Workspace
+from ..workspace import Permissions, Sandbox, SandboxStatus, Workspace, check_sandbox
 from ._run import EXIT_CODES, build_agent, execute
 
 
@@ -38,23 +38,38 @@ def prepare(base: Path) -> tuple[Path, Path]:
 
 
 def run_demo(
-    base: Path, *, console: Console, delay_seconds: float = 0.0, json_lines: bool = False
+    base: Path,
+    *,
+    console: Console,
+    delay_seconds: float = 0.0,
+    json_lines: bool = False,
+    sandbox: SandboxStatus | None = None,
 ) -> tuple[RunResult, Path, Path]:
     """Run the scripted demo session in a copy of the project under ``base``.
+
+    Args:
+        sandbox: how the demo's commands are sandboxed (default: checked here, mode auto);
+            stated before the run.
 
     Returns:
         The run's result, the workspace folder and the session log path.
     """
+    if sandbox is None:
+        sandbox = check_sandbox(Sandbox(), warn=False)
     workspace, session = prepare(base)
     prompt, steps = demo_script()
     paced: list[dict[str, Any]] = [{**step, "delay_seconds": delay_seconds} for step in steps]
     model = ScriptedModel(paced, name="demo-script")
     # The demo approves its own calls: the script is fixed and the workspace is a scratch copy.
     agent = build_agent(
-        Workspace(workspace), model, permissions=Permissions(allow_all=True), session=session
+        Workspace(workspace),
+        model,
+        permissions=Permissions(allow_all=True),
+        session=session,
+        sandbox=sandbox,
     )
     try:
-        result = execute(agent, prompt, console=console, json_lines=json_lines)
+        result = execute(agent, prompt, console=console, json_lines=json_lines, sandbox=sandbox)
     finally:
         if agent.session is not None:
             agent.session.close()

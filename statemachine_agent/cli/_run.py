@@ -22,24 +22,46 @@ from rich.console import Console
 
 from .._agent import Agent
 from .._errors import AgentError, UsageError
+from .._hooks import Approve, Decision, Deny
 from .._machine import State
+from .._messages import StopReason
 from .._result import RunResult
 from ..models._base import Model
 from ..models._offline import ScriptedModel
-from ..workspace import Permissions, Workspace, workspace_tools
-from ._view import JsonLinesView, LiveView, final_line
+from ..workspace import (
+    DEFAULT_HIDDEN,
+    Permissions,
+    Sandbox,
+    SandboxStatus,
+    SandboxUnavailableError,
+    Workspace,
+    check_sandbox,
+    workspace_tools,
+)
+from ._view import JsonLinesView, LiveView, final_line, sandbox_line
 
-EXIT_CODES = {State.DONE: 0, State.FAILED: 1, State.MAX_TURNS: 3, State.ABORTED: 130}
+EXIT_CODES = {
+    State.DONE: 0,
+    State.FAILED: 1,
+    State.MAX_TURNS: 3,
+    State.AWAITING_APPROVAL: 4,
+    State.ABORTED: 130,
+}
 """The process exit code of each terminal state."""
 
 SYSTEM_PROMPT = """\
 You are a careful software agent working in the folder {root} (the workspace). Use the tools to \
 look around before you change anything: list_files, read_file, then edit_file or write_file, and \
-run_command to run tests or other commands. Paths are relative to the workspace; nothing outside \
-it can be read or changed. When the task is done, answer with a short summary of what you did \
+run_command to run tests or other commands. Paths are relative to the workspace; the file tools \
+cannot reach outside it. When the task is done, answer with a short summary of what you did \
 and how you checked it."""
 
 ABORT_REASON = "interrupted by the user (Ctrl-C)"
+
+API_STOP_REASONS = tuple(
+    reason.value for reason in StopReason if reason not in (StopReason.ABORTED, StopReason.ERROR)
+)
+"""The stop reasons a script step may give: the Messages API's."""
 
 
 def load_model(spec: str) -> Model:
@@ -47,8 +69,9 @@ def load_model(spec: str) -> Model:
     object with a ``steps`` list) or an Anthropic model name.
 
     Raises:
-        click.BadParameter: the script cannot be read, or a step is malformed (the message
-            names the step).
+        click.BadParameter: the script cannot be read, holds no steps, or a step is malformed
+            or has a stop reason the Messages API does not send (the message names the step);
+            or ``spec`` is the path of an existing file (it suggests ``script:FILE``).
         click.UsageError: a model name is given but ``ANTHROPIC_API_KEY`` is not set.
     """
     if spec.startswith("script:"):
@@ -66,10 +89,30 @@ def load_model(spec: str) -> Model:
                 'object {"steps": [...]}',
                 param_hint="--model",
             )
+        if not steps:
+            raise click.BadParameter(
+                f"{path} holds no steps: a script needs at least one response (for example "
+                '{"content": [{"type": "text", "text": "Done."}], "stop_reason": "end_turn"}).',
+                param_hint="--model",
+            )
+        for number, step in enumerate(steps, 1):
+            reason = step.get("stop_reason") if isinstance(step, dict) else None
+            if reason is not None and reason not in API_STOP_REASONS:
+                raise click.BadParameter(
+                    f"{path}: step {number}: unknown stop_reason {reason!r}; the known stop "
+                    f"reasons are {', '.join(API_STOP_REASONS)}",
+                    param_hint="--model",
+                )
         try:
             return ScriptedModel(steps, name=f"script:{path.name}")
         except UsageError as exc:  # a malformed step; the message names it
             raise click.BadParameter(f"{path}: {exc}", param_hint="--model") from exc
+    if Path(spec).expanduser().is_file():
+        raise click.BadParameter(
+            f"{spec} is a file, not a model name: to play it back as a script, use "
+            f"--model script:{spec}",
+            param_hint="--model",
+        )
     if not os.environ.get("ANTHROPIC_API_KEY"):
         raise click.UsageError(
             f"--model {spec} needs an Anthropic API key, and ANTHROPIC_API_KEY is not set.\n"
@@ -176,13 +219,14 @@ def build_agent(
     system: str | None = None,
     max_turns: int = 50,
     session: Path | None = None,
+    sandbox: SandboxStatus | Sandbox | None = None,
     **kwargs: Any,
 ) -> Agent:
     """An agent with the workspace tools and the permission hook; with ``session``, it continues
-    (or starts) that session log."""
+    (or starts) that session log. ``sandbox`` is passed to `workspace_tools` (default: auto)."""
     system_prompt = system if system is not None else SYSTEM_PROMPT.format(root=workspace.root)
     options: dict[str, Any] = {
-        "tools": workspace_tools(workspace),
+        "tools": workspace_tools(workspace, sandbox=sandbox if sandbox is not None else "auto"),
         "system": system_prompt,
         "max_turns": max_turns,
         "before_tool_call": permissions,
@@ -201,6 +245,8 @@ def execute(
     json_lines: bool = False,
     interactive: bool = False,
     continue_hint: str | None = None,
+    sandbox: SandboxStatus | None = None,
+    decisions: dict[str, Decision] | None = None,
 ) -> RunResult:
     """Run ``prompt`` on ``agent`` with a live view (or JSON lines on stdout) and Ctrl-C handling.
 
@@ -209,6 +255,9 @@ def execute(
         interactive: ask at the terminal for calls the permission hook does not allow already
             (sets the hook's ``confirm``).
         continue_hint: printed under a ``max_turns`` or ``aborted`` final line (see `final_line`).
+        sandbox: the ``run_command`` sandbox, stated before the run starts (live view) or in
+            the ``run_start`` line under ``"sandbox"`` (JSON lines).
+        decisions: for a run awaiting approval, the decisions on its pending calls.
 
     Returns:
         The run's result; the final line has been printed (not in JSON mode).
@@ -220,13 +269,16 @@ def execute(
     interrupts = Interrupts(agent, view, console)
     if interactive and isinstance(agent.before_tool_call, Permissions):
         agent.before_tool_call.confirm = interrupts.confirm
-    handler = view.handle if view is not None else JsonLinesView(sys.stdout).handle
+    if sandbox is not None and (view is not None or sandbox.problem is not None):
+        console.print(sandbox_line(sandbox), soft_wrap=True)  # on stderr with JSON lines
+    run_start = {"sandbox": sandbox.as_dict()} if sandbox is not None else None
+    handler = view.handle if view is not None else JsonLinesView(sys.stdout, run_start).handle
     unsubscribe = agent.subscribe(handler)
 
     async def main() -> RunResult:
         try:
             with interrupts.installed(asyncio.get_running_loop()):
-                return await agent.run(prompt)
+                return await agent.run(prompt, decisions=decisions)
         finally:
             # Close the provider's HTTP client inside this event loop, before asyncio.run ends it.
             aclose = getattr(agent.model, "aclose", None)
@@ -264,6 +316,7 @@ def continue_command(
     system_file: Path | None,
     yes: bool,
     allow: Sequence[str],
+    sandbox_flags: Sequence[str] = (),
 ) -> str:
     """How to continue a run that stopped (``max_turns`` or ``aborted``) from the command line:
     the same options and the session log, without a prompt. Without a session log there is
@@ -281,11 +334,63 @@ def continue_command(
         words.append("--yes")
     for rule in allow:
         words += ["--allow", rule]
+    words += sandbox_flags
     turns = f"{max_turns} more turn{'s' if max_turns != 1 else ''}"
     hint = f"To continue (up to {turns}; raise --max-turns for more): {shlex.join(words)}"
     if model_spec.startswith("script:"):
         hint += "\n(a script plays from its first step again: give one holding the steps to come)"
     return hint
+
+
+def resolve_sandbox(
+    mode: str | None,
+    *,
+    no_sandbox: bool = False,
+    allow_network: bool = False,
+    writable: Sequence[Path] = (),
+    hide: Sequence[str] = (),
+) -> tuple[SandboxStatus, list[str]]:
+    """The ``run_command`` sandbox the options ask for, checked on this machine; and the same
+    options as command-line words (for the continue hint).
+
+    Raises:
+        click.UsageError: ``--no-sandbox`` with another ``--sandbox`` mode, or
+            ``--sandbox=require`` and bubblewrap is missing or fails (exit code 2; the message
+            names bubblewrap and how to install it).
+    """
+    if no_sandbox and mode not in (None, "off"):
+        raise click.UsageError(f"--no-sandbox contradicts --sandbox={mode}; give one of them.")
+    chosen = "off" if no_sandbox else (mode or "auto")
+    # Relative paths are relative to the current folder (not the workspace); ~ stays as given.
+    writable = [path.resolve() for path in writable]
+    hide = [path if path.startswith("~") else str(Path(path).resolve()) for path in hide]
+    config = Sandbox.model_validate(
+        {
+            "mode": chosen,
+            "allow_network": allow_network,
+            "writable": tuple(writable),
+            "hidden": (*DEFAULT_HIDDEN, *hide),
+        }
+    )
+    try:
+        status = check_sandbox(config, warn=False)
+    except SandboxUnavailableError as exc:
+        raise click.UsageError(
+            f"{exc}\nOr run with --sandbox=auto to run commands unsandboxed with a warning, or "
+            "--no-sandbox."
+        ) from exc
+    except UsageError as exc:
+        raise click.BadParameter(str(exc), param_hint="--writable") from exc
+    flags = ["--no-sandbox"] if chosen == "off" else []
+    if chosen == "require":
+        flags += ["--sandbox", "require"]
+    if allow_network:
+        flags.append("--allow-network")
+    for extra in writable:
+        flags += ["--writable", str(extra)]
+    for hidden in hide:
+        flags += ["--hide", hidden]
+    return status, flags
 
 
 @click.command("run")
@@ -296,7 +401,8 @@ def continue_command(
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=".",
     show_default=True,
-    help="The folder the agent works in; its tools cannot reach outside it.",
+    help="The folder the agent works in; its file tools cannot reach outside it (for "
+    "run_command, see --sandbox).",
 )
 @click.option(
     "--model",
@@ -328,6 +434,45 @@ def continue_command(
     help="Allow without asking: run_command, write_file, edit_file, writes (both write tools), "
     "or run_command:PREFIX (e.g. 'run_command:python3 -m unittest'). Repeatable.",
 )
+@click.option(
+    "--sandbox",
+    "sandbox_mode",
+    type=click.Choice(["auto", "require", "off"]),
+    help="run_command's bubblewrap sandbox: auto (default: on where bwrap works, else off with "
+    "a warning), require (refuse to run without it), off.",
+)
+@click.option("--no-sandbox", is_flag=True, help="Same as --sandbox=off.")
+@click.option(
+    "--allow-network", is_flag=True, help="Let sandboxed commands use the network (default: off)."
+)
+@click.option(
+    "--writable",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="Also writable by sandboxed commands, besides the workspace and a private /tmp. "
+    "Repeatable.",
+)
+@click.option(
+    "--hide",
+    multiple=True,
+    metavar="PATH",
+    help="Also hidden from sandboxed commands, besides ~/.ssh, ~/.aws, ~/.config/gcloud and "
+    "~/.netrc. Repeatable.",
+)
+@click.option(
+    "--approve",
+    "approve",
+    multiple=True,
+    metavar="ID",
+    help="With --session and no PROMPT: approve this call awaiting approval. Repeatable.",
+)
+@click.option(
+    "--deny",
+    "deny",
+    multiple=True,
+    metavar="ID:REASON",
+    help="With --session and no PROMPT: deny this call awaiting approval. Repeatable.",
+)
 @click.option("--json", "json_lines", is_flag=True, help="Print events as JSON lines on stdout.")
 def run_command(
     prompt: str | None,
@@ -338,6 +483,13 @@ def run_command(
     system_file: Path | None,
     yes: bool,
     allow: Sequence[str],
+    sandbox_mode: str | None,
+    no_sandbox: bool,
+    allow_network: bool,
+    writable: Sequence[Path],
+    hide: Sequence[str],
+    approve: Sequence[str],
+    deny: Sequence[str],
     json_lines: bool,
 ) -> None:
     """Run an agent on PROMPT in a workspace folder, showing the state machine as it goes.
@@ -349,7 +501,17 @@ def run_command(
     interactive terminal; --yes or --allow permit them up front; without a terminal (or with
     --json) they are otherwise denied, and the model is told why. Ctrl-C aborts the run cleanly.
 
-    Exit codes: 0 done, 1 failed, 3 max_turns, 130 aborted, 2 usage error.
+    Commands run in a bubblewrap sandbox where bwrap works: the workspace (and --writable paths)
+    and a private /tmp are writable, the rest read-only; no network (--allow-network); ~/.ssh,
+    ~/.aws, ~/.config/gcloud, ~/.netrc (and --hide paths) hidden; a short environment
+    allow-list. Where bwrap is missing, commands run unsandboxed with a warning
+    (--sandbox=require refuses instead); --no-sandbox turns it off.
+
+    With --session and no terminal, a command or write that no rule allows is not denied: the
+    run stops awaiting approval (exit code 4) with the pending calls printed; decide them with
+    `statemachine-agent approve FILE --call ID` (or --approve ID / --deny ID:REASON here).
+
+    Exit codes: 0 done, 1 failed, 3 max_turns, 4 awaiting approval, 130 aborted, 2 usage error.
     """
     console = Console(stderr=json_lines)
     try:
@@ -371,6 +533,13 @@ def run_command(
                 f"No PROMPT and {session} does not exist (or is empty): there is no run to "
                 "continue; give a PROMPT to start one."
             )
+    sandbox, sandbox_flags = resolve_sandbox(
+        sandbox_mode,
+        no_sandbox=no_sandbox,
+        allow_network=allow_network,
+        writable=writable,
+        hide=hide,
+    )
     model = load_model(model_spec)
     system = system_file.read_text(encoding="utf-8") if system_file is not None else None
     try:
@@ -381,12 +550,21 @@ def run_command(
             system=system,
             max_turns=max_turns,
             session=session,
+            sandbox=sandbox,
         )
     except UsageError as exc:
         raise click.UsageError(str(exc)) from exc
     except AgentError as exc:  # e.g. the session log is corrupt: not a usage error, exit 1
         raise click.ClickException(str(exc)) from exc
     interactive = not json_lines and _interactive(console)
+    permissions.defer = session is not None and not interactive
+    decisions = parse_decisions(approve, deny) or None
+    if decisions is not None and (prompt is not None or session is None):
+        raise click.UsageError("--approve and --deny continue a session: give --session, no PROMPT")
+    approve_hint = (
+        f"To decide: statemachine-agent approve {shlex.quote(str(session))} --call ID "
+        f"[--deny ID:REASON] -w {shlex.quote(str(workspace))} -m {shlex.quote(model_spec)}"
+    )
     hint = continue_command(
         workspace=workspace,
         model_spec=model_spec,
@@ -395,6 +573,7 @@ def run_command(
         system_file=system_file,
         yes=yes,
         allow=allow,
+        sandbox_flags=sandbox_flags,
     )
     try:
         result = execute(
@@ -404,6 +583,8 @@ def run_command(
             json_lines=json_lines,
             interactive=interactive,
             continue_hint=hint,
+            sandbox=sandbox,
+            decisions=decisions,
         )
     except UsageError as exc:  # e.g. no PROMPT and the logged run ended with an answer
         raise click.UsageError(str(exc)) from exc
@@ -411,8 +592,106 @@ def run_command(
         console.print("[red]Interrupted: quit without waiting for the run to end.[/red]")
         sys.exit(130)
     finally:
-        if agent.session is not None:
-            agent.session.close()
+        agent.close()
+    if result.state is State.AWAITING_APPROVAL and not json_lines:
+        console.print(pending_text(result, approve_hint), soft_wrap=True)
     if session is not None and not json_lines:
         console.print(f"[dim]Session log: {session}[/dim]", soft_wrap=True)
     sys.exit(EXIT_CODES.get(result.state, 1))
+
+
+def pending_text(result: RunResult, approve_hint: str) -> str:
+    """The calls waiting for a decision, one a line, and how to decide them."""
+    lines = ["Awaiting approval:"]
+    for call in result.pending:
+        arguments = json.dumps(call.arguments, ensure_ascii=False)
+        lines.append(f"  {call.id}: {call.tool_name} {arguments} ({call.reason})")
+    lines.append(approve_hint)
+    return "\n".join(lines)
+
+
+def parse_decisions(approve: Sequence[str], deny: Sequence[str]) -> dict[str, Decision]:
+    """``--approve ID`` and ``--deny ID:REASON`` as decisions.
+
+    Raises:
+        click.BadParameter: a ``--deny`` without a reason, or one call decided twice.
+    """
+    decisions: dict[str, Decision] = {}
+    for call_id in approve:
+        decisions[call_id.strip()] = Approve()
+    for item in deny:
+        call_id, _, reason = item.partition(":")
+        if not call_id.strip() or not reason.strip():
+            raise click.BadParameter(
+                f"{item!r}: give ID:REASON, e.g. --deny c2:'not today'", param_hint="--deny"
+            )
+        if call_id.strip() in decisions:
+            raise click.BadParameter(f"call {call_id.strip()!r} is decided twice")
+        decisions[call_id.strip()] = Deny(reason.strip())
+    return decisions
+
+
+@click.command("approve")
+@click.argument("session", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--call", "calls", multiple=True, metavar="ID", help="Approve this call. Repeatable.")
+@click.option("--all", "approve_all", is_flag=True, help="Approve every pending call.")
+@click.option(
+    "--deny", multiple=True, metavar="ID:REASON", help="Deny this call (the model reads REASON)."
+)
+@click.option(
+    "--workspace",
+    "-w",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=".",
+    show_default=True,
+)
+@click.option("--model", "-m", "model_spec", required=True, metavar="NAME|script:FILE")
+@click.option("--max-turns", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--yes", "-y", is_flag=True, help="Allow every later command and write.")
+@click.option("--allow", multiple=True, metavar="RULE", help="As for run. Repeatable.")
+@click.option("--json", "json_lines", is_flag=True, help="Print events as JSON lines on stdout.")
+@click.pass_context
+def approve_command(
+    ctx: click.Context,
+    session: Path,
+    calls: Sequence[str],
+    approve_all: bool,
+    deny: Sequence[str],
+    workspace: Path,
+    model_spec: str,
+    max_turns: int,
+    yes: bool,
+    allow: Sequence[str],
+    json_lines: bool,
+) -> None:
+    """Decide the calls of a session awaiting approval and continue its run.
+
+    Approved calls run once (they need no permission rule: a person approved them); denied ones
+    get an error result with the reason; once no call is pending the run goes on with the model.
+    Calls left undecided stay pending. Exit codes as for `run` (4: still awaiting approval).
+    """
+    if approve_all:
+        from ..session import read_session
+
+        calls = [*calls, *(c.id for c in read_session(session).pending)]
+    if not calls and not deny:
+        raise click.UsageError("say what to decide: --call ID, --all, or --deny ID:REASON")
+    ctx.invoke(
+        run_command,
+        prompt=None,
+        workspace=workspace,
+        model_spec=model_spec,
+        max_turns=max_turns,
+        session=session,
+        system_file=None,
+        yes=yes,
+        allow=allow,
+        sandbox_mode=None,
+        no_sandbox=False,
+        allow_network=False,
+        writable=(),
+        hide=(),
+        approve=calls,
+        deny=deny,
+        json_lines=json_lines,
+    )

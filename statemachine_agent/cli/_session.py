@@ -30,7 +30,7 @@ from .._messages import (
     Usage,
     UserMessage,
 )
-from ..session import SessionData, read_session
+from ..session import SessionData, read_session, render_html
 from ..session._check import check_session
 from ..session._read import Record
 from ._view import PYTHON_ADVICE, result_lines, usage_text
@@ -148,14 +148,29 @@ def _print_header(console: Console, data: SessionData) -> None:
 
 @click.command("replay")
 @click.argument("session", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def replay_command(session: Path) -> None:
-    """Print the transcript of SESSION.jsonl with its state path and token usage."""
+@click.option(
+    "--html",
+    "html_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a self-contained HTML replay (state diagram, timeline, transcript) to this file "
+    "instead of printing the transcript.",
+)
+def replay_command(session: Path, html_out: Path | None) -> None:
+    """Print the transcript of SESSION.jsonl with its state path and token usage (or, with
+    --html, write it as one HTML page that opens offline)."""
     console = Console(highlight=False, soft_wrap=True)
     try:
         with _quiet():
             data = read_session(session, strict=False)
     except AgentError as exc:
         raise click.ClickException(str(exc)) from exc
+    if html_out is not None:
+        try:
+            html_out.write_text(render_html(data), encoding="utf-8")
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {html_out}: {exc}") from exc
+        console.print(f"wrote {escape(str(html_out))}: open it in a browser (works offline)")
+        return
     _print_header(console, data)
     runs: list[int] = []
     for record in data.records:

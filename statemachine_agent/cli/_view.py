@@ -36,6 +36,7 @@ from .._events import (
 from .._machine import State
 from .._messages import AssistantMessage, ToolCallBlock, ToolResultMessage, Usage
 from .._result import RunResult
+from ..workspace import INSTALL_HINT, SandboxStatus
 
 STATE_STYLES = {
     "idle": "dim",
@@ -137,6 +138,24 @@ def final_line(result: RunResult, *, continue_hint: str | None = None) -> Text:
     if hint is not None:
         line.append(f"\n{hint}", style="bold")
     return line
+
+
+def sandbox_line(status: SandboxStatus) -> Text:
+    """What ``run_command`` can reach, said before a run: green when sandboxed; when not, red
+    (turned off) or a yellow warning with how to get the sandbox (bubblewrap unavailable)."""
+    if status.active:
+        return Text.assemble(("Sandbox: on. ", "bold green"), (status.describe(), "green"))
+    if status.problem is None:
+        return Text.assemble(("Sandbox: OFF. ", "bold red"), (status.describe(), "red"))
+    return Text.assemble(
+        ("Warning: sandbox unavailable. ", "bold yellow"),
+        (status.describe(), "yellow"),
+        (
+            f". {INSTALL_HINT} --sandbox=require refuses to run without it; --no-sandbox turns "
+            "it off without this warning.",
+            "yellow",
+        ),
+    )
 
 
 class LiveView:
@@ -301,14 +320,19 @@ class JsonLinesView:
 
     Args:
         stream: where to write (flushed after each line).
+        run_start: fields added to each ``run_start`` line (e.g. ``{"sandbox": {...}}``).
     """
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], run_start: dict[str, Any] | None = None) -> None:
         self.stream = stream
+        self.run_start = run_start or {}
 
     def handle(self, event: Event) -> None:
         """Write ``event`` as a JSON line."""
-        self.stream.write(json.dumps(event_to_dict(event), ensure_ascii=False, default=str) + "\n")
+        data = event_to_dict(event)
+        if data.get("type") == "run_start":
+            data = {**data, **self.run_start}
+        self.stream.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
         self.stream.flush()
 
 

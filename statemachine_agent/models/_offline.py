@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from .._errors import ScriptExhaustedError, UsageError
 from .._messages import AssistantMessage, Message, TextBlock, ThinkingBlock, ToolCallBlock
-from ._anthropic_format import error_from_body, parse_response
+from ._anthropic_response import error_from_body, parse_response
 from ._base import (
     ModelRequest,
     ResponseComplete,

@@ -17,6 +17,8 @@ library's `ModelError` family:
 from __future__ import annotations
 
 import os
+import re
+import warnings
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, cast
@@ -25,9 +27,10 @@ import anthropic
 import httpx2
 
 from .._errors import ModelAuthError, ModelError, ModelRetryableError, UsageError
-from ._anthropic_format import StreamAccumulator, error_from_body
-from ._anthropic_wire import RequestEncoder
-from ._base import ModelRequest, ResponseComplete, StreamEvent
+from .._messages import AssistantMessage, UserMessage
+from ._anthropic_request import RequestEncoder, same_model, valid_json
+from ._anthropic_response import StreamAccumulator, error_from_body
+from ._base import ModelRequest, ResponseComplete, StreamEvent, ToolDefinition
 
 __all__ = ["AnthropicModel"]
 
@@ -38,13 +41,19 @@ NO_KEY = (
 )
 # Statuses the SDK itself retries (see anthropic's _base_client._should_retry).
 _SDK_RETRIED = frozenset({408, 409, 429})
+# The Messages API's rule for a tool name (custom and server tools alike).
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+_DEPRECATION = r"The model '.*' is deprecated and will reach end-of-life"
+_warned_deprecated: set[str] = set()
 
 
 class AnthropicModel:
     """Claude via the Anthropic Messages API, streamed.
 
     Args:
-        model: the model name, e.g. ``"claude-sonnet-4-5"``.
+        model: the model name, e.g. ``"claude-sonnet-4-6"``. A model the SDK lists as
+            deprecated gets one ``FutureWarning`` per process (with its end-of-life date), not
+            one per request.
         client: a ready ``anthropic.AsyncAnthropic``; when given, ``api_key``, ``base_url``,
             ``max_retries`` and ``timeout_seconds`` are the client's business.
         api_key: the API key; default the ``ANTHROPIC_API_KEY`` environment variable (or any
@@ -63,7 +72,9 @@ class AnthropicModel:
         stop_sequences: custom stop sequences (a match ends the response with ``stop_sequence``).
         temperature: sampling temperature.
         server_tools: server tool definitions sent after the agent's tools, verbatim (e.g.
-            ``{"type": "web_search_20250305", "name": "web_search"}``).
+            ``{"type": "web_search_20250305", "name": "web_search"}``). Their names, and those
+            of the agent's tools (`check_tools`), must follow the API's rule (1-64 letters,
+            digits, ``_`` or ``-``) and be unique across both.
         extra_body: more request fields, sent verbatim. ``Agent(model_settings=...)`` values are
             merged over all of these for each request.
 
@@ -71,9 +82,22 @@ class AnthropicModel:
     This closes the HTTP client the model created itself; a ``client`` passed in is left open
     (its owner closes it).
 
+    Thinking in a resumed history: thinking and redacted-thinking blocks signed by another model
+    (an `AssistantMessage` whose ``model`` is not this one) are not sent, as the API checks each
+    signature against the model it is sent to; their text and tool blocks are. When the request
+    continues a tool-use turn whose last response came from another model (a session resumed
+    mid-turn on a new model), that turn cannot be given the thinking the API requires of it, so
+    the request is sent with ``thinking`` disabled; the next prompt starts a turn with the
+    configured thinking again.
+
+    Text sent is always valid UTF-8: a lone surrogate in any string of the request (prompts,
+    tool results, tool arguments, the system prompt, tool definitions, settings) is replaced by
+    U+FFFD; the history and the session log keep the original text.
+
     Raises:
-        UsageError: no credential was found (the message names ``ANTHROPIC_API_KEY``), or
-            ``client`` was combined with ``api_key`` / ``base_url``.
+        UsageError: no credential was found (the message names ``ANTHROPIC_API_KEY``),
+            ``client`` was combined with ``api_key`` / ``base_url``, or a server tool has no
+            valid ``name`` or shares one with another server tool.
     """
 
     def __init__(
@@ -101,8 +125,10 @@ class AnthropicModel:
         self._client = client
         self._model = model
         self.max_tokens = max_tokens
-        self._encoder = RequestEncoder(cache=cache)
+        self._encoder = RequestEncoder(cache=cache, model=model)
         self._server_tools = [dict(t) for t in server_tools]
+        self._server_tool_names = _server_tool_names(self._server_tools)
+        _warn_if_deprecated(model)
         options: dict[str, Any] = {}
         if thinking is not None:
             options["thinking"] = (
@@ -150,18 +176,66 @@ class AnthropicModel:
     ) -> None:
         await self.aclose()
 
+    def check_tools(self, tools: Sequence[ToolDefinition]) -> None:
+        """Check the agent's tools against the API's rules before any request is sent (`Agent`
+        calls it when built; every request checks again).
+
+        Raises:
+            UsageError: a name breaks the API's rule (1-64 letters, digits, ``_`` or ``-``), is
+                used twice, or is also the name of one of ``server_tools``; the message names it.
+        """
+        seen: set[str] = set()
+        for definition in tools:
+            name = definition.name
+            if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+                raise UsageError(
+                    f"tool name {name!r} is not valid for the Anthropic API: use 1-64 letters, "
+                    "digits, '_' or '-'"
+                )
+            if name in seen:
+                raise UsageError(f"two tools are named {name!r}: tool names must be unique")
+            if name in self._server_tool_names:
+                raise UsageError(
+                    f"the tool {name!r} has the name of a server tool in "
+                    f"AnthropicModel(server_tools=...): the API refuses two tools named {name!r}; "
+                    "rename the tool or drop the server tool"
+                )
+            seen.add(name)
+
     def body(self, request: ModelRequest) -> dict[str, Any]:
-        """The JSON body sent for ``request`` (``stream`` excluded)."""
+        """The JSON body sent for ``request`` (``stream`` excluded).
+
+        Raises:
+            UsageError: a tool name breaks the API's rules (see `check_tools`).
+        """
+        self.check_tools(request.tools)
         body: dict[str, Any] = {"model": self._model, "max_tokens": self.max_tokens}
         system = self._encoder.system(request.system)
         if system is not None:
             body["system"] = system
         if request.tools or self._server_tools:
             body["tools"] = self._encoder.tools(request.tools, self._server_tools)
-        body.update(self._options)
-        body.update(request.settings)
+        body.update(valid_json(self._options))
+        body.update(valid_json(request.settings))
         body["messages"] = self._encoder.messages(request.messages)
+        thinking = body.get("thinking")
+        if (
+            isinstance(thinking, dict)
+            and thinking.get("type") != "disabled"
+            and self._turn_answered_by_another_model(request)
+        ):
+            body["thinking"] = {"type": "disabled"}
         return body
+
+    def _turn_answered_by_another_model(self, request: ModelRequest) -> bool:
+        """The request continues a turn (tool results or a ``pause_turn``) whose last response
+        came from another model: its thinking cannot be sent, and the API requires it."""
+        for message in reversed(request.messages):
+            if isinstance(message, UserMessage):
+                return False  # a new turn: the model answers it with its own thinking
+            if isinstance(message, AssistantMessage):
+                return not same_model(message.model, self._model)
+        return False
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Stream the response to ``request``; the last item is `ResponseComplete`.
@@ -191,7 +265,9 @@ class AnthropicModel:
             raise _status_error(exc) from None
         except anthropic.APIConnectionError as exc:
             # The SDK has retried this (max_retries) already: the engine must not multiply it.
-            raise _connection_error(exc, self._client.timeout, retried=True) from None
+            raise _connection_error(
+                exc, self._client.timeout, retried=True, url=str(self._client.base_url)
+            ) from None
         accumulator = StreamAccumulator()
         async with events:
             iterator = events.__aiter__()
@@ -203,10 +279,67 @@ class AnthropicModel:
                 except anthropic.APIStatusError as exc:
                     raise _status_error(exc) from None
                 except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
-                    raise _connection_error(exc, self._client.timeout) from None
+                    raise _connection_error(
+                        exc, self._client.timeout, url=str(self._client.base_url)
+                    ) from None
                 for item in accumulator.feed(event.to_dict(mode="json")):
                     yield item
         yield ResponseComplete(accumulator.message())
+
+
+def _unreachable(exc: Exception, url: str | None, *, retried: bool) -> str:
+    """What a connection error says: which address failed, why, and where it came from."""
+    cause = exc.__cause__ or exc.__context__
+    why = str(cause) if cause is not None and str(cause) else ""
+    if not why or why == str(exc):
+        why = str(exc) if str(exc) and str(exc) != "Connection error." else type(exc).__name__
+    where = (url or "the Anthropic API").rstrip("/")
+    text = (
+        f"could not reach {where} ({why})"
+        if retried
+        else f"the connection to {where} dropped mid-response ({why})"
+    )
+    env = os.environ.get("ANTHROPIC_BASE_URL", "").strip()
+    if env and url is not None and env.rstrip("/") == url.rstrip("/"):
+        text += "; the address comes from the ANTHROPIC_BASE_URL environment variable: check it"
+    return text
+
+
+def _server_tool_names(tools: Sequence[dict[str, Any]]) -> frozenset[str]:
+    names: set[str] = set()
+    for number, definition in enumerate(tools, 1):
+        name = definition.get("name")
+        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+            raise UsageError(
+                f"server_tools[{number - 1}] needs a 'name' of 1-64 letters, digits, '_' or '-' "
+                f"(e.g. {{'type': 'web_search_20250305', 'name': 'web_search'}}), got {name!r}"
+            )
+        if name in names:
+            raise UsageError(f"two server tools are named {name!r}: tool names must be unique")
+        names.add(name)
+    return frozenset(names)
+
+
+def _warn_if_deprecated(model: str) -> None:
+    """One warning per process for a model the SDK lists as deprecated. The SDK's own warning,
+    issued on every request, is silenced where this package makes the request (the SDK attributes
+    it to a frame a few levels up: the engine's, which is in this package too)."""
+    try:
+        from anthropic._data import DEPRECATED_MODELS  # the SDK's list; private, may move
+    except ImportError:  # pragma: no cover - an SDK without the list: its own warning stays
+        return
+    warnings.filterwarnings("ignore", _DEPRECATION, DeprecationWarning, r"statemachine_agent(\.|$)")
+    end = DEPRECATED_MODELS.get(model)
+    if end is None or model in _warned_deprecated:
+        return
+    _warned_deprecated.add(model)
+    warnings.warn(
+        f"The model {model!r} is deprecated and will reach end-of-life on {end}: use a current "
+        "model such as 'claude-sonnet-4-6' (see "
+        "https://docs.anthropic.com/en/docs/resources/model-deprecations).",
+        FutureWarning,
+        stacklevel=3,
+    )
 
 
 def _make_client(
@@ -267,10 +400,13 @@ def _status_error(exc: anthropic.APIStatusError) -> ModelError:
     return ModelError(message, kind=kind, status_code=status, attempts=attempts)
 
 
-def _connection_error(exc: Exception, limit: object = None, *, retried: bool = False) -> ModelError:
+def _connection_error(
+    exc: Exception, limit: object = None, *, retried: bool = False, url: str | None = None
+) -> ModelError:
     """A dropped connection or a timeout. Before the response started (``retried``), the SDK
     has already retried it: a plain `ModelError` counting the SDK's attempts. Mid-stream, the SDK
-    cannot retry: a `ModelRetryableError` the engine retries."""
+    cannot retry: a `ModelRetryableError` the engine retries. The message names ``url`` (and
+    ``ANTHROPIC_BASE_URL`` when that is where it came from) and the underlying cause."""
     if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):
         # The SDK's own text also covers cancellations; say plainly that the time ran out.
         seconds = getattr(limit, "read", limit)
@@ -282,7 +418,7 @@ def _connection_error(exc: Exception, limit: object = None, *, retried: bool = F
         )
     else:
         kind = "connection_error"
-        message = f"connection error: {str(exc) or type(exc).__name__}"
+        message = _unreachable(exc, url, retried=retried)
     if not retried:
         return ModelRetryableError(message, kind=kind)
     request = getattr(exc, "request", None)

@@ -8,6 +8,8 @@ resuming a session".
 
 from __future__ import annotations
 
+from .._errors import SessionCorruptError
+from ._check import check_session
 from ._compaction import (
     SUMMARY_PREFIX,
     Summarize,
@@ -16,13 +18,13 @@ from ._compaction import (
     find_cut_points,
     kept_window_start,
 )
+from ._html import page_model, render_html, write_html
 from ._log import RECOVERED, SessionLog, attach_session
 from ._read import (
     FORMAT,
     NO_RESULT_RECORDED,
     VERSION,
     Record,
-    SessionCorruptError,
     SessionData,
     load_history,
     read_session,
@@ -40,10 +42,14 @@ __all__ = [
     "SessionLog",
     "Summarize",
     "attach_session",
+    "check_session",
     "compact",
     "compact_history",
     "find_cut_points",
     "kept_window_start",
     "load_history",
+    "page_model",
     "read_session",
+    "render_html",
+    "write_html",
 ]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 
-from .._machine import TERMINAL_STATES, State
-from .._protocol import find_violations
+from .._machine import State
+from .._protocol import find_violations, with_open_batch
+from .._states import RUN_STOPS
 from ._read import SessionData, read_session
 
 _IN_RUN = {State.AWAITING_MODEL.value, State.EXECUTING_TOOLS.value}
@@ -16,7 +17,7 @@ def check_session(path: str | os.PathLike[str]) -> tuple[SessionData, list[str]]
 
     Checked: unreadable lines (before the end, and a torn last line), the header, results that
     answer no logged call or contradict an earlier one, unknown record types, calls with no
-    recorded result, the rebuilt history against DESIGN invariants 1-4, the state changes
+    recorded result, the rebuilt history against the tool-use protocol's rules 1-5, the state changes
     chaining up (each leaves the state the previous one entered), runs pairing up and each run
     ending in the state the machine was in (invariant 5).
 
@@ -40,7 +41,10 @@ def check_session(path: str | os.PathLike[str]) -> tuple[SessionData, list[str]]
             f"call {repair.tool_call_id!r} ({repair.tool_name}) has no recorded result (the "
             "process died before it finished; resume answers it with an error result)"
         )
-    problems += [f"history {p}" for p in find_violations(data.messages)]
+    messages = with_open_batch(
+        data.messages, data.pending_results, {call.id for call in data.pending}
+    )
+    problems += [f"history {p}" for p in find_violations(messages)]
     problems += _check_states_and_runs(data)
     return data, problems
 
@@ -71,7 +75,7 @@ def _check_states_and_runs(data: SessionData) -> list[str]:
             if run_line is None:
                 problems.append(f"line {record.line}: a run ended that never started")
             state = body.get("state")
-            if state not in {s.value for s in TERMINAL_STATES}:
+            if state not in {s.value for s in RUN_STOPS}:
                 problems.append(f"line {record.line}: a run ended in non-terminal state {state!r}")
             elif current is not None and state != current:
                 problems.append(

@@ -1,10 +1,13 @@
 """`SessionLog`: the append-only JSONL writer, attached to an agent by subscribing to its events.
 
-One JSON object per line, each written whole and flushed (``fsync=True`` also syncs it to disk):
+One JSON object per line, each written whole and flushed before the event that caused it is
+passed on (``fsync=True`` also syncs it to disk, on a thread of its own):
 
 - ``header``: ``format``, ``version``, ``created_at`` (ISO 8601, UTC), ``model`` (its name only,
   never its client or key), ``tools`` (names);
 - ``message``: a message appended to the history (prompt, response, result, injected input);
+- ``tool_start``: ``call_id`` and ``name`` of a tool call the moment it starts (so a replay can
+  draw each call from its start to its end);
 - ``tool_result``: a result the moment its call finished (completion order, before the batch
   completes); the same result appended later is not logged again. ``"repair": true`` marks the
   error result a resume gave a call the log had no result for;
@@ -23,6 +26,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,15 +34,19 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .._errors import UsageError
 from .._events import (
+    ApprovalRequested,
+    CallDecided,
     Event,
     MessageEnd,
     RunEnd,
     RunStart,
     StateChanged,
-    ToolExecutionEnd,
+    ToolExecutionStart,
+    event_to_dict,
 )
-from .._machine import TERMINAL_STATES, State
+from .._machine import State
 from .._messages import HISTORY_ADAPTER, MESSAGE_ADAPTER, Message, ToolResultMessage
+from .._states import RUN_STOPS
 from ._read import FORMAT, VERSION, SessionData, read_session
 
 if sys.platform != "win32":
@@ -60,12 +68,17 @@ class SessionLog:
     path (a new log). `Agent.resume` opens and attaches in one step.
 
     While open for writing, the log holds an exclusive advisory lock on its file (``flock``; the
-    system releases it when the process dies), so two agents never interleave lines in one log.
+    system releases it when the process dies, and `close` or the log being collected releases it
+    too), so two agents never interleave lines in one log.
 
     Args:
         path: the JSONL file.
-        fsync: ``os.fsync`` after each line (survives power loss, slower); flushing each line
-            already survives the process being killed.
+        fsync: also sync the lines to disk (survives power loss). Each line is still written and
+            flushed, in order, before its event is passed on (so a killed process loses nothing
+            recorded); the ``os.fsync`` calls run on a thread of the log's own, never on the
+            event loop's, each covering every line written before it. A power loss keeps a
+            prefix of the log: every line up to the last completed sync. `sync` waits for it;
+            `close` syncs the last lines first.
 
     Attributes:
         errors: one text per line that could not be written (each also logged at error level);
@@ -78,9 +91,10 @@ class SessionLog:
         self.data: SessionData | None = None
         self._file: BinaryIO | None = None
         self._has_header = False
-        self._logged_results: set[str] = set()
         self._lock = threading.Lock()
         self._unsubscribe: Callable[[], None] | None = None
+        self._syncer: _Syncer | None = None
+        self._release: weakref.finalize[Any, SessionLog] | None = None
         self.errors: list[str] = []
 
     # -- opening ------------------------------------------------------------------------------
@@ -121,7 +135,7 @@ class SessionLog:
             log._file.flush()
         for repair in data.repairs:
             log._write({"type": "tool_result", "repair": True, "message": _dump(repair)})
-        if data.run_open and data.state in TERMINAL_STATES:
+        if data.run_open and data.state in RUN_STOPS:
             # The process died between the run's last state change and its end: the run did
             # end, in that state; only its end line is missing.
             log._write({"type": "run_end", "state": data.state.value, "error": None})
@@ -151,7 +165,7 @@ class SessionLog:
         """The state to resume in: the last one recorded (``aborted`` for a run the process died
         in; ``idle`` for a new log)."""
         state = self.data.state if self.data is not None else None
-        if state is None or (state is not State.IDLE and state not in TERMINAL_STATES):
+        if state is None or (state is not State.IDLE and state not in RUN_STOPS):
             return State.IDLE if state is None else State.ABORTED
         return state
 
@@ -174,6 +188,10 @@ class SessionLog:
                         "SessionLog holds its lock); close that one first"
                     ) from None
             self._file = file
+            if self.fsync:
+                self._syncer = _Syncer(file.fileno(), self.path, self.errors)
+            # A log dropped unclosed (its agent collected) still syncs, closes and unlocks.
+            self._release = weakref.finalize(self, _release, file, self._syncer)
 
     # -- attaching ----------------------------------------------------------------------------
 
@@ -198,14 +216,23 @@ class SessionLog:
         if not self._has_header:
             self._write_header(agent)
         logged = self.messages
-        if not agent.messages and logged:
-            agent.messages = logged
-            if self.state is not State.IDLE:
-                agent.machine.restore(self.state)
+        if not agent.messages and (logged or self.state is not State.IDLE):
+            data = self.data
+            pending = None
+            if data is not None and data.pending:
+                pending = (data.pending, data.pending_results)
+            agent.restore(logged, self.state, pending=pending)
         elif list(agent.messages) != logged:
             reason = "replaced" if logged else "initial"
             self.record_history(agent.messages, reason=reason)
-        self._unsubscribe = agent.subscribe(self.record)
+        log = weakref.ref(self)  # the agent holds the log; the log holds no cycle back to it
+
+        def record(event: Event) -> None:
+            target = log()
+            if target is not None:
+                target.record(event)
+
+        self._unsubscribe = agent.subscribe(record)
 
     def detach(self) -> None:
         """Stop logging the agent's events."""
@@ -214,13 +241,23 @@ class SessionLog:
             self._unsubscribe = None
 
     def close(self) -> None:
-        """Detach and close the file, releasing its lock (lines recorded afterwards are dropped
-        with a warning)."""
+        """Detach, sync the last lines (with ``fsync``) and close the file, releasing its lock
+        (lines recorded afterwards are dropped with a warning)."""
         self.detach()
         with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            if self._release is not None:
+                self._release()
+            self._file = None
+
+    def sync(self, timeout_seconds: float | None = None) -> bool:
+        """Wait until every line written so far is synced to disk (with ``fsync``; without it,
+        return at once).
+
+        Returns:
+            False if ``timeout_seconds`` passed first.
+        """
+        syncer = self._syncer
+        return True if syncer is None else syncer.wait(timeout_seconds)
 
     def __enter__(self) -> SessionLog:
         return self
@@ -262,17 +299,12 @@ class SessionLog:
 
     def _record(self, event: Event) -> None:
         if isinstance(event, MessageEnd):
+            # A tool result is announced once, the moment its call finishes (completion order).
             message = event.message
-            if (
-                isinstance(message, ToolResultMessage)
-                and message.tool_call_id in self._logged_results
-            ):
-                self._logged_results.discard(message.tool_call_id)  # logged when it finished
-                return
-            self._write({"type": "message", "message": _dump(message)})
-        elif isinstance(event, ToolExecutionEnd):
-            self._write({"type": "tool_result", "message": _dump(event.result)})
-            self._logged_results.add(event.result.tool_call_id)
+            kind = "tool_result" if isinstance(message, ToolResultMessage) else "message"
+            self._write({"type": kind, "message": _dump(message)})
+        elif isinstance(event, ToolExecutionStart):
+            self._write({"type": "tool_start", "call_id": event.call.id, "name": event.call.name})
         elif isinstance(event, StateChanged):
             self._write(
                 {
@@ -285,6 +317,10 @@ class SessionLog:
             )
         elif isinstance(event, RunStart):
             self._write({"type": "run_start"})
+        elif isinstance(event, ApprovalRequested | CallDecided):
+            body = event_to_dict(event)
+            body["type"] = "pending" if isinstance(event, ApprovalRequested) else "decision"
+            self._write(body)
         elif isinstance(event, RunEnd):
             result = event.result
             self._write(
@@ -326,8 +362,8 @@ class SessionLog:
                     return
                 self._file.write(line)  # one whole line per write: a crash tears at most the last
                 self._file.flush()
-                if self.fsync:
-                    os.fsync(self._file.fileno())
+                if self._syncer is not None:
+                    self._syncer.wrote()  # synced on the syncer's thread, in order
         except Exception as exc:
             self.errors.append(f"a {body.get('type')} line was not written: {exc!r}")
             logger.exception(
@@ -335,6 +371,70 @@ class SessionLog:
                 self.path,
                 body.get("type"),
             )
+
+
+class _Syncer:
+    """Syncs one file to disk on a thread of its own, one ``os.fsync`` per line written, in
+    order, so the loop never waits for the disk."""
+
+    def __init__(self, fd: int, path: Path, errors: list[str]) -> None:
+        self._fd = fd
+        self._path = path
+        self._errors = errors  # the log's list (no reference to the log itself)
+        self._cond = threading.Condition()
+        self._written = 0
+        self._synced = 0
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def wrote(self) -> None:
+        """A line was written: sync it soon."""
+        with self._cond:
+            self._written += 1
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._work, name=f"fsync {self._path.name}", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._synced < self._written or self._stopping)
+                if self._synced == self._written:
+                    return  # stopping, and everything is synced
+                target = self._synced + 1  # one sync per line
+            try:
+                os.fsync(self._fd)
+            except Exception as exc:
+                self._errors.append(f"lines were not synced to disk: {exc!r}")
+                logger.exception("session log %s: os.fsync failed", self._path)
+            with self._cond:
+                self._synced = target
+                self._cond.notify_all()
+
+    def wait(self, timeout_seconds: float | None = None) -> bool:
+        """Wait until every line written so far is synced; False on timeout."""
+        with self._cond:
+            target = self._written
+            return self._cond.wait_for(lambda: self._synced >= target, timeout_seconds)
+
+    def stop(self) -> None:
+        """Sync what is left and end the thread."""
+        with self._cond:
+            self._stopping = True
+            thread = self._thread
+            self._cond.notify_all()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+
+def _release(file: BinaryIO, syncer: _Syncer | None) -> None:
+    """Sync (with ``fsync``), close the file and so release its lock."""
+    if syncer is not None:
+        syncer.stop()
+    file.close()
 
 
 def _encode(body: dict[str, Any]) -> bytes:

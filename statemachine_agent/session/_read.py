@@ -2,7 +2,7 @@
 
 Rebuilding is by tool-call id, not by line order: results are logged in completion order (the moment
 each call finishes), so they are put back in declaration order directly after their assistant
-message, before anything logged later (DESIGN invariant 1). Reading never writes; `SessionLog.open`
+message, before anything logged later (the tool-use protocol: results directly after their calls). Reading never writes; `SessionLog.open`
 writes the repairs this module finds.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .._context import NO_RESULT
-from .._errors import AgentError
+from .._errors import AgentError, SessionCorruptError
+from .._hooks import PendingCall
 from .._machine import State
 from .._messages import (
     HISTORY_ADAPTER,
@@ -30,6 +30,7 @@ from .._messages import (
     Usage,
     text_result,
 )
+from .._protocol import NO_RESULT
 
 logger = logging.getLogger("statemachine_agent.session")
 
@@ -41,29 +42,20 @@ VERSION = 1
 NO_RESULT_RECORDED = NO_RESULT
 
 RECORD_TYPES = frozenset(
-    {"header", "message", "tool_result", "state", "run_start", "run_end", "history"}
+    {
+        "header",
+        "message",
+        "tool_start",
+        "tool_result",
+        "state",
+        "run_start",
+        "run_end",
+        "history",
+        "pending",
+        "decision",
+    }
 )
 _INCOMPLETE = (StopReason.ABORTED, StopReason.ERROR)
-
-
-class SessionCorruptError(AgentError):
-    """A complete line of a session log cannot be read (only a torn last line may be).
-
-    Attributes:
-        path: the log.
-        problems: ``(line number, what is wrong)`` for each unreadable line (1-based).
-        data: everything the other lines hold, rebuilt (`SessionData`): nothing else is lost.
-    """
-
-    def __init__(self, path: Path, problems: list[tuple[int, str]], data: SessionData) -> None:
-        self.path = path
-        self.problems = problems
-        self.data = data
-        lines = "; ".join(f"line {n}: {why}" for n, why in problems)
-        super().__init__(
-            f"session log {path} has {len(problems)} unreadable line(s): {lines}. "
-            "The other lines were read (see .data); pass strict=False to resume without them."
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +90,9 @@ class SessionData:
         valid_bytes: the file length without the torn last line.
         notes: other problems found while rebuilding (a result for an unknown call, a duplicate
             result, an unknown record type), each naming its line.
+        pending: the calls waiting for a decision when the log ends in ``awaiting_approval``
+            (their batch's assistant message ends ``history``).
+        pending_results: the results that batch already has (held until every call is decided).
     """
 
     path: Path
@@ -112,6 +107,8 @@ class SessionData:
     torn_tail: list[tuple[int, str]] = field(default_factory=list)
     valid_bytes: int = 0
     notes: list[str] = field(default_factory=list)
+    pending: list[PendingCall] = field(default_factory=list)
+    pending_results: list[ToolResultMessage] = field(default_factory=list)
 
     @property
     def usage(self) -> Usage:
@@ -291,9 +288,20 @@ def _rebuild(data: SessionData) -> None:
     spine: list[Message] = []  # user and assistant messages in log order
     results: dict[str, ToolResultMessage] = {}
     result_lines: dict[str, int] = {}
+    deferred: dict[str, PendingCall] = {}  # the latest 'pending' line's calls
     for record in data.records:
         message = record.message
-        if record.type == "history":
+        if record.type == "pending":
+            deferred = {}
+            for item in record.body.get("calls") or []:
+                waiting_call = PendingCall(
+                    str(item["id"]),
+                    str(item["tool_name"]),
+                    dict(item.get("arguments") or {}),
+                    str(item.get("reason", "")),
+                )
+                deferred[waiting_call.id] = waiting_call
+        elif record.type == "history":
             # A compaction: the history starts over from this line; results logged before it
             # belong to messages it replaced.
             spine = [m for m in record.messages if not isinstance(m, ToolResultMessage)]
@@ -326,10 +334,23 @@ def _rebuild(data: SessionData) -> None:
         elif record.type not in RECORD_TYPES:
             data.notes.append(f"line {record.line}: unknown record type {record.type!r}")
     used: set[str] = set()
-    for message in spine:
+    waiting = data.state is State.AWAITING_APPROVAL  # entered once the batch has run
+    for index, message in enumerate(spine):
         data.history.append(message)
         data.messages.append(message)
         if not isinstance(message, AssistantMessage) or message.stop_reason in _INCOMPLETE:
+            continue
+        if waiting and index == len(spine) - 1 and message.tool_calls:
+            # The batch waits for decisions: its results are held, its deferred calls pending.
+            for call in message.tool_calls:
+                result = results.get(call.id)
+                if result is not None:
+                    used.add(call.id)
+                    data.pending_results.append(result)
+                elif call.id in deferred:
+                    data.pending.append(deferred[call.id])
+                else:
+                    data.pending.append(PendingCall(call.id, call.name, {}, NO_RESULT_RECORDED))
             continue
         for call in message.tool_calls:
             result = results.get(call.id)

@@ -1,10 +1,11 @@
 """Testing helpers: the protocol checker, hypothesis strategies and the stateful test kit.
 
-- `assert_valid_history` / `find_violations`: DESIGN invariants 1-4 on a history.
+- `assert_valid_history` / `find_violations`: the tool-use protocol's rules 1-5 on a history.
 - `strategies`: hypothesis strategies for responses, scripts, tool behaviours, abort points,
   queued input and histories.
 - `agent_state_machine(factory)`: a ready `RuleBasedStateMachine` for your agent and hooks;
-  `AgentKit` is what your factory receives.
+  `AgentKit` is what your factory receives. It may seed a random starting history;
+  `produced_messages(agent)` is what the runs added.
 - `Oracle`: a reference model of the loop that predicts a `Scenario`'s outcome (calls run, result
   kinds, final state, turns, requests); `check_scenario` plays a scenario on a real agent and
   compares (`strategies.scenarios` generates them).
@@ -51,7 +52,13 @@ from ._oracle import (
     scenario_ids,
     tokens_of,
 )
-from ._stateful import AgentCheck, AgentFactory, AgentStateMachine, agent_state_machine
+from ._stateful import (
+    AgentCheck,
+    AgentFactory,
+    AgentStateMachine,
+    agent_state_machine,
+    produced_messages,
+)
 from .strategies import AbortPoint, QueuedInput
 
 __all__ = [
@@ -92,6 +99,7 @@ __all__ = [
     "play",
     "predict_resume",
     "prefix_ids",
+    "produced_messages",
     "scenario_ids",
     "strategies",
     "tokens_of",

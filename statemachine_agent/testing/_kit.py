@@ -1,5 +1,6 @@
 """The pieces of the property-test kit: the kit's tools and model, one run driven with aborts and
-queued input at chosen events, and the DESIGN section 2 checks of what that run left.
+queued input at chosen events, and the checks of what that run left (the protocol's rules 1-5, one run end in a
+terminal state, matching event pairs).
 
 `AgentKit` is what a user's factory receives: ``kit.agent(**their_options)`` builds an `Agent` on the
 kit's model and tools (adding their tools and hooks). `drive_run` runs it once; `check_run` lists
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,29 +27,32 @@ from .._events import (
     TurnStart,
 )
 from .._execution import ToolExecution, resolve
-from .._hooks import BeforeToolCall, Deny, ToolCallInfo
-from .._machine import TERMINAL_STATES
-from .._messages import UserMessage
-from .._protocol import find_violations
+from .._hooks import BeforeToolCall, Decision, Defer, Deny, ToolCallInfo
+from .._messages import Message, UserMessage
+from .._protocol import find_violations, with_open_batch
 from .._result import RunResult
-from .._tools import Tool, ToolContext, tool
+from .._states import RUN_STOPS
+from .._tools import Tool, ToolContext, ToolResult, tool
 from ..models._base import ModelRequest, StreamEvent
 from ..models._offline import ScriptedModel
 from ._oracle import ORACLE_TOOLS, ScenarioHooks, cut_stream
-from .strategies import AbortPoint, Behaviour, QueuedInput
+from .strategies import AbortPoint, Behaviour, DeliveryMode, QueuedInput
 
 
 @tool
 async def act(
     behaviour: Behaviour, ctx: ToolContext, seconds: float = 0.0, text: str = "ok"
-) -> str:
+) -> str | ToolResult:
     """Do what the arguments say (the kit's test tool).
 
     Args:
-        behaviour: return, raise, tool_error, sleep, ignore_abort, deny or deny_stop.
+        behaviour: return, raise, tool_error, sleep, ignore_abort, deny, deny_stop or finish
+            (return ``text`` as a result that ends the run).
         seconds: how long sleep and ignore_abort take.
         text: what to return (or the error message).
     """
+    if behaviour == "finish":
+        return ToolResult(text, terminate=True)
     if behaviour == "raise":
         raise RuntimeError(f"act raised: {text}")
     if behaviour == "tool_error":
@@ -78,9 +82,12 @@ KIT_TOOLS: tuple[Tool, ...] = (act, lookup)
 """The kit's tools: ``act`` (does what its arguments say) and ``lookup`` (sync, keyed resource)."""
 
 
-def kit_before_tool_call(info: ToolCallInfo) -> Deny | None:
-    """Deny ``act`` calls whose behaviour is ``deny`` (or ``deny_stop``: ``terminate=True``)."""
+def kit_before_tool_call(info: ToolCallInfo) -> Deny | Defer | None:
+    """Deny ``act`` calls whose behaviour is ``deny`` (or ``deny_stop``: ``terminate=True``);
+    defer those whose behaviour is ``defer`` (the run stops in ``awaiting_approval``)."""
     behaviour = info.arguments.get("behaviour") if info.tool.name == "act" else None
+    if behaviour == "defer":
+        return Defer("the kit defers this call")
     if behaviour == "deny":
         return Deny("the kit denies this call")
     if behaviour == "deny_stop":
@@ -145,6 +152,8 @@ class AgentKit:
         abort_grace_seconds: short, so tools that ignore an abort are cancelled quickly.
         hooks: the oracle scenarios' ``before_tool_call`` / ``after_tool_call`` hooks; they pass
             every call they do not handle on to the hooks given to `agent`.
+        steering_mode: how queued steering is delivered (drawn per example).
+        follow_up_mode: how queued follow-ups are delivered (drawn per example).
     """
 
     model: ScriptPlayer
@@ -152,6 +161,8 @@ class AgentKit:
     tools: tuple[Tool, ...] = (*KIT_TOOLS, *ORACLE_TOOLS)
     abort_grace_seconds: float = 0.002
     hooks: ScenarioHooks = field(default_factory=ScenarioHooks)
+    steering_mode: DeliveryMode = "all"
+    follow_up_mode: DeliveryMode = "one_at_a_time"
 
     def agent(
         self,
@@ -166,6 +177,8 @@ class AgentKit:
         other ``options`` go to `Agent` as they are."""
         options.setdefault("abort_grace_seconds", self.abort_grace_seconds)
         options.setdefault("tool_execution", self.tool_execution)
+        options.setdefault("steering_mode", self.steering_mode)
+        options.setdefault("follow_up_mode", self.follow_up_mode)
         options.setdefault("model_retries", 1)
         options.setdefault("retry_backoff_seconds", 0.001)
         self.hooks.user_before = before_tool_call
@@ -223,9 +236,11 @@ async def drive_run(
     *,
     abort: AbortPoint | None = None,
     inputs: Sequence[QueuedInput] = (),
+    decisions: Mapping[str, Decision] | None = None,
 ) -> RunReport:
-    """Run ``agent`` once (``prompt=None`` continues), aborting and queueing input when the run's
-    n-th event is emitted. A cancelled run's `asyncio.CancelledError` is caught and reported.
+    """Run ``agent`` once (``prompt=None`` continues; with ``decisions``, decides calls awaiting
+    approval), aborting and queueing input when the run's n-th event is emitted. A cancelled
+    run's `asyncio.CancelledError` is caught and reported.
 
     Returns:
         The `RunReport`; ``started`` is False when ``run`` raised `UsageError` up front.
@@ -252,17 +267,19 @@ async def drive_run(
 
     unsubscribe = agent.subscribe(on_event)
     try:
-        task = asyncio.ensure_future(agent.run(prompt))
         try:
-            report.result = await task
+            task = asyncio.ensure_future(agent.run(prompt, decisions=decisions))  # raises up front
         except UsageError:
             report.started = False
-        except asyncio.CancelledError:
-            if not task.cancelled():
-                raise  # the kit's own task was cancelled, not the run
-            report.cancelled = True
-            ends = [e for e in report.events if isinstance(e, RunEnd)]
-            report.result = ends[-1].result if ends else None
+        else:
+            try:
+                report.result = await task
+            except asyncio.CancelledError:
+                if not task.cancelled():
+                    raise  # the kit's own task was cancelled, not the run
+                report.cancelled = True
+                ends = [e for e in report.events if isinstance(e, RunEnd)]
+                report.result = ends[-1].result if ends else None
     finally:
         unsubscribe()
     if isinstance(model, ScriptPlayer):
@@ -279,12 +296,19 @@ def _queue(agent: Agent, item: QueuedInput) -> None:
 
 
 def check_history(agent: Agent) -> list[str]:
-    """Invariants 1-4 on the agent's whole history."""
-    return [f"history: {p}" for p in find_violations(agent.messages)]
+    """Invariants 1-4 on the agent's whole history (with a batch awaiting approval, on what it
+    holds so far: its results and its waiting calls, in declaration order)."""
+    messages: list[Message] = agent.messages
+    held = agent._pending
+    if held is not None:
+        messages = with_open_batch(
+            messages, list(held.results.values()), {call.id for call in held.calls}
+        )
+    return [f"history: {p}" for p in find_violations(messages)]
 
 
 def check_run(agent: Agent, report: RunReport) -> list[str]:
-    """Every DESIGN section 2 invariant the run broke (empty when all hold).
+    """Every invariant the run broke (empty when all hold).
 
     1-4 on the history and on each request sent; 5: one ``run_end``, whose result's state is the
     agent's state and terminal; 6: tool-execution starts and ends pair up by call id, turn starts
@@ -306,12 +330,12 @@ def _check_ending(agent: Agent, report: RunReport) -> list[str]:
     ends = [e for e in report.events if isinstance(e, RunEnd)]
     if starts != 1 or len(ends) != 1:
         problems.append(f"invariant 5: {starts} run_start and {len(ends)} run_end events")
-    if agent.state not in TERMINAL_STATES:
-        problems.append(f"invariant 5: the run ended in non-terminal state {agent.state.value!r}")
+    if agent.state not in RUN_STOPS:
+        problems.append(f"invariant 5: the run ended in non-terminal state {str(agent.state)!r}")
     if report.result is not None and report.result.state != agent.state:
         problems.append(
             f"invariant 5: RunResult.state {report.result.state.value!r} != agent.state "
-            f"{agent.state.value!r}"
+            f"{str(agent.state)!r}"
         )
     if agent.is_running:
         problems.append("invariant 5: the agent still says it is running")

@@ -1463,7 +1463,7 @@ async def play(scenario: Scenario, workdir: Path | None = None) -> ScenarioObser
                 obs.log_lines = _cut_log(path, scenario.cut)
                 agent = Agent.resume(path, model=model, **agent_options(scenario, hooks))
                 obs.resumed = tokens_of(agent.messages)
-                obs.resumed_state = agent.state.value
+                obs.resumed_state = str(agent.state)
             obs.runs.append(await drive_scenario_run(agent, model, run, steps[r], hooks))
             obs.histories.append(list(agent.messages))
         obs.agent = agent

@@ -14,15 +14,17 @@ sequential tool execution, optionally starting from a random history. Its steps 
 random scripts (tool failures, provider errors, aborts and task cancellation at any event, steering
 and follow-up input), runs of oracle scenarios (`strategies.oracle_runs`: timeouts, raising and
 rewriting hooks, truncated calls, refusals with calls, aborts anchored to a tool start, a response or
-a turn start), continuations and input queued between runs. After every step it checks DESIGN
+a turn start), continuations and input queued between runs. After every step it checks the
 invariants 1-6 (`check_run`) plus your own ``check(agent)``; with ``declared=Declared(...)`` (your
 hooks described to the oracle) each oracle-scenario run is also compared with the `Oracle`'s
-prediction. A failure shrinks to a short script.
+prediction. Other steps defer calls for approval and then decide them, abort while they wait or
+hand them to a new agent. A failure shrinks to a short script.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -31,8 +33,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from .._agent import Agent
-from .._machine import TERMINAL_STATES, State
+from .._machine import State
 from .._messages import Message
+from .._states import RUN_STOPS
 from ._kit import AgentKit, RunReport, ScriptPlayer, check_history, check_run, drive_run, prefix_ids
 from ._oracle import (
     Declared,
@@ -46,8 +49,12 @@ from ._oracle import (
 )
 from .strategies import (
     AbortPoint,
+    DeliveryMode,
     QueuedInput,
     abort_points,
+    decisions,
+    deferring_responses,
+    delivery_modes,
     histories,
     oracle_runs,
     queued_inputs,
@@ -58,7 +65,17 @@ AgentFactory = Callable[[AgentKit], Agent]
 """Builds the agent under test from the kit's parts (``kit.agent(**options)``)."""
 
 AgentCheck = Callable[[Agent], None]
-"""An extra check after every step; raise `AssertionError` when it fails."""
+"""An extra check after every step; raise `AssertionError` when it fails. The agent may start
+from a seeded random history: `produced_messages` gives what the kit's runs added."""
+
+_SEEDED: weakref.WeakKeyDictionary[Agent, int] = weakref.WeakKeyDictionary()
+
+
+def produced_messages(agent: Agent) -> list[Message]:
+    """The messages of ``agent``'s history that its runs produced, without the random starting
+    history the kit seeded it with (for a user's ``check``: "at most 3 successful lookups"
+    should count these, not the seed's)."""
+    return list(agent.messages[_SEEDED.get(agent, 0) :])
 
 
 class AgentStateMachine(RuleBasedStateMachine):
@@ -69,6 +86,7 @@ class AgentStateMachine(RuleBasedStateMachine):
     check: ClassVar[AgentCheck | None] = None
     declared: ClassVar[Declared | None] = None
     max_responses: ClassVar[int] = 8
+    seed_history: ClassVar[bool] = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -82,16 +100,30 @@ class AgentStateMachine(RuleBasedStateMachine):
     @initialize(
         mode=st.sampled_from(["parallel", "sequential"]),
         history=st.one_of(st.just([]), histories()),
+        steering=delivery_modes(),
+        follow_ups=delivery_modes(),
     )
-    def build(self, mode: str, history: list[Message]) -> None:
-        """Build the agent (``mode`` is its tool execution) and give it a starting history."""
+    def build(
+        self,
+        mode: str,
+        history: list[Message],
+        steering: DeliveryMode = "all",
+        follow_ups: DeliveryMode = "one_at_a_time",
+    ) -> None:
+        """Build the agent (``mode`` is its tool execution; ``steering`` and ``follow_ups`` the
+        delivery modes of queued input) and give it a random starting history (unless
+        ``seed_history`` is off); `produced_messages` excludes it."""
         kit = AgentKit(
-            ScriptPlayer(), tool_execution="parallel" if mode == "parallel" else "sequential"
+            ScriptPlayer(),
+            tool_execution="parallel" if mode == "parallel" else "sequential",
+            steering_mode=steering,
+            follow_up_mode=follow_ups,
         )
         self.kit = kit
         self.agent = type(self).factory(kit)
-        if history:
-            self.agent.messages = history
+        if history and type(self).seed_history:
+            self.agent.messages = [*self.agent.messages, *history]
+        _SEEDED[self.agent] = len(self.agent.messages)
 
     def _run(
         self,
@@ -130,6 +162,7 @@ class AgentStateMachine(RuleBasedStateMachine):
         """``agent.run()`` without a prompt (it may refuse: nothing to continue)."""
         self._run(None, script, abort, inputs)
 
+    @precondition(lambda self: self.agent is not None and not self.agent.pending)
     @rule(spec=oracle_runs(max_steps=3))
     def oracle_run(self, spec: RunSpec) -> None:
         """A run of an oracle scenario from a new prompt (the oracle's tools and hooks, an abort
@@ -153,7 +186,7 @@ class AgentStateMachine(RuleBasedStateMachine):
                 model_retries=agent.model_retries,
                 declared=declared,
             )
-            oracle.world_from(tokens_of(agent.messages), agent.state.value)
+            oracle.world_from(tokens_of(agent.messages), str(agent.state))
         observed = self.runner.run(
             drive_scenario_run(agent, agent.model, spec, run_steps(spec, ids), kit.hooks)
         )
@@ -166,6 +199,86 @@ class AgentStateMachine(RuleBasedStateMachine):
         else:
             self.input_pending = self.input_pending or bool(spec.inputs)
         assert not problems, _explain(problems, agent)
+
+    @precondition(lambda self: self.agent is not None and not self.agent.pending)
+    @rule(
+        first=deferring_responses(),
+        script=scripts(max_responses=3),
+        abort=abort_points(),
+        data=st.data(),
+    )
+    def run_deferring(
+        self,
+        first: dict[str, Any],
+        script: list[dict[str, Any]],
+        abort: AbortPoint | None,
+        data: st.DataObject,
+    ) -> None:
+        """A run whose first batch defers calls for a person's decision; then, usually, the
+        decisions (or an abort while they wait, or a new agent taking over) right away."""
+        self._run("do the task", [first, *script], abort, [])
+        if self.agent is not None and self.agent.pending:
+            next_step = data.draw(st.sampled_from(["decide", "resume", "wait"]), label="then")
+            if next_step == "resume":
+                self._resume_in_a_new_agent()
+            if next_step != "wait":
+                self._decide(data, None, data.draw(scripts(max_responses=3), label="script"))
+
+    @precondition(lambda self: self.agent is not None and bool(self.agent.pending))
+    @rule(data=st.data(), abort=abort_points(), script=scripts(max_responses=3))
+    def decide(
+        self, data: st.DataObject, abort: AbortPoint | None, script: list[dict[str, Any]]
+    ) -> None:
+        """Decide some calls awaiting approval (approve, edit, deny, deny and stop), or abort
+        while they wait; the run then goes on with ``script``."""
+        self._decide(data, abort, script)
+
+    def _decide(
+        self, data: st.DataObject, abort: AbortPoint | None, script: list[dict[str, Any]]
+    ) -> None:
+        agent = self.agent
+        assert agent is not None
+        ids = [call.id for call in agent.pending]
+        if data.draw(st.integers(0, 4), label="abort while pending") == 0:
+            assert agent.abort("aborted while pending by the kit")
+            assert agent.state is State.ABORTED and not agent.pending
+            problems = check_history(agent)
+            assert not problems, _explain(problems, agent)
+            return
+        chosen = data.draw(decisions(ids), label="decisions")
+        self.runs += 1
+        model = agent.model
+        if isinstance(model, ScriptPlayer):
+            model.load(prefix_ids(script, f"r{self.runs}_"))
+        self.last = self.runner.run(drive_run(agent, None, abort=abort, decisions=chosen))
+        problems = check_run(agent, self.last)
+        assert not problems, _explain(problems, agent)
+
+    @precondition(lambda self: self.agent is not None and bool(self.agent.pending))
+    @rule()
+    def resume_in_a_new_agent(self) -> None:
+        """Another process takes the pending batch over: a new agent from the factory is given
+        the history, the state and the pending calls (what `Agent.resume` does from a log)."""
+        self._resume_in_a_new_agent()
+
+    def _resume_in_a_new_agent(self) -> None:
+        old = self.agent
+        assert old is not None and old._pending is not None
+        held = old._pending
+        kit = AgentKit(
+            ScriptPlayer(),
+            tool_execution=old.tool_execution,
+            steering_mode=old.steering_mode,
+            follow_up_mode=old.follow_up_mode,
+        )
+        new = type(self).factory(kit)
+        new.restore(
+            old.messages,
+            State.AWAITING_APPROVAL,
+            pending=(held.calls, list(held.results.values())),
+        )
+        _SEEDED[new] = _SEEDED.get(old, 0)
+        self.agent, self.kit = new, kit
 
     @rule(inputs=queued_inputs(max_events=0, max_size=1))
     def queue_between_runs(self, inputs: list[QueuedInput]) -> None:
@@ -185,7 +298,7 @@ class AgentStateMachine(RuleBasedStateMachine):
             return
         problems = check_history(agent)
         assert not problems, _explain(problems, agent)
-        assert agent.state is State.IDLE or agent.state in TERMINAL_STATES, agent.state
+        assert agent.state is State.IDLE or agent.state in RUN_STOPS, agent.state
         check = type(self).check
         if check is not None:
             check(agent)
@@ -214,8 +327,13 @@ def agent_state_machine(
     max_runs: int = 4,
     max_examples: int | None = None,
     name: str = "AgentMachine",
+    seed_history: bool = True,
 ) -> type[AgentStateMachine]:
     """A `RuleBasedStateMachine` class for the agent ``factory`` builds.
+
+    Each example may start the agent from a random, valid history (seeded after the factory ran):
+    runs must keep the protocol whatever came before. A ``check`` that counts what the runs did
+    should read `produced_messages(agent)`, which leaves the seeded messages out.
 
     Args:
         factory: ``factory(kit) -> Agent``; build it with ``kit.agent(...)`` (or pass ``kit.model``,
@@ -232,6 +350,7 @@ def agent_state_machine(
         max_runs: steps per example (each is a run, a continuation or queued input).
         max_examples: examples to try (default: the current hypothesis profile's).
         name: the class name (shown in reports).
+        seed_history: start some examples from a random history (default True).
 
     Returns:
         The class; its ``TestCase`` attribute is a `unittest.TestCase` pytest collects, and
@@ -240,6 +359,7 @@ def agent_state_machine(
     attrs: dict[str, Any] = {
         "check": None if check is None else staticmethod(check),
         "declared": declared,
+        "seed_history": seed_history,
     }
     if factory is not None:
         attrs["factory"] = staticmethod(factory)

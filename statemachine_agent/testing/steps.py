@@ -6,17 +6,21 @@
 from __future__ import annotations
 
 import itertools
+import secrets
 from typing import Any
 
+# A random prefix per process: a session continued in another process never reuses an id.
+_PREFIX = secrets.token_hex(4)
 _ids = itertools.count(1)
 
 
 def call(name: str, arguments: Any = None, *, id: str | None = None) -> dict[str, Any]:
     """A ``tool_use`` block. ``arguments`` may be a string: raw argument text, parsed as a stream
-    would be (so invalid JSON can be scripted). The id defaults to a fresh ``call_N``."""
+    would be (so invalid JSON can be scripted). The id defaults to a fresh ``call_<prefix>_N``,
+    unique across processes (``<prefix>`` is random per process)."""
     return {
         "type": "tool_use",
-        "id": id or f"call_{next(_ids)}",
+        "id": id or f"call_{_PREFIX}_{next(_ids)}",
         "name": name,
         "input": {} if arguments is None else arguments,
     }

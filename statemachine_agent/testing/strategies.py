@@ -7,8 +7,9 @@ script reads as what happened: which call raised, slept, ignored the abort or wa
 
 Building blocks: `text_blocks`, `thinking_blocks`, `provider_blocks`, `tool_behaviours`,
 `tool_arguments`, `tool_use_blocks`, `stop_reasons`, `responses`, `error_steps`, `scripts`,
-`abort_points`, `queued_inputs`, `histories`; for the oracle: `oracle_calls`, `oracle_steps`,
-`oracle_anchors`, `oracle_inputs`, `oracle_runs`, `scenarios`.
+`abort_points`, `queued_inputs`, `delivery_modes`, `histories`, `deferring_responses`,
+`decisions`; for the oracle: `oracle_calls`, `oracle_steps`, `oracle_anchors`, `oracle_inputs`,
+`oracle_runs`, `scenarios`.
 """
 
 from __future__ import annotations
@@ -45,7 +46,17 @@ from ._oracle import (
     ToolName,
 )
 
-Behaviour = Literal["return", "raise", "tool_error", "sleep", "ignore_abort", "deny", "deny_stop"]
+Behaviour = Literal[
+    "return",
+    "raise",
+    "tool_error",
+    "sleep",
+    "ignore_abort",
+    "deny",
+    "deny_stop",
+    "finish",
+    "defer",
+]
 BEHAVIOURS: tuple[Behaviour, ...] = (
     "return",
     "raise",
@@ -54,10 +65,16 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     "ignore_abort",
     "deny",
     "deny_stop",
+    "finish",
 )
 """What a call of the kit's ``act`` tool does: return its text, raise an exception, raise a
 `ToolError`, sleep (cooperatively stopping on abort), sleep ignoring the abort, be denied by the kit's
-``before_tool_call`` hook, be denied with ``terminate=True``."""
+``before_tool_call`` hook, be denied with ``terminate=True``, return its text as a result marked
+``terminate=True`` (the run ends ``done`` with it)."""
+
+DeliveryMode = Literal["all", "one_at_a_time"]
+DELIVERY_MODES: tuple[DeliveryMode, ...] = ("all", "one_at_a_time")
+"""The ways queued input is delivered (``Agent(steering_mode=..., follow_up_mode=...)``)."""
 
 KNOWN_TOOLS = ("act", "lookup")
 UNKNOWN_TOOLS = ("no_such_tool", "act_v2", "Lookup")
@@ -256,6 +273,11 @@ def queued_inputs(max_events: int = 60, max_size: int = 2) -> st.SearchStrategy[
         ),
         max_size=max_size,
     )
+
+
+def delivery_modes() -> st.SearchStrategy[DeliveryMode]:
+    """A delivery mode for steering or follow-up input: ``"all"`` or ``"one_at_a_time"``."""
+    return st.sampled_from(DELIVERY_MODES)
 
 
 @st.composite
@@ -488,4 +510,41 @@ def scenarios(draw: st.DrawFn, *, max_steps: int = 4, second_run: bool = True) -
         cut,
         should_continue,
         transform,
+    )
+
+
+def deferring_responses() -> st.SearchStrategy[dict[str, Any]]:
+    """A response whose batch holds one or two calls the kit defers (``{"behaviour": "defer"}``:
+    the run stops in ``awaiting_approval``) among other calls of the kit's ``act`` tool."""
+    deferred = st.just({"behaviour": "defer", "text": "needs a person"})
+    other = tool_behaviours()
+    calls = st.lists(st.one_of(deferred, other), min_size=1, max_size=3).filter(
+        lambda items: any(item.get("behaviour") == "defer" for item in items)
+    )
+    return calls.map(
+        lambda items: {
+            "content": [
+                {"type": "tool_use", "id": f"defer_{i}", "name": "act", "input": item}
+                for i, item in enumerate(items)
+            ],
+            "stop_reason": "tool_use",
+        }
+    )
+
+
+def decisions(call_ids: Sequence[str]) -> st.SearchStrategy[dict[str, Any]]:
+    """Decisions on some of the pending calls ``call_ids`` (at least one): approve, approve with
+    edited arguments (the ``act`` tool returning a text), deny, or deny and end the run."""
+    from .._hooks import Approve, Deny
+
+    one = st.sampled_from(
+        [
+            Approve(),
+            Approve(arguments={"behaviour": "return", "text": "edited by a person"}),
+            Deny("a person said no"),
+            Deny("a person stopped the run", terminate=True),
+        ]
+    )
+    return st.lists(st.sampled_from(list(call_ids)), min_size=1, unique=True).flatmap(
+        lambda chosen: st.fixed_dictionaries({call_id: one for call_id in chosen})
     )

@@ -3,6 +3,10 @@
 The command runs in a new session (its own process group), so on abort, timeout or cancellation
 the whole group is killed: background children included. Its standard input is empty, so it never
 reads the terminal the agent runs in.
+
+With an active `SandboxStatus` the shell runs inside bubblewrap (see `._sandbox`): ``bwrap`` is the
+group leader, the command runs in a new PID namespace under it, and ``--die-with-parent`` ends
+the namespace (every process in it, even one that left the group) when ``bwrap`` is killed.
 """
 
 from __future__ import annotations
@@ -13,12 +17,15 @@ import os
 import signal
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .._tools import Tool, ToolContext, ToolResult, tool
 from ._paths import Workspace
+from ._sandbox import SandboxStatus, bwrap_arguments, sandbox_environment
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
 MAX_TIMEOUT_SECONDS = 600.0
+MIN_TIMEOUT_SECONDS = 0.1
 MAX_OUTPUT_CHARS = 30_000
 """Output shown to the model: the first third and the last two thirds of this are kept."""
 TERM_GRACE_SECONDS = 0.5
@@ -99,26 +106,61 @@ async def _kill_group(pgid: int, exited: asyncio.Future[None]) -> None:
     await asyncio.shield(exited)
 
 
+READ_ONLY_NOTE = (
+    "\n[Sandbox: only the workspace{extra} and a private /tmp are writable; everything else is "
+    "read-only.]"
+)
+
+
 async def run_shell(
-    command: str, cwd: str, ctx: ToolContext | None, timeout_seconds: float
+    command: str,
+    cwd: str,
+    ctx: ToolContext | None,
+    timeout_seconds: float,
+    *,
+    sandbox: SandboxStatus | None = None,
 ) -> ToolResult:
     """Run ``command`` with ``sh`` in ``cwd``; see the module docstring.
 
+    Args:
+        sandbox: run inside bubblewrap when it is active (`check_sandbox`); None or inactive
+            runs the shell directly, with the parent's environment.
+
     Returns:
         A `ToolResult` whose text holds the (capped) output and the exit code; ``details`` has
-        ``exit_code``, ``pid`` (= the process group id), ``timed_out``, ``aborted``, ``summary``.
+        ``exit_code``, ``pid`` (= the process group id, ``bwrap``'s when sandboxed),
+        ``sandboxed``, ``timed_out``, ``aborted``, ``summary``.
     """
     output = _Output(keep=MAX_OUTPUT_CHARS * 4)
     loop = asyncio.get_running_loop()
-    transport, protocol = await loop.subprocess_shell(
-        lambda: _Protocol(loop),
-        command,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    config = sandbox.config if sandbox is not None else None
+    bwrap = sandbox.bwrap if sandbox is not None else None
+    if config is not None and bwrap is not None:
+        argv = [bwrap, *bwrap_arguments(config, Path(cwd)), "--chdir", cwd]
+        transport, protocol = await loop.subprocess_exec(
+            lambda: _Protocol(loop),
+            *argv,
+            "--",
+            "/bin/sh",
+            "-c",
+            command,
+            cwd=cwd,
+            env=sandbox_environment(config, os.environ),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    else:
+        transport, protocol = await loop.subprocess_shell(
+            lambda: _Protocol(loop),
+            command,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     pgid = transport.get_pid()
     assert protocol.stdout is not None
     reader = asyncio.ensure_future(_pump(protocol.stdout, output))
@@ -157,6 +199,7 @@ async def run_shell(
     details: dict[str, object] = {
         "exit_code": code,
         "pid": pgid,
+        "sandboxed": bwrap is not None,
         "timed_out": outcome == "timed_out",
         "aborted": outcome == "aborted",
     }
@@ -182,12 +225,35 @@ async def run_shell(
             "\n[Background processes still held the output open after the command exited; "
             "they were stopped.]"
         )
+    if bwrap is not None and config is not None and code != 0:
+        if text.startswith("bwrap: "):
+            note += (
+                "\n[The sandbox (bubblewrap) could not start the command; the command did not run.]"
+            )
+        elif "Read-only file system" in text:
+            extra = "".join(f", {p}" for p in config.writable)
+            note += READ_ONLY_NOTE.format(extra=extra)
     details["summary"] = f"exit code {code}"
     return ToolResult(f"{text}{note}\n[exit code {code}]", details=details)
 
 
-def command_tool(workspace: Workspace) -> Tool:
-    """The ``run_command`` tool bound to ``workspace``."""
+def _sandbox_sentence(sandbox: SandboxStatus | None) -> str:
+    """What the model is told about the sandbox, in the tool's description."""
+    if sandbox is None or not sandbox.active:
+        return ""
+    config = sandbox.config
+    writable = "".join(f", {p}" for p in config.writable)
+    network = "is available" if config.allow_network else "is off (no internet, no localhost)"
+    return (
+        f"\n\nIt runs in a sandbox: only the workspace{writable} and a private /tmp are "
+        f"writable, the rest of the file system is read-only, the network {network}, and "
+        "only a few environment variables are set."
+    )
+
+
+def command_tool(workspace: Workspace, sandbox: SandboxStatus | None = None) -> Tool:
+    """The ``run_command`` tool bound to ``workspace``, sandboxed as ``sandbox`` says (see
+    `run_shell`)."""
 
     @tool(name="run_command")
     async def run_command(
@@ -200,9 +266,23 @@ def command_tool(workspace: Workspace) -> Tool:
 
         Args:
             command: the shell command line, e.g. "python3 -m unittest -v".
-            timeout_seconds: stop the command after this long (at most 600).
+            timeout_seconds: stop the command after this long (0.1 to 600; a value outside is
+                brought into that range, and the result says so).
         """
-        timeout = min(max(timeout_seconds, 0.1), MAX_TIMEOUT_SECONDS)
-        return await run_shell(command, str(workspace.root), ctx, timeout)
+        timeout = min(max(timeout_seconds, MIN_TIMEOUT_SECONDS), MAX_TIMEOUT_SECONDS)
+        result = await run_shell(command, str(workspace.root), ctx, timeout, sandbox=sandbox)
+        if timeout == timeout_seconds:
+            return result
+        # Say so: a model that asked for more time must not believe it got it.
+        limit = "above the cap" if timeout_seconds > timeout else "below the minimum"
+        note = (
+            f"[timeout_seconds {timeout_seconds:g} is {limit}: the command ran with "
+            f"timeout_seconds {timeout:g} (allowed: {MIN_TIMEOUT_SECONDS:g} to "
+            f"{MAX_TIMEOUT_SECONDS:g}).]"
+        )
+        assert isinstance(result.content, str)
+        details = {**result.details, "timeout_capped": timeout} if result.details else None
+        return ToolResult(f"{result.content}\n{note}", is_error=result.is_error, details=details)
 
+    run_command.description += _sandbox_sentence(sandbox)
     return run_command

@@ -46,6 +46,12 @@ def display_name(text: str) -> str:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+_ONLY_INSIDE = (
+    "Only paths inside the workspace root can be used (relative paths like src/app.py; no '..' "
+    "out of it, no absolute paths elsewhere, no symlinks pointing outside)."
+)
+
+
 def _unescape_name(path: str) -> str:
     r"""The inverse of `display_name`: ``\xNN`` escapes of non-ASCII bytes back to surrogates."""
     return _ESCAPED_BYTE.sub(lambda m: chr(0xDC00 + int(m.group(1), 16)), path)
@@ -80,10 +86,17 @@ class Workspace:
         name has that undecodable byte, unless a file with the literal name exists.
 
         Raises:
-            ToolError: the path is empty, or it (or a symlink on the way) leads outside the root.
+            ToolError: the path is empty, holds a NUL byte, or it (or a symlink on the way) leads
+                outside the root.
         """
         if not path or not path.strip():
             raise ToolError("The path is empty. Give a path relative to the workspace root.")
+        if "\0" in path:  # no file name holds one; the OS would refuse it with a ValueError
+            shown = display_name(path).replace("\0", "\\0")
+            raise ToolError(
+                f"Refused: {shown} holds a NUL byte (\\0), which no path can contain. "
+                f"{_ONLY_INSIDE}"
+            )
         candidate = self.root / path  # an absolute path replaces the root
         if "\\x" in path and not os.path.lexists(candidate):
             unescaped = self.root / _unescape_name(path)
@@ -95,9 +108,7 @@ class Workspace:
             raise ToolError(display_name(f"Cannot resolve {path}: {exc}")) from exc
         if not resolved.is_relative_to(self.root):
             raise ToolError(
-                f"Refused: {display_name(path)} is outside the workspace. Only paths inside the workspace root "
-                "can be used (relative paths like src/app.py; no '..' out of it, no absolute "
-                "paths elsewhere, no symlinks pointing outside)."
+                f"Refused: {display_name(path)} is outside the workspace. {_ONLY_INSIDE}"
             )
         return resolved
 

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from .._errors import UsageError
-from .._hooks import Allow, Deny, ToolCallInfo
+from .._hooks import Allow, Defer, Deny, ToolCallInfo
 
 GUARDED = ("run_command", "write_file", "edit_file")
 """The tools that need permission."""
@@ -48,6 +48,9 @@ class Permissions:
         confirm: asks the person at the terminal; None when there is nobody to ask.
         how_to_allow: what the model is told about how the user can allow a denied call
             (``{tool}`` is replaced by the tool's name); the CLI names its flags.
+        defer: with nobody to ask (no ``confirm``), defer the call for a person's later decision
+            (the run stops in ``awaiting_approval``) instead of denying it; for runs with a
+            session log, which any process can continue.
 
     Raises:
         UsageError: an allow rule names no guarded tool.
@@ -60,8 +63,10 @@ class Permissions:
         allow: Iterable[str] = (),
         confirm: Confirm | None = None,
         how_to_allow: str = "The user can allow it in the agent's permission settings.",
+        defer: bool = False,
     ) -> None:
         self.allow_all = allow_all
+        self.defer = defer
         self.how_to_allow = how_to_allow
         self.confirm = confirm
         self.tools: set[str] = set()
@@ -94,12 +99,14 @@ class Permissions:
             )
         return False
 
-    async def __call__(self, info: ToolCallInfo) -> Allow | Deny:
+    async def __call__(self, info: ToolCallInfo) -> Allow | Deny | Defer:
         """The ``before_tool_call`` hook."""
         name, arguments = info.tool.name, info.arguments
         if self.allows(name, arguments):
             return Allow()
         what = describe_call(name, arguments)
+        if self.confirm is None and self.defer:
+            return Defer(f"permission needed to {what}")
         if self.confirm is None:
             return Deny(
                 f"Permission needed to {what}, and there is no interactive terminal to ask. "

@@ -16,7 +16,9 @@ from statemachine_agent.cli import main
 from statemachine_agent.session import load_history, read_session
 from statemachine_agent.testing import assert_valid_history
 
-pexpect = pytest.importorskip("pexpect")
+pexpect = pytest.importorskip(
+    "pexpect", reason="pexpect is not installed (a dev dependency: pip install -e '.[dev]')"
+)
 
 HIDE_CURSOR, SHOW_CURSOR = "\x1b[?25l", "\x1b[?25h"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

@@ -26,14 +26,6 @@ def answer(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "stop_reason": "end_turn"}
 
 
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "hello.txt").write_text("hello\n")
-    return root
-
-
 def write_script(tmp_path: Path, steps: list[dict[str, Any]]) -> str:
     path = tmp_path / "script.json"
     path.write_text(json.dumps(steps))
@@ -79,7 +71,9 @@ def test_json_lines_and_denial_without_a_terminal(folder: Path, tmp_path: Path) 
     ends = [e for e in events if e["type"] == "tool_execution_end"]
     assert ends[0]["result"]["is_error"] is True
     assert "no interactive terminal" in ends[0]["result"]["content"][0]["text"]
-    history = HISTORY_ADAPTER.validate_python(events[-1]["result"]["messages"])
+    assert "messages" not in events[-1]["result"]  # the history came as message_end events
+    logged = [e["message"] for e in events if e["type"] == "message_end"]
+    history = HISTORY_ADAPTER.validate_python(logged)
     assert_valid_history(history)
     assert not (folder / "x").exists()
 
@@ -112,7 +106,7 @@ def test_model_name_without_api_key_says_how_to_set_it(
     folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    result = invoke("run", "hi", "-w", str(folder), "-m", "claude-sonnet-4-5")
+    result = invoke("run", "hi", "-w", str(folder), "-m", "claude-sonnet-4-6")
     assert result.exit_code == 2
     assert "ANTHROPIC_API_KEY is not set" in flat(result.output)
     assert "export ANTHROPIC_API_KEY=" in flat(result.output)

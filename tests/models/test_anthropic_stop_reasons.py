@@ -22,10 +22,10 @@ from statemachine_agent import (
     UserMessage,
     tool,
 )
-from statemachine_agent._agent import CONTINUE_PROMPT
 from statemachine_agent._errors import ModelError, ModelRetryableError
+from statemachine_agent._messages import CONTINUE_PROMPT
 from statemachine_agent.models import AnthropicModel, ModelRequest
-from statemachine_agent.models._anthropic_format import StreamAccumulator
+from statemachine_agent.models._anthropic_response import StreamAccumulator
 from statemachine_agent.models._base import ResponseComplete
 
 from .replay_server import ReplayServer, Reply, load_cassette, load_sse, message_to_sse, sse_reply

@@ -17,8 +17,12 @@ from statemachine_agent import (
 from statemachine_agent._errors import ModelError, ModelRetryableError
 from statemachine_agent._messages import ImageBlock, ProviderBlock
 from statemachine_agent.models import ResponseStart, TextDelta, ToolCallDelta, ToolDefinition
-from statemachine_agent.models._anthropic_format import StreamAccumulator
-from statemachine_agent.models._anthropic_wire import RequestEncoder, count_breakpoints, tool_input
+from statemachine_agent.models._anthropic_request import (
+    RequestEncoder,
+    count_breakpoints,
+    tool_input,
+)
+from statemachine_agent.models._anthropic_response import StreamAccumulator
 
 CALL_A = ToolCallBlock(id="a", name="read", input={"path": "x"})
 CALL_B = ToolCallBlock(id="b", name="read", input={"path": "y"})

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from statemachine_agent import Agent, AssistantMessage, State, UsageError
+from statemachine_agent import Agent, AssistantMessage, ProviderBlock, State, UsageError
 from statemachine_agent.models import FunctionModel, ScriptedModel
 from statemachine_agent.testing.steps import text_response
 
@@ -34,18 +34,23 @@ def test_malformed_steps_are_refused_naming_the_step(steps: list[Any], message: 
         ScriptedModel(steps)
 
 
-def test_recorded_provider_blocks_are_accepted() -> None:
-    ScriptedModel(
+async def test_recorded_provider_blocks_are_accepted() -> None:
+    server_use = {"type": "server_tool_use", "id": "s", "name": "web_search", "input": {}}
+    search_result = {"type": "web_search_tool_result", "tool_use_id": "s", "content": []}
+    model = ScriptedModel(
         [
-            {
-                "content": [
-                    {"type": "server_tool_use", "id": "s", "name": "web_search", "input": {}},
-                    {"type": "web_search_tool_result", "tool_use_id": "s", "content": []},
-                ],
-                "stop_reason": "pause_turn",
-            }
+            {"content": [server_use, search_result], "stop_reason": "pause_turn"},
+            text_response("Found nothing."),
         ]
     )
+    result = await Agent(model).run("search")
+    assert result.state is State.DONE and result.text == "Found nothing."
+    paused = result.messages[1]
+    assert isinstance(paused, AssistantMessage) and paused.stop_reason == "pause_turn"
+    # Kept verbatim, as blocks the engine does not interpret, and sent back as they came.
+    assert paused.content == [ProviderBlock(data=server_use), ProviderBlock(data=search_result)]
+    assert model.requests[1].messages[-1] == paused
+    assert [m.role for m in result.messages] == ["user", "assistant", "assistant"]
 
 
 async def test_function_model_accepts_messages_dicts_and_strings() -> None:
@@ -57,8 +62,33 @@ async def test_function_model_accepts_messages_dicts_and_strings() -> None:
         "c",
     ]
 
+    seen: list[list[str]] = []
+
     def respond(messages: Any, request: Any) -> Any:
+        seen.append([m.text for m in messages])
         return answers.pop(0)
 
     result = await Agent(FunctionModel(respond)).run("go")
-    assert result.state is State.DONE and result.text == "c"
+    assert (
+        result.state is State.DONE and result.text == "abc" and result.error is None
+    )  # joined across continuations
+    # Each form became the same assistant message; a max_tokens answer was asked to continue.
+    assert [(m.role, m.text) for m in result.messages] == [
+        ("user", "go"),
+        ("assistant", "a"),
+        ("user", CONTINUE),
+        ("assistant", "b"),
+        ("user", CONTINUE),
+        ("assistant", "c"),
+    ]
+    assert [m.stop_reason for m in result.messages if isinstance(m, AssistantMessage)] == [
+        "max_tokens",
+        "max_tokens",
+        "end_turn",
+    ]
+    assert seen == [["go"], ["go", "a", CONTINUE], ["go", "a", CONTINUE, "b", CONTINUE]]
+
+
+CONTINUE = (
+    "Your response was cut off by the output token limit. Continue exactly where you stopped."
+)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -25,7 +26,18 @@ from statemachine_agent.testing import (
     check_run,
     drive_run,
 )
-from statemachine_agent.testing.strategies import abort_points, histories, queued_inputs, scripts
+from statemachine_agent.testing.strategies import (
+    abort_points,
+    delivery_modes,
+    histories,
+    queued_inputs,
+    scripts,
+)
+
+# A hypothesis search (and shrink) is CPU bound: seconds alone, minutes on a loaded 2-core
+# machine (it timed out at 120 s with two suites running beside other work). The timeout only
+# catches a hang; no behaviour here depends on time.
+pytestmark = pytest.mark.timeout(900)
 
 MODES = st.sampled_from(["parallel", "sequential"])
 
@@ -36,9 +48,14 @@ def run_once(
     inputs: list[QueuedInput],
     mode: str,
     history: list[Any] | None = None,
+    steering: Any = "all",
+    follow_ups: Any = "one_at_a_time",
 ) -> None:
     kit = AgentKit(
-        ScriptPlayer(), tool_execution="parallel" if mode == "parallel" else "sequential"
+        ScriptPlayer(),
+        tool_execution="parallel" if mode == "parallel" else "sequential",
+        steering_mode=steering,
+        follow_up_mode=follow_ups,
     )
     agent = kit.agent()
     if history:
@@ -61,11 +78,23 @@ def run_once(
     assert starts == ends and len(set(starts)) == len(starts)
 
 
-@given(script=scripts(), abort=abort_points(), inputs=queued_inputs(), mode=MODES)
+@given(
+    script=scripts(),
+    abort=abort_points(),
+    inputs=queued_inputs(),
+    mode=MODES,
+    steering=delivery_modes(),
+    follow_ups=delivery_modes(),
+)
 def test_any_script_abort_and_queued_input_leave_a_valid_run(
-    script: list[dict[str, Any]], abort: AbortPoint | None, inputs: list[QueuedInput], mode: str
+    script: list[dict[str, Any]],
+    abort: AbortPoint | None,
+    inputs: list[QueuedInput],
+    mode: str,
+    steering: str,
+    follow_ups: str,
 ) -> None:
-    run_once(script, abort, inputs, mode)
+    run_once(script, abort, inputs, mode, steering=steering, follow_ups=follow_ups)
 
 
 @given(script=scripts(errors=False), abort=abort_points(), mode=MODES)
@@ -98,3 +127,51 @@ def test_a_script_ending_in_a_final_answer_ends_done() -> None:
     report = asyncio.run(drive_run(agent, "go"))
     assert report.result is not None and report.result.state is State.DONE
     assert check_run(agent, report) == []
+
+
+def _finish_batch(messages: list[Any]) -> tuple[int, str] | None:
+    """The index of the first batch the kit's ``finish`` behaviour ends (no terminating denial
+    beside it), with the finishing text."""
+    for i, message in enumerate(messages):
+        if not isinstance(message, AssistantMessage) or message.stop_reason != "tool_use":
+            continue
+        behaviours = [
+            c.input.get("behaviour") if c.name == "act" and isinstance(c.input, dict) else None
+            for c in message.tool_calls
+            if not c.truncated and c.raw_arguments is None
+        ]
+        if "finish" in behaviours and "deny_stop" not in behaviours:
+            first = next(
+                c
+                for c in message.tool_calls
+                if isinstance(c.input, dict)
+                and c.name == "act"
+                and c.input.get("behaviour") == "finish"
+            )
+            return i, str(first.input.get("text", "ok"))
+    return None
+
+
+@given(script=scripts(errors=False, delays=False), mode=MODES, steering=delivery_modes())
+def test_a_terminating_result_ends_the_run_done_with_its_text(
+    script: list[dict[str, Any]], mode: str, steering: str
+) -> None:
+    kit = AgentKit(
+        ScriptPlayer(),
+        tool_execution="parallel" if mode == "parallel" else "sequential",
+        steering_mode=steering,  # type: ignore[arg-type]
+    )
+    agent = kit.agent()
+    kit.model.load(script)
+    report = asyncio.run(drive_run(agent, "do the task"))
+    assert check_run(agent, report) == []
+    found = _finish_batch(agent.messages)
+    if found is None:
+        return
+    index, text = found
+    calls = agent.messages[index].tool_calls
+    assert report.result is not None
+    assert (report.result.state, report.result.text) == (State.DONE, text)
+    # the batch kept every result and nothing was requested after it
+    assert len(agent.messages) == index + 1 + len(calls)
+    assert len(report.requests) == sum(isinstance(m, AssistantMessage) for m in agent.messages)

@@ -3,6 +3,8 @@ kind (issue 5, deliverable 6)."""
 
 from __future__ import annotations
 
+import pytest
+
 from statemachine_agent import (
     Agent,
     Allow,
@@ -15,6 +17,11 @@ from statemachine_agent import (
     TurnInfo,
 )
 from statemachine_agent.testing import AgentKit, Declared, agent_state_machine
+
+# A hypothesis search (and shrink) is CPU bound: seconds alone, minutes on a loaded 2-core
+# machine (it timed out at 120 s with two suites running beside other work). The timeout only
+# catches a hang; no behaviour here depends on time.
+pytestmark = pytest.mark.timeout(900)
 
 
 def plain(kit: AgentKit) -> Agent:

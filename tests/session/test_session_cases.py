@@ -224,11 +224,12 @@ async def test_case2_in_process_variant_logs_results_in_completion_order(tmp_pat
     log = tmp_path / "s.jsonl"
     finished: list[str] = []
     both_done = asyncio.Event()
+    fast_done = asyncio.Event()
 
     @tool
     async def slow(n: int) -> str:
-        """Finishes second."""
-        await asyncio.sleep(0.05)
+        """Finishes second: after fast's end event (an order, not a delay)."""
+        await fast_done.wait()
         return f"slow {n}"
 
     @tool
@@ -245,6 +246,8 @@ async def test_case2_in_process_variant_logs_results_in_completion_order(tmp_pat
     def on_event(event: object) -> None:
         if isinstance(event, ToolExecutionEnd):
             finished.append(event.call.id)
+            if event.call.id == "c2":
+                fast_done.set()
             if len(finished) == 2:
                 both_done.set()
 

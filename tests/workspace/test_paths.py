@@ -16,11 +16,14 @@ from .conftest import run_calls
 def test_case1_paths_escaping_the_root_are_refused(workspace: Path, tmp_path: Path) -> None:
     outside = tmp_path / "outside.txt"
     outside.write_text("SECRET-OUTSIDE")
-    os.symlink("/etc", workspace / "etc_link")
+    system = tmp_path / "system"  # stands in for a system folder such as /etc; never the real one
+    system.mkdir()
+    (system / "passwd").write_text("root:x:0:0")
+    os.symlink(system, workspace / "etc_link")
     os.symlink(outside, workspace / "innocent.txt")
     calls = [
         ("read_file", {"path": "../outside.txt"}),
-        ("read_file", {"path": "/etc/passwd"}),
+        ("read_file", {"path": str(system / "passwd")}),
         ("read_file", {"path": "etc_link/passwd"}),
         ("list_files", {"path": "etc_link"}),
         ("read_file", {"path": "innocent.txt"}),
@@ -39,7 +42,7 @@ def test_case1_paths_escaping_the_root_are_refused(workspace: Path, tmp_path: Pa
         assert "SECRET" not in item.text and "root:" not in item.text
     assert outside.read_text() == "SECRET-OUTSIDE"
     assert not (tmp_path / "created.txt").exists()
-    assert not Path("/etc/evil.conf").exists()
+    assert sorted(p.name for p in system.iterdir()) == ["passwd"]
 
 
 def test_absolute_path_inside_the_root_is_allowed(workspace: Path) -> None:

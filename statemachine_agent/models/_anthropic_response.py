@@ -49,7 +49,10 @@ def parse_block(data: dict[str, Any]) -> ContentBlock:
     """One Anthropic content block as ours; unknown types are kept verbatim as `ProviderBlock`."""
     kind = data.get("type")
     if kind == "text":
-        return TextBlock(text=data.get("text", ""))
+        citations = data.get("citations")
+        return TextBlock(
+            text=data.get("text", ""), citations=list(citations) if citations else None
+        )
     if kind == "thinking":
         return ThinkingBlock(thinking=data.get("thinking", ""), signature=data.get("signature"))
     if kind == "tool_use":

@@ -6,8 +6,14 @@ the JSON ``messages`` list, the ``system`` blocks and the ``tools`` list of a re
 - consecutive user-side messages (`UserMessage`, `ToolResultMessage`) become one user message with
   the ``tool_result`` blocks first (``is_error`` kept), then the text and images;
 - `ToolCallBlock` becomes ``tool_use`` whose ``input`` is always a JSON object (see `tool_input`);
-- `ThinkingBlock` keeps its ``signature``; `ProviderBlock` data is sent verbatim;
-- blank text blocks and messages left empty are never sent.
+- `ThinkingBlock` keeps its ``signature``; `ProviderBlock` data is sent verbatim; text keeps its
+  ``citations``;
+- thinking and redacted thinking signed by another model (the message's ``model`` is not the
+  request's, see `same_model`) are not sent: the API checks each signature against the model it
+  is sent to; the text and tool blocks of those messages stay;
+- blank text blocks (``_protocol.is_blank_text``) and messages left empty are never sent;
+- every string is valid UTF-8: a lone surrogate (``os.fsdecode`` of a name that is not UTF-8, a
+  cut emoji) is replaced by U+FFFD, a surrogate pair joined into its character (`valid_text`).
 
 Messages are immutable once in a history, so each run of messages is encoded once and the encoded
 dict is reused by every later request (per-turn cost does not grow with the history). Prompt-caching
@@ -17,8 +23,9 @@ breakpoints are added on copies, never on the cached dicts.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .._messages import (
     AssistantMessage,
@@ -31,6 +38,7 @@ from .._messages import (
     ToolResultMessage,
     UserMessage,
 )
+from .._protocol import is_blank_text
 from ._base import ToolDefinition
 
 CACHE_CONTROL: dict[str, str] = {"type": "ephemeral"}
@@ -38,6 +46,55 @@ CACHE_CONTROL: dict[str, str] = {"type": "ephemeral"}
 _NO_CACHE_CONTROL = frozenset({"thinking", "redacted_thinking"})
 
 JSONDict = dict[str, Any]
+
+
+_J = TypeVar("_J")
+_DATED = re.compile(r"-(latest|\d{8})$")
+_CLAUDE_ID = re.compile(r"claude-(?:[a-z]+-\d+(?:-\d+)?|\d+(?:-\d+)?-[a-z]+)")
+
+
+def valid_text(text: str) -> str:
+    """``text`` as valid Unicode for a UTF-8 request body: a surrogate pair held as two code points
+    becomes its character, and each lone surrogate becomes U+FFFD. The same str when it is valid
+    (the usual case: one encode attempt)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def valid_json(value: _J) -> _J:
+    """``value`` (JSON data: dicts, lists, strings, numbers) with every string, keys included,
+    passed through `valid_text`; the same objects where nothing changed."""
+    if isinstance(value, str):
+        return valid_text(value)  # type: ignore[return-value]
+    if isinstance(value, dict):
+        items = [(valid_json(k), valid_json(v)) for k, v in value.items()]
+        if all(a is k and b is v for (a, b), (k, v) in zip(items, value.items(), strict=True)):
+            return value
+        return dict(items)  # type: ignore[return-value]
+    if isinstance(value, list):
+        out = [valid_json(v) for v in value]
+        if all(a is b for a, b in zip(out, value, strict=True)):
+            return value
+        return out  # type: ignore[return-value]
+    return value
+
+
+def same_model(a: str | None, b: str | None) -> bool:
+    """Whether two model names may be one model, so that the thinking one signed is sent to the
+    other.
+
+    Names are compared once a ``-latest`` or date suffix is removed (``claude-haiku-4-5`` and
+    ``claude-haiku-4-5-20251001`` are one model). Only two Claude model ids
+    (``claude-<family>-<version>`` or ``claude-<version>-<family>``) are ever told apart: a name
+    that is not one (None, a proxy's alias, a test name) counts as the same model.
+    """
+    if a is None or b is None:
+        return True
+    a, b = _DATED.sub("", a), _DATED.sub("", b)
+    return a == b or not (_CLAUDE_ID.fullmatch(a) and _CLAUDE_ID.fullmatch(b))
 
 
 def tool_input(call: ToolCallBlock) -> JSONDict:
@@ -67,14 +124,32 @@ def _image(block: ImageBlock) -> JSONDict | None:
     return {"type": "image", "source": source}
 
 
+def _text(block: TextBlock) -> JSONDict:
+    if block.citations:
+        return {"type": "text", "text": block.text, "citations": block.citations}
+    return {"type": "text", "text": block.text}
+
+
 def _user_block(block: TextBlock | ImageBlock) -> JSONDict | None:
     if isinstance(block, TextBlock):
-        return {"type": "text", "text": block.text} if block.text.strip() else None
+        return None if is_blank_text(block) else _text(block)
     return _image(block)
 
 
-def encode_blocks(message: Message) -> list[JSONDict]:
-    """The API content blocks of one message (a tool result is one ``tool_result`` block)."""
+def is_thinking(block: object) -> bool:
+    """A thinking or redacted-thinking block (both carry a model's signature)."""
+    return isinstance(block, ThinkingBlock) or (
+        isinstance(block, ProviderBlock) and block.data.get("type") == "redacted_thinking"
+    )
+
+
+def encode_blocks(message: Message, model: str | None = None) -> list[JSONDict]:
+    """The API content blocks of one message (a tool result is one ``tool_result`` block).
+
+    Args:
+        message: the message.
+        model: the model the request goes to; thinking signed by another model is left out.
+    """
     if isinstance(message, UserMessage):
         return [b for b in map(_user_block, message.content) if b is not None]
     if isinstance(message, ToolResultMessage):
@@ -88,10 +163,13 @@ def encode_blocks(message: Message) -> list[JSONDict]:
             result["content"] = content
         return [result]
     out: list[JSONDict] = []
+    foreign = not same_model(message.model, model)
     for block in message.content:
+        if foreign and is_thinking(block):
+            continue  # signed by another model: that model's signature fails on this one
         if isinstance(block, TextBlock):
-            if block.text.strip():
-                out.append({"type": "text", "text": block.text})
+            if not is_blank_text(block):
+                out.append(_text(block))
         elif isinstance(block, ToolCallBlock):
             out.append(
                 {"type": "tool_use", "id": block.id, "name": block.name, "input": tool_input(block)}
@@ -119,8 +197,8 @@ def _role(message: Message) -> str:
     return "assistant" if isinstance(message, AssistantMessage) else "user"
 
 
-def _encode_run(run: Sequence[Message]) -> JSONDict | None:
-    blocks = [block for message in run for block in encode_blocks(message)]
+def _encode_run(run: Sequence[Message], model: str | None) -> JSONDict | None:
+    blocks = valid_json([block for message in run for block in encode_blocks(message, model)])
     if not blocks:
         return None
     if _role(run[0]) == "user":
@@ -142,10 +220,12 @@ class RequestEncoder:
     Args:
         cache: add prompt-caching breakpoints (last tool, last system block, last block of the
             newest message: at most three of the API's four).
+        model: the model the requests go to (thinking signed by another model is not sent).
     """
 
-    def __init__(self, *, cache: bool = True) -> None:
+    def __init__(self, *, cache: bool = True, model: str | None = None) -> None:
         self.cache = cache
+        self.model = model
         # Keyed by the ids of a run's messages; the messages are kept so the ids stay theirs.
         self._runs: dict[tuple[int, ...], tuple[tuple[Message, ...], JSONDict | None]] = {}
         self._tools_key: tuple[Any, ...] | None = None
@@ -167,7 +247,7 @@ class RequestEncoder:
             key = tuple(map(id, run))
             cached = self._runs.get(key)
             if cached is None or any(a is not b for a, b in zip(cached[0], run, strict=True)):
-                cached = (run, _encode_run(run))
+                cached = (run, _encode_run(run, self.model))
                 self._runs[key] = cached
             used.add(key)
             encoded = cached[1]
@@ -191,7 +271,7 @@ class RequestEncoder:
         """The ``system`` blocks (None when there is no system prompt)."""
         if system is None or not system.strip():
             return None
-        block: JSONDict = {"type": "text", "text": system}
+        block: JSONDict = {"type": "text", "text": valid_text(system)}
         return [with_cache_control(block) if self.cache else block]
 
     def tools(
@@ -205,6 +285,7 @@ class RequestEncoder:
                 for t in tools
             ]
             encoded += [_without_cache_control(e) for e in extra]
+            encoded = valid_json(encoded)
             if self.cache and encoded:
                 encoded[-1] = with_cache_control(encoded[-1])
             self._tools_key, self._tools = key, encoded

@@ -1,0 +1,5 @@
+"""``python -m statemachine_agent``: the command line."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,398 @@
+"""What the loop's states and transitions do: the effects and actions the definition names.
+
+An effect is an async function of the `Run` that returns the next trigger (`request_model`,
+`run_tools`; `settle` for terminal states, which returns None). An action is a synchronous
+function of the `Run` called when its transition fires (answering a refusal's calls, counting a
+continuation, delivering queued input, saying why the run stopped). `statemachine_agent._machine`
+binds them to states and transitions; the driver only calls what the definition names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from ._cancel import cancelling
+from ._events import ApprovalRequested, CallDecided
+from ._execution import PendingBatch, resolve
+from ._hooks import Approve, Deny, PendingCall, TurnInfo
+from ._messages import (
+    CONTINUE_PROMPT,
+    TRUNCATING_STOP_REASONS,
+    AssistantMessage,
+    StopReason,
+    ToolCallBlock,
+    ToolResultMessage,
+    UserMessage,
+    is_known_stop_reason,
+    text_result,
+)
+from ._protocol import (
+    AFTER_TERMINATION,
+    NOT_RUN_PENDING,
+    REFUSED,
+    STOPPED_NOT_RUN,
+    TRUNCATED,
+    answer_dangling,
+    ended_text,
+    unknown_stop_reason_text,
+)
+from ._responses import refusal_text
+from ._states import Trigger
+
+if TYPE_CHECKING:
+    from ._run import Run
+
+logger = logging.getLogger("statemachine_agent")
+
+
+# -- effects -----------------------------------------------------------------------------------
+
+
+async def request_model(run: Run) -> str:
+    """``awaiting_model``: send the projected history and stream the response.
+
+    Returns ``model_replied`` with the response in ``run.data.response``; ``abort`` when the run
+    was aborted before or during the request (a response that completed as the abort landed is
+    kept; with tool calls, its batch answers each "not run"); ``fail`` when the provider failed
+    for good or the request could not be built.
+    """
+    if run.signal.aborted:  # aborted between two steps: send nothing more
+        return Trigger.ABORT
+    run.begin_turn()
+    response = await run.request()
+    if isinstance(response, str):
+        return response
+    data = run.data
+    run.usage = run.usage + response.usage
+    run.turn_message = response
+    run.append(response)
+    if run.signal.aborted and not response.tool_calls:
+        run.complete_turn()
+        return Trigger.ABORT
+    if not is_known_stop_reason(response.stop_reason):
+        logger.warning(
+            "the model stopped with an unknown stop reason %r; %s",
+            response.stop_reason,
+            "its tool calls are not run"
+            if response.tool_calls
+            else "the run treats it as an answer",
+        )
+    data.response = response
+    data.queued_input = run.has_queued_input()
+    return Trigger.MODEL_REPLIED
+
+
+async def run_tools(run: Run) -> str:
+    """``executing_tools``: run the response's tool batch; every call gets one result, appended
+    in declaration order. Then ask ``should_continue``. Calls a hook defers (or of a tool that
+    requires approval) are held: the batch's results wait with them (``pending``). Coming from
+    ``awaiting_approval``, the decided calls run (approved) or are answered (denied).
+
+    Returns ``tools_finished`` (the guards read ``pending``, ``turns``, ``keep_going``,
+    ``terminate`` and ``hook_error``), or ``abort`` when the run was aborted meanwhile.
+    """
+    data, agent = run.data, run.agent
+    if agent._pending is not None:
+        return await _run_decided(run, agent._pending)
+    response = data.response
+    assert response is not None
+    batch = run.batch(response.tool_calls)
+    try:
+        await batch.run()
+    finally:
+        # Every call gets its result, even when the task is being cancelled.
+        hold = not cancelling()  # a cancelled task answers every call
+        deferred = batch.deferred() if hold else []
+        results = batch.results(hold=hold)
+        if deferred:
+            _hold(run, response, {r.tool_call_id: r for r in results}, deferred)
+        else:
+            _append_results(run, results)
+    if run.signal.aborted:
+        return Trigger.ABORT
+    if deferred:
+        return Trigger.TOOLS_FINISHED  # to awaiting_approval: nothing more until decisions
+    return await _after_batch(run, response, results, batch.terminate_reason, batch.final_result)
+
+
+async def _run_decided(run: Run, pending: PendingBatch) -> str:
+    """The decided calls of a held batch: approved ones run (without the before hook: a person
+    approved them), denied ones are answered; undecided ones stay pending."""
+    data, agent = run.data, run.agent
+    response = data.response = pending.response
+    decisions, pending.decisions = pending.decisions, {}
+    held = dict(pending.results)
+    approved: list[ToolCallBlock] = []
+    terminate: str | None = None
+    for call in pending.calls:
+        decision = decisions.get(call.id)
+        block = next(c for c in response.tool_calls if c.id == call.id)
+        if isinstance(decision, Approve):
+            arguments = call.arguments if decision.arguments is None else decision.arguments
+            approved.append(block.model_copy(update={"input": arguments, "raw_arguments": None}))
+            run.emit(CallDecided(call.id, "approve", arguments=decision.arguments))
+        elif isinstance(decision, Deny):
+            result = text_result(block, f"Denied: {decision.reason}", is_error=True)
+            held[call.id] = result
+            run.record_result(result)
+            run.emit(CallDecided(call.id, "deny", reason=decision.reason))
+            if decision.terminate:
+                terminate = terminate or decision.reason
+    batch = run.batch(approved, approved=True)
+    try:
+        await batch.run()
+    finally:
+        held.update((r.tool_call_id, r) for r in batch.results())
+        waiting = [c for c in pending.calls if c.id not in held]
+        if waiting and terminate is None and not run.signal.aborted and not cancelling():
+            _hold(run, response, held, waiting)
+        else:
+            text = AFTER_TERMINATION if terminate is not None else NOT_RUN_PENDING
+            for call in waiting:
+                block = next(c for c in response.tool_calls if c.id == call.id)
+                held[call.id] = text_result(block, text, is_error=True)
+                run.record_result(held[call.id])
+            agent._pending = None
+            _append_results(run, [held[c.id] for c in response.tool_calls])
+    if run.signal.aborted:
+        return Trigger.ABORT
+    if agent._pending is not None:
+        return Trigger.TOOLS_FINISHED
+    results = [held[c.id] for c in response.tool_calls]
+    return await _after_batch(run, response, results, terminate, batch.final_result)
+
+
+def _hold(
+    run: Run,
+    response: AssistantMessage,
+    results: dict[str, ToolResultMessage],
+    waiting: list[PendingCall],
+) -> None:
+    """Keep the batch open: its results wait for the decisions (nothing is sent meanwhile)."""
+    run.agent._pending = PendingBatch(response, results, waiting)
+    run.data.pending = True
+    run.turn_results = tuple(results.values())
+    run.complete_turn()
+
+
+def _append_results(run: Run, results: list[ToolResultMessage]) -> None:
+    for result in results:
+        run.append(result, announce=False)  # announced when its call finished
+    run.data.pending = False
+    run.data.results = run.turn_results = tuple(results)
+    run.complete_turn()
+
+
+async def _after_batch(
+    run: Run,
+    response: AssistantMessage,
+    results: list[ToolResultMessage],
+    terminate_reason: str | None,
+    final_result: ToolResultMessage | None = None,
+) -> str:
+    data, agent = run.data, run.agent
+    data.hook_error = None
+    if agent.should_continue is not None:
+        info = TurnInfo(data.turns, response, tuple(results), run.usage, run.messages, run.signal)
+        try:
+            data.keep_going = bool(await resolve(agent.should_continue(info)))
+        except (Exception, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError) and cancelling():
+                raise  # the run's task is being cancelled; a hook's own one is its failure
+            data.hook_error = f"The should_continue hook failed: {type(exc).__name__}: {exc}"
+    run.terminate_reason = terminate_reason
+    data.terminate = terminate_reason is not None
+    data.final_result = final_result
+    data.max_turns = agent.max_turns
+    return Trigger.TOOLS_FINISHED
+
+
+async def await_decisions(run: Run) -> None:
+    """``awaiting_approval``: the run stops here (``run()`` returns) until decisions come."""
+    pending = run.agent._pending
+    assert pending is not None
+    run.emit(ApprovalRequested(tuple(pending.calls)))
+    run.close_turn()
+
+
+async def settle(run: Run) -> None:
+    """A terminal state: answer every call of the last response that has no result, naming the
+    state and the transition that ended the run, then end the run's open turn."""
+    fired = run.fired
+    assert fired is not None
+    for result in answer_dangling(run.messages, ended_text(fired.dest, fired.label)):
+        run.append(result)
+    run.close_turn()
+
+
+# -- actions -----------------------------------------------------------------------------------
+
+
+def answer_pending(run: Run) -> None:
+    """An abort while calls wait for decisions: each is answered "not run", the held results
+    go in with them, in declaration order."""
+    pending = run.agent._pending
+    run.error = run.signal.reason or run.error or "aborted while awaiting approval"
+    if pending is None:
+        return
+    run.agent._pending = None
+    held = dict(pending.results)
+    for call in pending.response.tool_calls:
+        if call.id not in held:
+            held[call.id] = text_result(call, NOT_RUN_PENDING, is_error=True)
+            run.record_result(held[call.id])
+    _append_results(run, [held[c.id] for c in pending.response.tool_calls])
+
+
+def answer_refused(run: Run) -> None:
+    """A refusal: its calls are never run (each answered as refused); the error says why."""
+    response = run.data.response
+    assert response is not None
+    refused = tuple(text_result(c, REFUSED, is_error=True) for c in response.tool_calls)
+    for result in refused:
+        run.append(result)
+    run.turn_results = refused
+    run.error = refusal_text(response)
+
+
+def answer_unknown_stop_reason(run: Run) -> None:
+    """Tool calls under a stop reason this library does not know: never run (each answered as
+    not run, naming the stop reason); the run ends ``done`` with the stop reason kept."""
+    response = run.data.response
+    assert response is not None
+    text = unknown_stop_reason_text(str(response.stop_reason))
+    answered = tuple(text_result(c, text, is_error=True) for c in response.tool_calls)
+    for result in answered:
+        run.append(result)
+    run.turn_results = answered
+    run.error = (
+        f"The model stopped with the unknown stop reason {response.stop_reason!r}; its "
+        f"{len(answered)} tool call(s) were not run."
+    )
+
+
+def continue_paused(run: Run) -> None:
+    """``pause_turn``: the paused content goes back as it is (one continuation used)."""
+    run.data.continuations += 1
+
+
+def continue_truncated(run: Run) -> None:
+    """A truncated answer under policy ``continue``: ask the model to go on."""
+    run.data.continuations += 1
+    run.append(UserMessage(CONTINUE_PROMPT))
+
+
+def note_continuation_limit(run: Run) -> None:
+    """``pause_turn`` with the continuation cap reached: say so and how to go on."""
+    run.complete_turn()
+    data = run.data
+    run.error = (
+        f"Stopped at a pause_turn: the model was still working after {data.continuations} "
+        f"continuation(s), the max_continuations={data.max_continuations} limit. To continue, "
+        "call run() again without a prompt (the paused response is sent back as a "
+        "continuation), or raise the limit: agent.max_continuations = "
+        f"{data.max_continuations + 3}."
+    )
+
+
+def note_terminating_result(run: Run) -> None:
+    """A result marked ``terminate=True`` ended the run: its text is the final answer."""
+    final = run.data.final_result
+    assert final is not None
+    run.final_text = final.text
+
+
+def deliver_queued(run: Run) -> None:
+    """The model would stop but input is queued: deliver steering, else follow-ups (each by its
+    delivery mode), after answering the calls of a response cut by ``max_tokens`` under policy
+    ``stop``."""
+    _answer_stopped_calls(run)
+    run.deliver_steering() or run.deliver_follow_up()
+
+
+def deliver_steering(run: Run) -> None:
+    """After a tool batch: queued steering goes in before the next request."""
+    run.deliver_steering()
+
+
+def note_final_answer(run: Run) -> None:
+    """The run ends ``done``; a truncated or inconsistent last response is reported."""
+    _answer_stopped_calls(run)
+    response = run.data.response
+    if response is None:
+        return
+    if response.stop_reason in TRUNCATING_STOP_REASONS:
+        run.error = (
+            f"The response was truncated (stop reason {response.stop_reason}) and "
+            "was not continued (max_tokens_policy or max_continuations)."
+        )
+    elif response.stop_reason == StopReason.TOOL_USE:
+        run.error = "The model stopped for tool use but sent no tool call."
+
+
+def note_turn_limit(run: Run) -> None:
+    """The turn cap or ``should_continue`` stopped the run: say so and how to continue."""
+    _answer_stopped_calls(run)
+    run.complete_turn()
+    data = run.data
+    if not data.keep_going:
+        why = "the should_continue hook returned False"
+    else:
+        why = f"the max_turns limit ({data.max_turns}) was reached"
+    response = data.response
+    if response is not None and response.tool_calls:
+        names = ", ".join(call.name for call in response.tool_calls)
+        last = f"a tool batch ({names}) whose results are recorded"
+    else:
+        last = "a response after which the run would have gone on (queued input or a continuation)"
+    run.error = _with_hook_error(
+        run,
+        f"Stopped after {data.turns} turn(s): {why}. The last action was {last}. To continue, "
+        "call run() again without a prompt and a higher limit, e.g. await "
+        f"agent.run(max_turns={data.turns + 10}).",
+    )
+
+
+def note_terminated(run: Run) -> None:
+    """A terminating denial ended the run."""
+    run.error = _with_hook_error(
+        run, f"A tool call was denied and ended the run: {run.terminate_reason}"
+    )
+
+
+def note_hook_failed(run: Run) -> None:
+    """``should_continue`` raised: the run fails with its error."""
+    run.error = run.data.hook_error
+
+
+def note_abort(run: Run) -> None:
+    """An abort: the error is its reason."""
+    run.error = run.signal.reason or run.error or "aborted"
+
+
+def _answer_stopped_calls(run: Run) -> None:
+    """A response cut by a limit under ``max_tokens_policy="stop"`` is not acted on: its calls
+    are answered as not run (a cut call as truncated), before any queued input."""
+    response = run.data.response
+    if (
+        response is None
+        or not response.tool_calls
+        or response.stop_reason not in TRUNCATING_STOP_REASONS
+        or not run.messages
+        or run.messages[-1] is not response  # its batch ran (or was answered) already
+    ):
+        return
+    results = tuple(
+        text_result(c, TRUNCATED if c.truncated else STOPPED_NOT_RUN, is_error=True)
+        for c in response.tool_calls
+    )
+    for result in results:
+        run.append(result)
+    run.turn_results = results
+
+
+def _with_hook_error(run: Run, text: str) -> str:
+    hook_error = run.data.hook_error
+    return text if hook_error is None else f"{text}. {hook_error}"

@@ -1,0 +1,387 @@
+"""`Run`: one run of an agent, its per-run state and the driver loop.
+
+The driver is generic: fire a trigger, let the transition's action run, then the entered state's
+effect, which returns the next trigger; a terminal state's effect settles the run and ends it. What
+each state and transition does is named in the definition (`statemachine_agent._machine`), never
+decided here. A bug escaping an effect, or a cancelled task, still ends the run in a terminal state
+(``failed`` / ``aborted``) with every call answered before the exception propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import uuid
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ._cancel import AbortSignal, cancelling
+from ._context import project
+from ._effects import request_model
+from ._errors import InvalidHistoryError, MachineDefinitionError
+from ._events import (
+    Event,
+    MessageEnd,
+    RunEnd,
+    RunStart,
+    StateChanged,
+    TurnEnd,
+    TurnStart,
+    stamp,
+)
+from ._execution import BatchRun, resolve
+from ._machine import Fired, LoopData
+from ._messages import (
+    AssistantMessage,
+    Message,
+    StopReason,
+    ToolCallBlock,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from ._protocol import INCOMPLETE_STOP_REASONS, answer_dangling, find_violations
+from ._responses import RequestAborted, RequestFailed, request_response
+from ._result import RunResult
+from ._states import State, Trigger
+from .models._base import ModelRequest
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+
+
+class Run:
+    """One run of an `Agent`: created by ``agent.run()``, it holds everything that lives as long
+    as the run (the abort signal, the guards' data, usage, the error, the open turn) while the
+    agent holds configuration and history. A state a user adds gets this object in its effect.
+
+    Attributes:
+        id: the run's id (a UUID in hex), the ``run_id`` of its events and its `RunResult`.
+        agent: the agent (its configuration, tools, hooks and history).
+        signal: the run's abort signal.
+        data: what the guards read.
+        usage: tokens used by this run's responses.
+        error: why the run did not end ``done`` (or what to know about how it did).
+        fired: the last transition.
+    """
+
+    def __init__(self, agent: Agent, *, turns: int = 0) -> None:
+        self.id = uuid.uuid4().hex
+        self._seq = 0
+        self.agent = agent
+        self.machine = agent.machine
+        self.signal = AbortSignal()
+        self.data = LoopData(
+            turns=turns,
+            max_turns=agent.max_turns,
+            max_continuations=agent.max_continuations,
+            max_tokens_policy=agent.max_tokens_policy,
+        )
+        self.usage = Usage()
+        self.error: str | None = None
+        self.fired: Fired | None = None
+        self.start = len(agent.messages)
+        self.turn: int | None = None
+        self.turn_message: AssistantMessage | None = None
+        self.turn_results: tuple[ToolResultMessage, ...] = ()
+        self.terminate_reason: str | None = None
+        self.first_trigger: str = Trigger.START  # ``decided`` when the run decides pending calls
+        self.final_text: str | None = None
+        context_hook = agent.transform_context
+        self._context_takes_signal = context_hook is not None and _takes_signal(context_hook)
+
+    # -- history and events -------------------------------------------------------------------
+
+    @property
+    def messages(self) -> list[Message]:
+        """The agent's history (this run appends to it)."""
+        return self.agent.messages
+
+    def emit(self, event: Event) -> None:
+        """Stamp ``event`` with the run's id and its next sequence number and send it to the
+        agent's subscribers."""
+        self._seq += 1
+        stamp(event, self.id, self._seq)
+        self.agent._emit(event)
+
+    def listening(self) -> bool:
+        """Anyone receives events (events are not built otherwise)."""
+        return bool(self.agent._subscribers)
+
+    def append(self, message: Message, *, announce: bool = True) -> None:
+        """Add ``message`` to the history (with a ``message_end`` event unless it was already
+        announced, as a tool result is the moment its call finishes)."""
+        self.agent._append(message)
+        if announce and self.agent._subscribers:
+            self.emit(MessageEnd(message))
+
+    def record_result(self, result: ToolResultMessage) -> None:
+        """A call's result is final (completion order): announce it now, append it later in
+        declaration order. A session log writes it here, so a crash keeps it."""
+        if self.agent._subscribers:
+            self.emit(MessageEnd(result))
+
+    def begin_turn(self) -> int:
+        """End the open turn and start the next one; returns its number."""
+        self.close_turn()
+        self.turn = self.data.turns + 1
+        self.turn_message, self.turn_results = None, ()
+        if self.agent._subscribers:
+            self.emit(TurnStart(self.turn))
+        return self.turn
+
+    def complete_turn(self) -> None:
+        """Count the open turn as completed (``data.turns``) once its response is in."""
+        if self.turn is not None and self.turn_message is not None:
+            self.data.turns = self.turn
+
+    def close_turn(self) -> None:
+        """End the open turn, if any (a ``turn_end`` event with its response and results)."""
+        self.complete_turn()
+        if self.turn is not None:
+            turn, self.turn = self.turn, None
+            if self.agent._subscribers:
+                self.emit(TurnEnd(turn, self.turn_message, self.turn_results))
+
+    # -- queued input -------------------------------------------------------------------------
+
+    def has_queued_input(self) -> bool:
+        """Steering or follow-up input is waiting."""
+        return bool(self.agent._steering or self.agent._follow_ups)
+
+    def deliver_steering(self) -> bool:
+        """Append queued steering (all of it, or one message with ``steering_mode=
+        "one_at_a_time"``); False when none was delivered."""
+        return self._deliver(self.agent._steering, one=self.agent.steering_mode != "all")
+
+    def deliver_follow_up(self) -> bool:
+        """Append queued follow-ups (one message, or all with ``follow_up_mode="all"``); False
+        when none was delivered."""
+        return self._deliver(self.agent._follow_ups, one=self.agent.follow_up_mode != "all")
+
+    def _deliver(self, queue: deque[UserMessage], *, one: bool) -> bool:
+        # Input not delivered when the run is aborted stays queued for the next run: the abort
+        # is checked before each message (a subscriber may abort on a message's event).
+        delivered = False
+        while queue and not self.signal.aborted:
+            self.append(queue.popleft())
+            delivered = True
+            if one:
+                break
+        return delivered
+
+    def awaits_continuation(self) -> bool:
+        """The last complete response paused (``pause_turn``, no tool calls): the next request
+        must send it back as it is, so no user message may follow it yet."""
+        for message in reversed(self.messages):
+            if not isinstance(message, AssistantMessage):
+                return False
+            if message.stop_reason not in INCOMPLETE_STOP_REASONS:
+                return message.stop_reason == StopReason.PAUSE_TURN and not message.tool_calls
+        return False
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def fire(self, trigger: str) -> Fired:
+        """Fire ``trigger``: the machine picks the transition, then its action runs.
+
+        Raises:
+            MachineDefinitionError: no transition of ``trigger`` can leave the current state.
+        """
+        self.data.max_turns = self.agent.max_turns
+        fired = self.machine.fire(trigger, self.data)
+        self.fired = fired
+        if self.agent._subscribers:
+            self.emit(StateChanged(fired.source, fired.dest, trigger, fired.label))
+        if fired.spec.action is not None:
+            fired.spec.action(self)
+        return fired
+
+    async def drive(self, prompt: UserMessage | None, first: str = Trigger.START) -> RunResult:
+        """Run from ``first`` (``start``, or ``decided`` after decisions) until a state that
+        stops the run, and return the result.
+
+        Raises:
+            asyncio.CancelledError: the task was cancelled (the run is recorded as aborted first).
+            KeyboardInterrupt: raised in a tool or a hook (the run is recorded as aborted first).
+            BaseException: whatever escaped an effect (the run is recorded as failed first).
+        """
+        self.emit(RunStart(prompt))
+        try:
+            if self.agent._pending is None:
+                for repair in answer_dangling(self.messages):  # a given history ended mid-batch
+                    self.append(repair)
+                if self.awaits_continuation():
+                    # A paused response is continued first; the prompt waits at the head of the
+                    # steering queue and is delivered once the model has finished that turn.
+                    if prompt is not None:
+                        self.agent._steering.appendleft(prompt)
+                elif prompt is not None:
+                    self.append(prompt)
+                    self.deliver_steering()  # left queued by an aborted run: after the prompt
+                else:
+                    self.deliver_steering() or self.deliver_follow_up()
+            trigger: str | None = first
+            while trigger is not None:
+                fired = self.fire(trigger)
+                state = self.machine.states[fired.dest]
+                assert state.effect is not None  # validated: only idle has none
+                trigger = await state.effect(self)
+                if trigger is None and not (state.terminal or state.stops_run):
+                    raise MachineDefinitionError(
+                        f"the effect of state {state.name!r} returned no trigger"
+                    )
+        except asyncio.CancelledError:
+            await self._end_after_exception("the task running the agent was cancelled", "abort")
+            raise
+        except KeyboardInterrupt:
+            await self._end_after_exception("KeyboardInterrupt", "abort")
+            raise
+        except BaseException as exc:
+            await self._end_after_exception(f"{type(exc).__name__}: {exc}", "fail")
+            raise
+        result = self.result()
+        self.emit(RunEnd(result))
+        return result
+
+    async def _end_after_exception(self, reason: str, trigger: str) -> None:
+        """End the run in a terminal state (``aborted`` or ``failed``) with every call answered,
+        before the exception propagates."""
+        if not self.machine.stops_run(self.machine.state):
+            self.error = self.signal.reason or reason
+            try:
+                fired = self.fire(trigger)
+            except MachineDefinitionError:
+                fired = None  # nothing had started (still idle)
+            effect = None if fired is None else self.machine.states[fired.dest].effect
+            if effect is not None:
+                await effect(self)
+        self.close_turn()
+        self.emit(RunEnd(self.result()))
+
+    def result(self) -> RunResult:
+        """The run's outcome so far."""
+        messages = self.messages
+        new = messages[self.start :]
+        last = next((m for m in reversed(new) if isinstance(m, AssistantMessage)), None)
+        refusal = None
+        if last is not None and last.stop_reason == StopReason.REFUSAL:
+            refusal = dict(last.stop_details or {})
+        state = self.machine.state
+        pending = self.agent._pending
+        return RunResult(
+            state=state if isinstance(state, State) else State.FAILED,
+            pending=() if pending is None else tuple(pending.calls),
+            messages=list(messages),
+            new_messages=list(new),
+            turns=self.data.turns,
+            usage=self.usage,
+            stop_reason=None if last is None else last.stop_reason,
+            error=self.error,
+            refusal=refusal,
+            final_text=self.final_text,
+            run_id=self.id,
+        )
+
+    # -- model requests -----------------------------------------------------------------------
+
+    async def request_model(self) -> str:
+        """Do what ``awaiting_model`` does (for a user's state): send the history and take the
+        response. Returns the trigger to fire: ``model_replied``, ``abort`` or ``fail``."""
+        return await request_model(self)
+
+    async def request(self) -> AssistantMessage | str:
+        """Build and send one request (with the engine's retries). Returns the response, or the
+        trigger to fire instead (``abort``, ``fail``) with the history and error recorded."""
+        try:
+            request = await self._build_request()
+        except InvalidHistoryError as exc:
+            return self.fail(f"The request was not sent: {exc}")
+        except (Exception, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError) and cancelling():
+                raise  # the run's task is being cancelled; a hook's own one is its failure
+            return self.fail(f"The transform_context hook failed: {type(exc).__name__}: {exc}")
+        if self.signal.aborted:  # aborted while the request was built: do not send it
+            return Trigger.ABORT
+        outcome = await self.send(request)
+        if isinstance(outcome, RequestAborted):
+            self.append(outcome.partial)
+            return Trigger.ABORT
+        if isinstance(outcome, RequestFailed):
+            return self.fail(outcome.message)
+        return outcome
+
+    async def send(
+        self, request: ModelRequest
+    ) -> AssistantMessage | RequestAborted | RequestFailed:
+        """Send ``request`` to the model with the engine's retries: the one place a run does
+        model I/O (a durable run records it as a step)."""
+        agent = self.agent
+        return await request_response(
+            agent.model,
+            request,
+            signal=self.signal,
+            used_ids=agent._call_ids,
+            emit=self.emit,
+            listening=self.listening,
+            retries=agent.model_retries,
+            backoff_seconds=agent.retry_backoff_seconds,
+            on_cancel=self.append,
+        )
+
+    batch_class: type[BatchRun] = BatchRun
+    """The class of the tool batches (a durable run makes each call a step)."""
+
+    def batch(self, calls: Sequence[ToolCallBlock], *, approved: bool = False) -> BatchRun:
+        """The `BatchRun` that runs ``calls`` (a response's tool calls, or the calls a person
+        approved: they skip ``before_tool_call``): the one place a run does tool I/O."""
+        agent = self.agent
+        return self.batch_class(
+            calls,
+            agent.tools,
+            mode=agent.tool_execution,
+            signal=self.signal,
+            abort_grace_seconds=agent.abort_grace_seconds,
+            emit=self.emit,
+            listening=self.listening,
+            on_result=self.record_result,
+            before=None if approved else agent.before_tool_call,
+            after=agent.after_tool_call,
+            deps=agent.deps,
+            approved=approved,
+        )
+
+    async def _build_request(self) -> ModelRequest:
+        agent = self.agent
+        if agent.transform_context is not None:
+            if self._context_takes_signal:
+                returned = agent.transform_context(list(self.messages), self.signal)
+            else:
+                returned = agent.transform_context(list(self.messages))
+            messages = await resolve(returned)
+            projected = project(messages)
+            problems = find_violations(projected, request=True)
+            if problems:
+                raise InvalidHistoryError(problems)
+        else:
+            projected = agent._projector.project(self.messages)
+        return ModelRequest(projected, agent.system, agent._tool_definitions, agent.model_settings)
+
+    def fail(self, error: str) -> str:
+        """Record a failed request (an error message in the history); returns ``fail``."""
+        self.append(AssistantMessage(content=[], stop_reason=StopReason.ERROR, error=error))
+        self.error = error
+        return Trigger.FAIL
+
+
+def _takes_signal(hook: object) -> bool:
+    """``transform_context`` takes a second positional parameter (the run's abort signal)."""
+    try:
+        parameters = list(inspect.signature(hook).parameters.values())  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return True
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2

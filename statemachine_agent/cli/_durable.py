@@ -1,0 +1,242 @@
+"""``statemachine-agent worker`` / ``submit`` / ``status`` / ``recover``: durable runs on DBOS.
+
+A worker serves the queue of runs stored in the database (``--db``: a SQLite file URL or a
+Postgres URL shared by many workers); ``submit`` puts a prompt on the queue from any machine;
+``status`` shows where a run is; ``recover`` hands a dead worker's runs back to the queue. Needs
+the ``dbos`` extra (``pip install 'statemachine-agent[dbos]'``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .._agent import Agent
+from .._errors import UsageError
+
+DB_HELP = (
+    "The system database: sqlite:////abs/path/runs.sqlite, or postgresql://user@host:port/db "
+    "shared by all workers."
+)
+
+
+def _durable() -> Any:
+    try:
+        from .. import durable
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from exc
+    return durable
+
+
+def _workspace_factory(workspace: Path, model_spec: str, yes: bool) -> Any:
+    from ..workspace import Permissions, Workspace, workspace_tools
+    from ._run import SYSTEM_PROMPT, load_model
+
+    ws = Workspace(workspace)
+
+    def factory() -> Agent:
+        return Agent(
+            load_model(model_spec),
+            tools=workspace_tools(ws),
+            system=SYSTEM_PROMPT.format(root=ws.root),
+            before_tool_call=Permissions(
+                allow_all=yes,
+                how_to_allow="The worker's operator can allow it with --yes.",
+            ),
+        )
+
+    return factory
+
+
+@click.command("worker")
+@click.option("--db", required=True, help=DB_HELP)
+@click.option(
+    "--factory",
+    "factory_spec",
+    default=None,
+    metavar="MODULE:FUNCTION",
+    help="A function that builds the Agent of each run (default: the workspace tools).",
+)
+@click.option(
+    "--workspace",
+    "-w",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="The folder the built-in workspace tools work in (without --factory).",
+)
+@click.option(
+    "--model",
+    "-m",
+    "model_spec",
+    default=None,
+    metavar="NAME|script:FILE",
+    help="Without --factory (then required): an Anthropic model name (needs ANTHROPIC_API_KEY), "
+    "or script:FILE (played from its first step in every run and after a recovery: for demos).",
+)
+@click.option("--yes", is_flag=True, help="Without --factory: allow commands and writes.")
+@click.option(
+    "--executor-id",
+    default=None,
+    help="This worker's id (default: a new one). Restart a dead worker with its id and its "
+    "runs continue.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="The most runs this worker runs at once.",
+)
+@click.option(
+    "--poll-seconds",
+    type=click.FloatRange(min=0.01),
+    default=1.0,
+    show_default=True,
+    help="How often the queue is polled.",
+)
+def worker_command(
+    db: str,
+    factory_spec: str | None,
+    workspace: Path,
+    model_spec: str | None,
+    yes: bool,
+    executor_id: str | None,
+    concurrency: int,
+    poll_seconds: float,
+) -> None:
+    """Serve the queue of durable runs until SIGTERM or Ctrl-C.
+
+    Runs this worker left unfinished when it died (or was stopped) are recovered when it starts
+    again with the same --executor-id; to hand them to the other workers instead, use `recover`.
+    """
+    durable = _durable()
+    if factory_spec is None:
+        if model_spec is None:
+            raise click.UsageError(
+                "Give --factory MODULE:FUNCTION, or --model for the built-in workspace tools."
+            )
+        from ._run import load_model
+
+        load_model(model_spec)  # a bad spec or a missing API key is reported now, not per run
+        factory = _workspace_factory(workspace, model_spec, yes)
+    else:
+        try:
+            factory = durable.load_factory(factory_spec)
+        except UsageError as exc:
+            raise click.BadParameter(str(exc), param_hint="--factory") from exc
+    worker_id = executor_id or f"worker-{uuid.uuid4().hex[:8]}"
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await durable.launch(
+            db,
+            factory,
+            executor_id=worker_id,
+            concurrency=concurrency,
+            poll_seconds=poll_seconds,
+        )
+        try:
+            click.echo(
+                f"worker {worker_id} serving {durable.QUEUE_NAME} (concurrency {concurrency})"
+            )
+            await stop.wait()
+        finally:
+            durable.shutdown()
+
+    asyncio.run(serve())
+
+
+@click.command("submit")
+@click.option("--db", required=True, help=DB_HELP)
+@click.option("--id", "run_id", default=None, help="The run's id (default: a new one).")
+@click.option("--max-turns", type=click.IntRange(min=1), default=None, help="The turn cap.")
+@click.argument("prompt")
+def submit_command(db: str, run_id: str | None, max_turns: int | None, prompt: str) -> None:
+    """Put PROMPT on the queue as a durable run; prints the run's id."""
+    durable = _durable()
+    if not prompt.strip():
+        raise click.BadParameter("the prompt is empty", param_hint="PROMPT")
+    client = durable.Client(db)
+    try:
+        click.echo(client.submit(prompt, run_id=run_id, max_turns=max_turns))
+    finally:
+        client.close()
+
+
+@click.command("status")
+@click.option("--db", required=True, help=DB_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print the status and result as JSON.")
+@click.argument("run_id")
+def status_command(db: str, as_json: bool, run_id: str) -> None:
+    """Show where RUN_ID is (queued, running, or its result).
+
+    Exit codes: 0 the run exists (whatever its state), 1 no such run.
+    """
+    durable = _durable()
+    client = durable.Client(db)
+    try:
+        status = client.status(run_id)
+    except UsageError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        client.close()
+    result = status.result
+    if as_json:
+        data: dict[str, Any] = {
+            "run_id": status.run_id,
+            "status": status.status,
+            "executor_id": status.executor_id,
+            "error": status.error,
+            "result": None if result is None else durable.encode_result(result),
+        }
+        click.echo(json.dumps(data))
+        return
+    line = f"{status.run_id}: {status.status} (worker {status.executor_id})"
+    if result is not None:
+        line += f", state {result.state}, {result.turns} turn(s)"
+    click.echo(line)
+    if result is not None:
+        click.echo(result.error or result.text)
+    elif status.error:
+        click.echo(status.error)
+
+
+@click.command("recover")
+@click.option("--db", required=True, help=DB_HELP)
+@click.argument("executor_ids", nargs=-1, required=True)
+def recover_command(db: str, executor_ids: Sequence[str]) -> None:
+    """Hand the unfinished runs of dead workers EXECUTOR_IDS back to the queue, where the live
+    workers take them over. Only for workers known to be dead: a live worker's runs would run
+    twice."""
+    durable = _durable()
+
+    def no_agent() -> Agent:
+        raise UsageError("the recover command runs no agent")
+
+    async def recover() -> list[str]:
+        await durable.launch(
+            db, no_agent, executor_id=f"recover-{uuid.uuid4().hex[:8]}", serve_queue=False
+        )
+        try:
+            ids: list[str] = durable.recover_executor(executor_ids)
+            return ids
+        finally:
+            durable.shutdown()
+
+    ids = asyncio.run(recover())
+    click.echo(f"put {len(ids)} run(s) back on the queue")
+    for run_id in ids:
+        click.echo(run_id)
+    sys.stdout.flush()

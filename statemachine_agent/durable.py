@@ -1,0 +1,621 @@
+"""Durable agent runs on DBOS Transact: runs that survive a dead worker and spread over many.
+
+Install the extra: ``pip install 'statemachine-agent[dbos]'``. A run is a DBOS workflow whose body
+is the ordinary engine (the same table, effects and `Run` driver); only its two I/O seams are
+steps:
+
+- each model request (`Run.send`) is one step, named ``model_request``;
+- each tool call (the execution part of a `BatchRun`, after the checks and the permission hooks)
+  is one step, named ``tool:<call id>``, preceded, for a tool that is not idempotent, by a
+  ``tool_start:<call id>`` step that records which worker started it.
+
+Everything else the body does (the transitions, the history, the hooks) is computed from the step
+outputs, so recovery replays it to the same place: completed steps are not executed again. Steps
+are started in declaration order even in a parallel batch (a call starts its step once the call
+before it has started its own), so a step's position never depends on timing, and the call id in
+each step name makes DBOS refuse a replay that would not line up.
+
+A call in flight when its worker died (started, no result recorded) is run again on recovery only
+when its tool is ``@tool(idempotent=True)``; otherwise it is answered with the session log's
+"no result recorded ... may or may not have run" text (`statemachine_agent._protocol.NO_RESULT`).
+DBOS's own step retries are off for tools unless the tool sets ``step_retries``.
+
+Where the database is:
+    ``sqlite:////abs/path/runs.sqlite`` (a file, no server; one process) or
+    ``postgresql://user@host:port/db`` (workers on many machines share one queue).
+
+Recovery:
+    When a worker process starts (`launch`), DBOS recovers the runs that were PENDING under its
+    executor id: restart a dead worker with the same ``executor_id`` and its runs continue. A dead
+    worker that will not come back is taken over with `recover_executor` (CLI
+    ``statemachine-agent recover``): its PENDING runs go back to the queue they came from, and the
+    live workers dequeue them under the queue's limits. Nothing detects a dead worker for you
+    (without DBOS Conductor): call it only for a worker you know is dead, since a live worker's
+    runs would run twice. Workers must run the same package version and agent factory: the
+    application version is pinned to the package version (`APP_VERSION`), so DBOS recovers runs
+    across restarts of the same release, never across releases.
+
+Example::
+
+    import asyncio
+    from statemachine_agent import Agent
+    from statemachine_agent.durable import launch, run, shutdown
+    from statemachine_agent.models import FunctionModel
+
+    def make_agent() -> Agent:
+        return Agent(FunctionModel(lambda messages, request: "hello"))
+
+    async def main() -> None:
+        await launch("sqlite:////tmp/runs.sqlite", make_agent)
+        try:
+            result = await run("Say hello", run_id="greeting-1")
+            print(result.state, result.text)
+        finally:
+            shutdown()
+
+    asyncio.run(main())
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+try:
+    from dbos import DBOS, DBOSClient, SetWorkflowID, StepOptions
+    from dbos import error as dbos_error
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        "statemachine_agent.durable needs DBOS Transact: pip install 'statemachine-agent[dbos]' "
+        f"({exc})"
+    ) from exc
+
+from . import __version__
+from ._agent import Agent
+from ._errors import UsageError
+from ._execution import BatchRun, _Slot
+from ._messages import HISTORY_ADAPTER, AssistantMessage, Message, ToolResultMessage, Usage
+from ._messages import text_result as _text_result
+from ._protocol import NO_RESULT
+from ._responses import RequestAborted, RequestFailed
+from ._result import RunResult
+from ._run import Run
+from ._states import State
+from ._tools import Tool
+from .models._base import ModelRequest
+
+APP_NAME = "statemachine-agent"
+"""The DBOS application name every worker and client uses."""
+APP_VERSION = f"statemachine-agent-{__version__}"
+"""The pinned DBOS application version: runs are recovered by workers of the same release."""
+QUEUE_NAME = "statemachine-agent-runs"
+"""The DBOS queue `submit` puts runs on and workers serve."""
+WORKFLOW_NAME = "statemachine_agent.durable.agent_run"
+"""The registered name of the run workflow."""
+ABORT_TOPIC = "statemachine-agent.abort"
+"""The DBOS message topic of an abort request (see `abort`)."""
+
+STEP_RETRY_INTERVAL_SECONDS = 1.0
+"""The first wait before DBOS runs a failed call of a tool with ``step_retries`` again (it
+doubles each time)."""
+
+AgentFactory = Callable[[], Agent]
+
+_factory: AgentFactory | None = None
+_incarnation = ""  # a fresh id per launch: a step started under another one was in flight
+
+
+# -- serialising step outputs (JSON text: always picklable) -----------------------------------
+
+
+def _dump(message: Message) -> str:
+    return HISTORY_ADAPTER.dump_json([message]).decode()
+
+
+def _load(text: str) -> Message:
+    return HISTORY_ADAPTER.validate_json(text)[0]
+
+
+def _encode_outcome(outcome: AssistantMessage | RequestAborted | RequestFailed) -> dict[str, str]:
+    if isinstance(outcome, RequestFailed):
+        return {"kind": "failed", "error": outcome.message}
+    if isinstance(outcome, RequestAborted):
+        return {"kind": "aborted", "message": _dump(outcome.partial)}
+    return {"kind": "response", "message": _dump(outcome)}
+
+
+def _decode_outcome(data: dict[str, str]) -> AssistantMessage | RequestAborted | RequestFailed:
+    if data["kind"] == "failed":
+        return RequestFailed(data["error"])
+    message = _load(data["message"])
+    assert isinstance(message, AssistantMessage)
+    return RequestAborted(message) if data["kind"] == "aborted" else message
+
+
+def encode_result(result: RunResult) -> dict[str, Any]:
+    """A `RunResult` as JSON-ready data (what the workflow returns).
+
+    Returns:
+        A dict with ``state``, ``messages`` and ``new_messages`` (lists of message dicts),
+        ``turns``, ``usage``, ``stop_reason``, ``error`` and ``refusal``.
+    """
+    return {
+        "state": str(result.state),
+        "messages": HISTORY_ADAPTER.dump_python(result.messages, mode="json"),
+        "new_messages": HISTORY_ADAPTER.dump_python(result.new_messages, mode="json"),
+        "turns": result.turns,
+        "usage": result.usage.model_dump(mode="json"),
+        "stop_reason": result.stop_reason,
+        "error": result.error,
+        "refusal": result.refusal,
+    }
+
+
+def decode_result(data: dict[str, Any]) -> RunResult:
+    """The `RunResult` back from `encode_result`'s data."""
+    return RunResult(
+        state=State(data["state"]),
+        messages=HISTORY_ADAPTER.validate_python(data["messages"]),
+        new_messages=HISTORY_ADAPTER.validate_python(data["new_messages"]),
+        turns=data["turns"],
+        usage=Usage.model_validate(data["usage"]),
+        stop_reason=data["stop_reason"],
+        error=data["error"],
+        refusal=data["refusal"],
+    )
+
+
+# -- the durable run: the engine with its I/O recorded as steps --------------------------------
+
+
+def _current_incarnation() -> str:
+    return _incarnation
+
+
+class ToolStepFailed(Exception):
+    """A call of a tool with ``step_retries`` returned an error result: DBOS runs it again.
+
+    Args:
+        result: the error result as JSON text.
+    """
+
+    def __init__(self, result: str) -> None:
+        super().__init__(result)
+        self.result = result
+
+
+class DurableBatch(BatchRun):
+    """A `BatchRun` whose tool executions are DBOS steps, started in declaration order."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._order = {id(slot): i for i, slot in enumerate(self._slots)}
+        self._started: list[asyncio.Future[None]] = []
+
+    async def run(self) -> None:
+        """Run the batch (see `BatchRun.run`)."""
+        loop = asyncio.get_running_loop()
+        self._started = [loop.create_future() for _ in self._slots]
+        await super().run()
+
+    def _release(self, index: int) -> None:
+        # Call ``index`` has started its steps (or will start none): the next call may start its
+        # own once every earlier call has done so too.
+        own = self._started[index]
+        if own.done():
+            return
+        if index == 0 or self._started[index - 1].done():
+            own.set_result(None)
+        else:
+            self._started[index - 1].add_done_callback(
+                lambda _f: None if own.done() else own.set_result(None)
+            )
+
+    async def _process(self, slot: _Slot) -> None:
+        try:
+            await super()._process(slot)
+        finally:
+            self._release(self._order[id(slot)])
+
+    async def _execute(self, slot: _Slot, tool: Tool, kwargs: dict[str, Any]) -> ToolResultMessage:
+        index = self._order[id(slot)]
+        call = slot.call
+        try:
+            if index > 0:
+                await asyncio.shield(self._started[index - 1])
+            marker = _incarnation
+            if not tool.idempotent:
+                marker = await DBOS.run_step_async(
+                    {"name": f"tool_start:{call.id}"}, _current_incarnation
+                )
+        except BaseException:
+            self._release(index)
+            raise
+        execute = super()._execute
+
+        async def tool_call() -> str:
+            if marker != _incarnation:
+                # Started by a worker that died before the result was recorded.
+                result = _text_result(call, NO_RESULT, is_error=True)
+            else:
+                result = await execute(slot, tool, kwargs)
+                if tool.step_retries and result.is_error:
+                    raise ToolStepFailed(_dump(result))
+            return _dump(result)
+
+        options: StepOptions = {"name": f"tool:{call.id}"}
+        if tool.step_retries:
+            options["retries_allowed"] = True
+            options["max_attempts"] = tool.step_retries + 1
+            options["interval_seconds"] = STEP_RETRY_INTERVAL_SECONDS
+        slot.started = True
+        # The step's position is taken synchronously when it starts: release the next call now.
+        self._release(index)
+        try:
+            text = await DBOS.run_step_async(options, tool_call)
+        except dbos_error.DBOSMaxStepRetriesExceeded as exc:
+            failures = [e for e in exc.errors if isinstance(e, ToolStepFailed)]
+            if not failures:
+                raise
+            text = failures[-1].result
+        result = _load(text)
+        assert isinstance(result, ToolResultMessage)
+        return result
+
+
+class DurableRun(Run):
+    """A `Run` whose model requests and tool calls are DBOS steps (see the module docstring).
+
+    Only meaningful inside the workflow (`run`, `submit`); outside one, DBOS runs the steps as
+    plain functions.
+    """
+
+    async def send(
+        self, request: ModelRequest
+    ) -> AssistantMessage | RequestAborted | RequestFailed:
+        """Send the request as a ``model_request`` step: on replay, the recorded outcome."""
+        send = super().send
+
+        async def model_request() -> dict[str, str]:
+            try:
+                outcome = await send(request)
+            except Exception as exc:  # a bug in a model: the run fails with it, recorded
+                outcome = RequestFailed(f"The model request failed: {type(exc).__name__}: {exc}")
+            return _encode_outcome(outcome)
+
+        data = await DBOS.run_step_async({"name": "model_request"}, model_request)
+        return _decode_outcome(data)
+
+    async def _build_request(self) -> ModelRequest:
+        # Before each model request, a durable check for an abort sent from any process: the
+        # message is received (and recorded) here, so a replay sees it at the same place.
+        request = await super()._build_request()
+        if not self.signal.aborted:
+            reason = await DBOS.recv_async(ABORT_TOPIC, timeout_seconds=0)
+            if reason is not None:
+                self.signal.set(str(reason))
+        return request
+
+    batch_class = DurableBatch
+
+
+async def drive(agent: Agent, prompt: str, *, max_turns: int | None = None) -> RunResult:
+    """Run ``agent`` on ``prompt`` with a `DurableRun` (inside a workflow: durably).
+
+    Raises:
+        AgentBusyError: the agent is already running.
+        UsageError: the prompt is empty.
+    """
+    from ._agent import _as_user
+    from ._errors import AgentBusyError
+
+    user = _as_user(prompt)
+    with agent._claim_lock:
+        if agent.is_running:
+            raise AgentBusyError("this agent is already running")
+        if max_turns is not None:
+            agent.max_turns = max_turns
+        run_ = agent._run = DurableRun(agent)
+        agent._loop = asyncio.get_running_loop()
+        agent._loop_thread = threading.get_ident()
+        agent._running = True
+    try:
+        return await run_.drive(user)
+    finally:
+        agent._release(run_)
+
+
+@DBOS.workflow(name=WORKFLOW_NAME)
+async def agent_workflow(prompt: str, max_turns: int | None = None) -> dict[str, Any]:
+    """The run workflow: a fresh agent from the worker's factory, driven durably."""
+    if _factory is None:
+        raise UsageError("no agent factory: call statemachine_agent.durable.launch() first")
+    result = await drive(_factory(), prompt, max_turns=max_turns)
+    return encode_result(result)
+
+
+# -- processes: launching, running, submitting, recovering -------------------------------------
+
+
+def load_factory(spec: str) -> AgentFactory:
+    """The agent factory named ``module:attribute`` (a callable that returns an `Agent`).
+
+    Raises:
+        UsageError: the spec is malformed, the module cannot be imported, or the attribute is
+            missing or not callable.
+    """
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise UsageError(f"the agent factory {spec!r} must be 'module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"cannot import {module_name!r} for the agent factory: {exc}") from exc
+    factory = getattr(module, attribute, None)
+    if not callable(factory):
+        raise UsageError(f"{spec!r}: {module_name} has no callable {attribute!r}")
+    return factory  # type: ignore[no-any-return]
+
+
+async def launch(
+    db: str,
+    factory: AgentFactory,
+    *,
+    executor_id: str = "local",
+    concurrency: int | None = None,
+    serve_queue: bool = True,
+    poll_seconds: float = 1.0,
+    log_level: str = "WARNING",
+) -> None:
+    """Start DBOS in this process: runs can be started here, and with ``serve_queue`` this
+    process is a worker of the queue. Runs PENDING under ``executor_id`` are recovered now.
+    Call it on the event loop the runs should use (they run on it).
+
+    Args:
+        db: the system database URL: ``sqlite:////abs/path.sqlite`` or
+            ``postgresql://user@host:port/db`` (created, with its tables, if missing).
+        factory: builds the agent of each run (called once per run, also on recovery: it must
+            build the same agent every time).
+        executor_id: this worker's id; restart a dead worker with its id to recover its runs.
+        concurrency: the most runs this worker takes from the queue at once (None: no limit).
+        serve_queue: take runs from the queue (False: only runs started in this process).
+        poll_seconds: how often the queue is polled.
+        log_level: DBOS's log level.
+
+    Raises:
+        UsageError: DBOS is already launched in this process (one per process).
+    """
+    global _factory, _incarnation
+    if _factory is not None:
+        raise UsageError("DBOS is already launched in this process; call shutdown() first")
+    config: Any = {
+        "name": APP_NAME,
+        "system_database_url": db,
+        "executor_id": executor_id,
+        "application_version": APP_VERSION,
+        "log_level": log_level,
+        "notification_listener_polling_interval_sec": 0.05,
+    }
+    _factory = factory
+    _incarnation = uuid.uuid4().hex
+    _use_wal(db)
+    DBOS(config=config)
+    if not serve_queue:
+        DBOS.listen_queues([])
+    try:
+        DBOS.launch()
+        await DBOS.register_queue_async(
+            QUEUE_NAME, worker_concurrency=concurrency, polling_interval_sec=poll_seconds
+        )
+    except BaseException:
+        shutdown()
+        raise
+
+
+def _use_wal(db: str) -> None:
+    """Put a SQLite system database in WAL mode (kept in the file): one sync per checkpoint
+    instead of a rollback journal created and deleted per write, and readers (``status`` from
+    another process) do not block the worker."""
+    prefix = "sqlite:///"
+    if not db.startswith(prefix):
+        return
+    import sqlite3
+
+    path = db.removeprefix(prefix).split("?", 1)[0]
+    if not path or path == ":memory:":
+        return
+    connection = sqlite3.connect(path, timeout=30)
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+    finally:
+        connection.close()
+
+
+def shutdown() -> None:
+    """Stop DBOS in this process (runs in progress stay PENDING and are recovered later)."""
+    global _factory
+    _factory = None
+    DBOS.destroy()
+
+
+async def run(prompt: str, *, run_id: str | None = None, max_turns: int | None = None) -> RunResult:
+    """Run the factory's agent on ``prompt`` as a durable workflow in this process and wait.
+
+    Args:
+        prompt: the user input.
+        run_id: the workflow id (default: a new one). Running an id again returns the recorded
+            result without running anything.
+        max_turns: the turn cap (default: the agent's).
+
+    Returns:
+        The `RunResult`, the same an uninterrupted in-process run would give.
+    """
+    with SetWorkflowID(run_id or uuid.uuid4().hex):
+        handle = await DBOS.start_workflow_async(agent_workflow, prompt, max_turns)
+    return decode_result(await handle.get_result())
+
+
+async def abort(run_id: str, reason: str = "aborted by the caller") -> None:
+    """Ask run ``run_id`` to stop (from a launched process; `Client.abort` from any other).
+
+    The run notices before its next model request: it ends ``aborted`` with ``reason`` as its
+    error, every call answered; a tool batch that is running finishes first. A run that is
+    answering for the last time ends ``done`` as usual.
+
+    Raises:
+        dbos.error.DBOSNonExistentWorkflowError: no run has this id.
+    """
+    await DBOS.send_async(run_id, reason, topic=ABORT_TOPIC)
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """Where a submitted run is.
+
+    Attributes:
+        run_id: the workflow id.
+        status: DBOS's status: ``ENQUEUED``, ``PENDING``, ``SUCCESS``, ``ERROR``, ``CANCELLED``...
+        executor_id: the worker that runs (or ran) it.
+        result: the `RunResult` once it ended, else None.
+        error: the workflow's error text when it ended in ``ERROR``.
+    """
+
+    run_id: str
+    status: str
+    executor_id: str | None
+    result: RunResult | None
+    error: str | None = None
+
+
+class Client:
+    """Submit runs and read their status from any process (no agent code needed).
+
+    Args:
+        db: the system database URL the workers use.
+    """
+
+    def __init__(self, db: str) -> None:
+        self._client = DBOSClient(system_database_url=db, application_name=APP_NAME)
+
+    def submit(
+        self, prompt: str, *, run_id: str | None = None, max_turns: int | None = None
+    ) -> str:
+        """Put a run on the queue; returns its id. Submitting an id again does nothing new."""
+        workflow_id = run_id or uuid.uuid4().hex
+        options: Any = {
+            "workflow_name": WORKFLOW_NAME,
+            "queue_name": QUEUE_NAME,
+            "workflow_id": workflow_id,
+            "app_version": APP_VERSION,
+        }
+        self._client.enqueue(options, prompt, max_turns)
+        return workflow_id
+
+    def abort(self, run_id: str, reason: str = "aborted by the caller") -> None:
+        """Ask run ``run_id`` to stop (see the module's `abort`)."""
+        self._client.send(run_id, reason, topic=ABORT_TOPIC)
+
+    def status(self, run_id: str) -> RunStatus:
+        """The run's status (and result once it ended).
+
+        Raises:
+            UsageError: no run has this id.
+        """
+        statuses = self._client.list_workflows(workflow_ids=[run_id])
+        if not statuses:
+            raise UsageError(f"no run with id {run_id!r}")
+        status = statuses[0]
+        result = None
+        if status.status == "SUCCESS" and isinstance(status.output, dict):
+            result = decode_result(status.output)
+        error = None if status.error is None else str(status.error)
+        return RunStatus(run_id, status.status, status.executor_id, result, error)
+
+    def count(self, status: str, *, executor_id: str | None = None) -> int:
+        """How many runs have DBOS status ``status`` (``ENQUEUED``, ``PENDING``, ``SUCCESS``,
+        ``ERROR``...), optionally only those of worker ``executor_id``."""
+        found = self._client.list_workflows(
+            status=status,
+            name=WORKFLOW_NAME,
+            executor_id=executor_id,
+            load_input=False,
+            load_output=False,
+        )
+        return len(found)
+
+    def result(self, run_id: str, *, timeout_seconds: float | None = None) -> RunResult:
+        """Wait for the run to end and return its result.
+
+        Raises:
+            TimeoutError: it did not end within ``timeout_seconds``.
+            Exception: the workflow's own error when it ended in ``ERROR``.
+        """
+        handle: Any = self._client.retrieve_workflow(run_id)
+        if timeout_seconds is None:
+            return decode_result(handle.get_result())
+        outcome: list[Any] = []
+
+        def wait() -> None:
+            try:
+                outcome.append(handle.get_result())
+            except BaseException as exc:
+                outcome.append(exc)
+
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        waiter.join(timeout_seconds)
+        if not outcome:
+            raise TimeoutError(f"run {run_id!r} did not end within {timeout_seconds:g} s")
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return decode_result(outcome[0])
+
+    def close(self) -> None:
+        """Release the database connections."""
+        self._client.destroy()
+
+
+def recover_executor(executor_ids: Sequence[str]) -> list[str]:
+    """Take over the runs of dead workers: their PENDING runs go back to their queue, where live
+    workers dequeue them (finished steps are replayed, the rest runs). Call it in a launched
+    process (`launch`, ``serve_queue=False`` is enough), only for workers known to be dead.
+
+    Uses DBOS's recovery for a list of executors (``DBOS._recover_pending_workflows``, the same
+    call DBOS Conductor makes; DBOS 3.4 has no public one).
+
+    Returns:
+        The ids of the runs put back on the queue.
+    """
+    handles = DBOS._recover_pending_workflows(list(executor_ids))
+    return [handle.get_workflow_id() for handle in handles]
+
+
+__all__ = [
+    "ABORT_TOPIC",
+    "APP_NAME",
+    "APP_VERSION",
+    "QUEUE_NAME",
+    "STEP_RETRY_INTERVAL_SECONDS",
+    "WORKFLOW_NAME",
+    "AgentFactory",
+    "Client",
+    "DurableBatch",
+    "DurableRun",
+    "RunStatus",
+    "ToolStepFailed",
+    "abort",
+    "agent_workflow",
+    "decode_result",
+    "drive",
+    "encode_result",
+    "launch",
+    "load_factory",
+    "recover_executor",
+    "run",
+    "shutdown",
+]

@@ -1,0 +1,585 @@
+"""A session log as one self-contained HTML page: the state diagram lit step by step, a timeline of
+turns with a bar per tool call, the transcript, token usage, and repairs, aborts and resumed runs
+marked where they happened.
+
+The page needs no network: its style and script (``html/page.css``, ``html/page.js``, written for
+this project, no third-party code) and the diagram's SVG are inlined. Python turns the log into a
+plain JSON model (`page_model`); the script builds the page from it with ``textContent`` only, so
+no text from the log is ever parsed as HTML. The JSON sits in a ``<script type="application/json">``
+with ``<``, ``>`` and ``&`` written as ``\\u003c``-style escapes, so ``</script>`` or ``<!--`` in a
+log cannot end it.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .._diagram import (
+    DiagramEdge,
+    DiagramGraph,
+    diagram_graph,
+    render_image,
+    to_dot,
+)
+from .._errors import GraphvizNotFoundError, UsageError
+from .._machine import TERMINAL_STATES, LoopMachine, State
+from .._messages import (
+    AssistantMessage,
+    ImageBlock,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolCallBlock,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from ._read import SessionData, read_session
+
+_STATES = {s.value for s in State}
+_RESTING = {State.IDLE.value, *(s.value for s in TERMINAL_STATES)}  # between runs
+
+
+def render_html(source: str | os.PathLike[str] | SessionData, *, title: str | None = None) -> str:
+    """Render a session log as one self-contained HTML page.
+
+    Args:
+        source: the JSONL log's path, or `SessionData` already read (`read_session`).
+        title: the page title (default: ``session <file name>``).
+
+    Returns:
+        The page (UTF-8 text). It opens offline: nothing is loaded from the network.
+
+    Raises:
+        AgentError: the file is not a session log, or a newer format version. Unreadable lines
+            are skipped and listed on the page (the log is read with ``strict=False``).
+    """
+    data = source if isinstance(source, SessionData) else read_session(source, strict=False)
+    model = page_model(data)
+    page_title = title if title is not None else f"session {data.path.name}"
+    template = _asset("page.html")
+    parts = {
+        "__TITLE__": html.escape(page_title),
+        "__STYLE__": _asset("page.css"),
+        "__DIAGRAM__": diagram_svg(model["extra_edges"]),
+        "__DATA__": _script_json(model),
+        "__SCRIPT__": _asset("page.js"),
+    }
+    for key, value in parts.items():
+        head, found, tail = template.partition(key)
+        if not found:  # pragma: no cover - the template is part of the package
+            raise RuntimeError(f"page.html has no {key}")
+        template = head + value + tail
+    return template
+
+
+def write_html(
+    log_path: str | os.PathLike[str], out_path: str | os.PathLike[str], *, title: str | None = None
+) -> Path:
+    """Render ``log_path`` (see `render_html`) and write the page to ``out_path`` (UTF-8).
+
+    Returns:
+        ``out_path`` as a `Path`.
+
+    Raises:
+        AgentError: ``log_path`` is not a session log.
+        OSError: ``out_path`` cannot be written.
+    """
+    out = Path(out_path)
+    out.write_text(render_html(log_path, title=title), encoding="utf-8")
+    return out
+
+
+# -- the JSON model the page is built from -----------------------------------------------------
+
+
+def page_model(data: SessionData) -> dict[str, Any]:
+    """The page's data: ``items`` (transcript entries in log order), ``steps`` (one per state
+    change: the state entered, the edge taken, the items and tool calls it highlights),
+    ``turns`` (each model request with its tool calls' start and end times, in seconds from
+    the first line), the ``summary``, and ``extra_edges`` (transitions the log took that the
+    built-in machine does not draw, e.g. ``resume``)."""
+    return _Builder(data).build()
+
+
+class _Builder:
+    """One pass over the records; see `page_model`."""
+
+    def __init__(self, data: SessionData) -> None:
+        self.data = data
+        self.items: list[dict[str, Any]] = []
+        self.steps: list[dict[str, Any]] = []
+        self.turns: list[dict[str, Any]] = []
+        self.pending: list[int] = []  # items waiting for the next step (a prompt before `start`)
+        self.state = State.IDLE.value
+        self.run = 0
+        self.run_open = False
+        self.crashed = False  # a crash marker was placed for the open run
+        self.crash_time: float | None = None  # seconds of the last line before that crash
+        self.last_time: float | None = None
+        self.origin: float | None = None
+        self.calls: dict[str, dict[str, Any]] = {}  # call id -> its timeline entry
+        self.reply: int | None = None  # the response logged since the last state change
+        self.last_calls: list[tuple[str, str]] = []  # (id, name) of the newest response's calls
+        self.edges = _edge_index()
+        self.extra_edges: list[tuple[str, str, str]] = []
+
+    def build(self) -> dict[str, Any]:
+        for record in self.data.records:
+            time = record.body.get("time")
+            if isinstance(time, int | float) and math.isfinite(time):
+                if self.origin is None:
+                    self.origin = float(time)
+                when: float | None = round(float(time) - self.origin, 6)  # the log's µs
+            else:
+                when = None
+            self._record(record.type, record.body, record.message, record.messages, when)
+            if when is not None:
+                self.last_time = when
+        if self.run_open and not self.crashed:
+            self._item(
+                {
+                    "kind": "crash",
+                    "text": "the log ends during this run (the process died, or is still running)",
+                },
+            )
+        self._flush_pending()  # items after the last state change belong to the last step
+        return {
+            "summary": self._summary(),
+            "items": self.items,
+            "steps": self.steps,
+            "turns": self.turns,
+            "extra_edges": self.extra_edges,
+        }
+
+    # -- records ---------------------------------------------------------------------------
+
+    def _record(
+        self,
+        kind: str,
+        body: dict[str, Any],
+        message: Message | None,
+        messages: tuple[Message, ...],
+        when: float | None,
+    ) -> None:
+        if kind == "run_start":
+            self.run += 1
+            self.run_open, self.crashed = True, False
+            self._item({"kind": "run_start", "run": self.run, "time": when}, pending=True)
+        elif kind == "run_end":
+            usage = Usage.model_validate(body.get("usage") or {})
+            self._item(
+                {
+                    "kind": "run_end",
+                    "run": self.run,
+                    "state": str(body.get("state")),
+                    "turns": body.get("turns"),
+                    "usage": _usage(usage),
+                    "error": body.get("error"),
+                    "time": when,
+                }
+            )
+            self.run_open = False
+        elif kind == "tool_start":
+            # Logged after the batch's state change: the call's own start, when it waited for
+            # its resource or ran after the calls before it.
+            entry = self.calls.get(str(body.get("call_id")))
+            if entry is not None and when is not None and entry["end"] is None:
+                entry["start"] = when
+        elif kind == "state":
+            self._state(body, when)
+        elif kind == "history":
+            self._item(
+                {
+                    "kind": "history",
+                    "reason": str(body.get("reason")),
+                    "count": len(messages),
+                    "summary": body.get("summary"),
+                    "time": when,
+                },
+                pending=self.state in _RESTING,
+            )
+        elif message is not None:
+            self._message(message, bool(body.get("repair")), when)
+
+    def _message(self, message: Message, repair: bool, when: float | None) -> None:
+        if isinstance(message, UserMessage):
+            self._item(
+                {"kind": "user", "text": _user_text(message), "time": when},
+                pending=self.state in _RESTING,
+            )
+        elif isinstance(message, AssistantMessage):
+            self.last_calls = [
+                (b.id, b.name) for b in message.content if isinstance(b, ToolCallBlock)
+            ]
+            turn = self.turns[-1] if self.turns else None
+            self.reply = self._item(
+                {
+                    "kind": "assistant",
+                    "blocks": [_block(b) for b in message.content],
+                    "stop": None if message.stop_reason is None else str(message.stop_reason),
+                    "usage": _usage(message.usage),
+                    "error": message.error,
+                    "turn": None if turn is None else turn["n"],
+                    "time": when,
+                }
+            )
+            if turn is not None and turn["reply"] is None:
+                turn["reply"] = when
+                turn["usage"] = _usage(message.usage)
+        else:
+            self._result(message, repair, when)
+
+    def _result(self, message: ToolResultMessage, repair: bool, when: float | None) -> None:
+        entry = self.calls.get(message.tool_call_id)
+        if repair and self.run_open and not self.crashed:
+            self._crash()
+        index = self._item(
+            {
+                "kind": "result",
+                "call": message.tool_call_id,
+                "name": message.tool_name,
+                "text": _result_text(message),
+                "error": message.is_error,
+                "repair": repair,
+                "time": when,
+            },
+            pending=repair,
+        )
+        if entry is not None and entry["end"] is None:
+            entry["item"] = index
+            entry["error"] = message.is_error
+            entry["repair"] = repair
+            # A repaired call never finished: its bar ends where the log stopped.
+            entry["end"] = self.crash_time if repair and self.crashed else when
+
+    def _state(self, body: dict[str, Any], when: float | None) -> None:
+        source, dest = str(body.get("source")), str(body.get("dest"))
+        trigger, label = str(body.get("trigger")), str(body.get("label"))
+        recovered = trigger == "resume"
+        if recovered and self.run_open and not self.crashed:
+            self._crash()
+        step: dict[str, Any] = {
+            "source": source,
+            "dest": dest,
+            "trigger": trigger,
+            "label": label,
+            "edge": self._edge(source, dest, trigger, label),
+            "time": when,
+            "run": self.run,
+            "items": [],
+            "calls": [],
+            "recovered": recovered,
+        }
+        if self.reply is not None and trigger == "model_replied" and dest != "executing_tools":
+            step["items"].append(self.reply)  # the answer that ended the run (or looped)
+        self.reply = None
+        self.steps.append(step)
+        number = len(self.steps) - 1
+        turn = self.turns[-1] if self.turns else None
+        if turn is not None and turn["end"] is None:
+            # A recovered run's turn ended where the log stopped, not when it was resumed.
+            ended = self.crash_time if recovered and self.crashed else when
+            if source == State.AWAITING_MODEL.value and turn["reply"] is None:
+                turn["reply"] = ended
+            if dest != State.EXECUTING_TOOLS.value:
+                turn["end"] = ended
+        if dest == State.AWAITING_MODEL.value:
+            self.turns.append(
+                {
+                    "n": len(self.turns) + 1,
+                    "run": self.run,
+                    "step": number,
+                    "start": when,
+                    "reply": None,
+                    "end": None,
+                    "usage": None,
+                    "calls": [],
+                }
+            )
+        elif dest == State.EXECUTING_TOOLS.value:
+            step["calls"] = [call_id for call_id, _ in self.last_calls]
+            for call_id, name in self.last_calls:
+                entry = {
+                    "id": call_id,
+                    "name": name,
+                    "start": when,  # until its tool_start line says otherwise
+                    "end": None,
+                    "error": False,
+                    "repair": False,
+                    "item": None,
+                }
+                self.calls[call_id] = entry
+                if turn is not None:
+                    turn["calls"].append(entry)
+                    turn["step_tools"] = number
+        self.state = dest
+        self._item({"kind": "state", "time": when})  # the page reads the rest from its step
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _crash(self) -> None:
+        """Mark where the process died: after the last line it logged in the open run."""
+        self.crashed = True
+        self.crash_time = self.last_time
+        self._item(
+            {
+                "kind": "crash",
+                "text": "the process ended here, during run "
+                f"{self.run} (killed or crashed); the log was repaired when it was resumed",
+                "time": self.last_time,
+            },
+            pending=True,
+        )
+
+    def _item(self, item: dict[str, Any], *, pending: bool = False) -> int:
+        """Append a transcript item; it belongs to the current step, or with ``pending`` to the
+        next one (a prompt logged before its run's first state change)."""
+        index = len(self.items)
+        item["step"] = None
+        self.items.append(item)
+        if pending:
+            self.pending.append(index)
+        else:
+            self._flush_pending()
+            if self.steps:
+                self.steps[-1]["items"].append(index)
+                item["step"] = len(self.steps) - 1
+        return index
+
+    def _flush_pending(self) -> None:
+        if not self.steps or not self.pending:
+            return
+        # A step takes the items waiting for it once the next state change arrives.
+        self.steps[-1]["items"].extend(self.pending)
+        for index in self.pending:
+            self.items[index]["step"] = len(self.steps) - 1
+        self.pending = []
+
+    def _edge(self, source: str, dest: str, trigger: str, label: str) -> str | None:
+        if source not in _STATES or dest not in _STATES:
+            return None
+        exact = self.edges.get((source, dest, trigger, label))
+        if exact is not None:
+            return exact
+        loose = self.edges.get((source, dest, trigger, ""))
+        if loose is not None:
+            return loose
+        extra = (source, dest, _plain_name(trigger))
+        if extra not in self.extra_edges:
+            self.extra_edges.append(extra)
+        return f"edge_x{self.extra_edges.index(extra)}"
+
+    def _summary(self) -> dict[str, Any]:
+        data = self.data
+        header: dict[str, Any] = data.header or {}
+        notes = [f"line {n}: unreadable (skipped): {why}" for n, why in data.corrupt]
+        notes += [
+            f"line {n}: torn at the end of the log (dropped): {why}" for n, why in data.torn_tail
+        ]
+        notes += data.notes
+        return {
+            "file": data.path.name,
+            "model": header.get("model"),
+            "tools": [str(t) for t in header.get("tools") or []],
+            "created": header.get("created_at"),
+            "runs": self.run,
+            "turns": len(self.turns),
+            "messages": len(data.messages),
+            "state": self.state,
+            "usage": _usage(data.usage),
+            "repairs": sum(1 for item in self.items if item.get("repair")),
+            "notes": notes,
+        }
+
+
+def _edge_index() -> dict[tuple[str, str, str, str], str]:
+    """``(source, dest, trigger, label)`` -> the edge's element id in the diagram; the same edge
+    also under an empty label (a label the machine no longer has still finds its edge)."""
+    machine = LoopMachine()
+    graph = diagram_graph(None)
+    labels = [spec.label for spec in machine.specs for _ in spec.sources]
+    index: dict[tuple[str, str, str, str], str] = {}
+    for number, (edge, label) in enumerate(zip(graph.edges, labels, strict=True)):
+        element = f"edge_{number}"
+        index.setdefault((edge.source, edge.dest, edge.trigger, label), element)
+        index.setdefault((edge.source, edge.dest, edge.trigger, ""), element)
+    return index
+
+
+def _plain_name(text: str) -> str:
+    """``text`` with every character but letters, digits, ``_`` and ``.`` as ``_`` (a log's
+    trigger name goes into the diagram's DOT source)."""
+    return "".join(ch if ch.isalnum() or ch in "_." else "_" for ch in text)[:60] or "_"
+
+
+def _usage(usage: Usage) -> dict[str, int]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+    }
+
+
+def _block(block: Any) -> dict[str, Any]:
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text}
+    if isinstance(block, ThinkingBlock):
+        return {"type": "thinking", "text": block.thinking}
+    if isinstance(block, ToolCallBlock):
+        # The page indents ``input`` itself (JSON.stringify), when it shows the call; the raw
+        # text of arguments that did not parse is shown as it came.
+        return {
+            "type": "call",
+            "id": block.id,
+            "name": block.name,
+            "input": block.input,
+            "raw": block.raw_arguments,
+            "truncated": block.truncated,
+        }
+    return {"type": "other", "text": f"[{getattr(block, 'type', 'block')} block]"}
+
+
+def _user_text(message: UserMessage) -> str:
+    return "".join(b.text if isinstance(b, TextBlock) else _image_text(b) for b in message.content)
+
+
+def _result_text(message: ToolResultMessage) -> str:
+    return "".join(b.text if isinstance(b, TextBlock) else _image_text(b) for b in message.content)
+
+
+def _image_text(block: Any) -> str:
+    if isinstance(block, ImageBlock):
+        return f"[image {block.media_type or block.url or ''}]".replace(" ]", "]")
+    return f"[{getattr(block, 'type', 'block')}]"
+
+
+def _script_json(model: dict[str, Any]) -> str:
+    """JSON safe inside ``<script type="application/json">``: no ``<``, ``>`` or ``&`` appears
+    literally (they only occur inside JSON strings, where ``\\u003c`` means the same)."""
+    text = json.dumps(model, ensure_ascii=False, separators=(",", ":"))
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def _asset(name: str) -> str:
+    return resources.files(__package__).joinpath("html", name).read_text(encoding="utf-8")
+
+
+# -- the diagram -------------------------------------------------------------------------------
+
+
+def diagram_svg(extra_edges: list[tuple[str, str, str]] | None = None) -> str:
+    """The built-in machine's diagram as inline SVG, each state ``id="state_NAME"`` and each edge
+    ``id="edge_N"`` (``edge_xN`` for ``extra_edges``: ``(source, dest, trigger)`` a log took that
+    the machine does not draw). Graphviz's ``dot`` draws it; without Graphviz, `simple_svg`."""
+    builtin = len(diagram_graph(None).edges)
+    full = _with_extra(extra_edges or [])
+    extra = full.edges[builtin:]
+    try:
+        svg = render_image(to_dot(full, element_ids=True), "svg").decode()
+    except (GraphvizNotFoundError, UsageError, OSError):
+        return simple_svg(full, builtin)
+    start = svg.find("<svg")
+    svg = svg[start:] if start >= 0 else svg
+    # Graphviz names the extra edges edge_N after the built-in ones; the page calls them edge_xN.
+    for number in range(len(extra)):
+        svg = svg.replace(f'id="edge_{builtin + number}"', f'id="edge_x{number}"')
+    return svg
+
+
+def _with_extra(extra_edges: list[tuple[str, str, str]]) -> DiagramGraph:
+    """The built-in machine's graph with ``(source, dest, trigger)`` edges added at the end."""
+    graph = diagram_graph(None)
+    extra = tuple(DiagramEdge(s, d, t) for s, d, t in extra_edges)
+    return DiagramGraph(graph.name, graph.nodes, (*graph.edges, *extra))
+
+
+def simple_svg(graph: DiagramGraph, builtin_edges: int | None = None) -> str:
+    """A plain layered drawing of ``graph`` (no Graphviz): states in rows by their distance from
+    the initial state, edges as curves labelled with their trigger. Same element ids as
+    `diagram_svg`; edges from ``builtin_edges`` on are the extra ones (``edge_xN``)."""
+    builtin = len(graph.edges) if builtin_edges is None else builtin_edges
+    names = [n.name for n in graph.nodes]
+    layer = {name: 0 for name in names}
+    for _ in names:  # longest path from the initial state, ignoring edges back up
+        for edge in graph.edges:
+            if edge.dest != edge.source and layer[edge.dest] <= layer[edge.source]:
+                if edge.source in _RESTING - {State.IDLE.value}:
+                    continue  # a run's start from a terminal state goes back up
+                if edge.dest == State.AWAITING_MODEL.value and edge.source != State.IDLE.value:
+                    continue
+                layer[edge.dest] = layer[edge.source] + 1
+    rows: dict[int, list[str]] = {}
+    for name in names:
+        rows.setdefault(layer[name], []).append(name)
+    width, row_height, box_w, box_h = 760, 120, 130, 34
+    pos: dict[str, tuple[float, float]] = {}
+    for row, members in rows.items():
+        for k, name in enumerate(members):
+            pos[name] = (width * (k + 1) / (len(members) + 1), 40 + row * row_height)
+    height = 40 + max(rows) * row_height + 60
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+        f'width="{width}pt" height="{height}pt" class="simple">',
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="8" '
+        'markerHeight="8" markerUnits="userSpaceOnUse" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z"/></marker></defs>',
+    ]
+    seen: dict[tuple[str, str], int] = {}
+    for number, edge in enumerate(graph.edges):
+        element = f"edge_{number}" if number < builtin else f"edge_x{number - builtin}"
+        nth = seen.get((edge.source, edge.dest), 0)
+        seen[(edge.source, edge.dest)] = nth + 1
+        (x1, y1), (x2, y2) = pos[edge.source], pos[edge.dest]
+        if edge.source == edge.dest:
+            r = 18 + 12 * nth
+            sx, sy = x1 + box_w / 2, y1
+            path = (
+                f"M{sx},{sy - 8} C{sx + 3 * r},{sy - 2 * r} {sx + 3 * r},{sy + 2 * r} {sx},{sy + 8}"
+            )
+            lx, ly = sx + 2.3 * r, sy + 4 - 8 * nth
+        else:
+            back = 1 if layer[edge.dest] < layer[edge.source] or edge.source > edge.dest else -1
+            bend = back * (30 + 26 * nth)
+            dx, dy = x2 - x1, y2 - y1
+            length = math.hypot(dx, dy) or 1.0
+            cx, cy = (x1 + x2) / 2 - dy / length * bend, (y1 + y2) / 2 + dx / length * bend
+            sx, sy = _border(x1, y1, cx, cy, box_w, box_h)
+            ex, ey = _border(x2, y2, cx, cy, box_w, box_h)
+            path = f"M{sx:.1f},{sy:.1f} Q{cx:.1f},{cy:.1f} {ex:.1f},{ey:.1f}"
+            lx, ly = 0.25 * sx + 0.5 * cx + 0.25 * ex, 0.25 * sy + 0.5 * cy + 0.25 * ey
+        out.append(
+            f'<g id="{element}" class="edge"><path d="{path}" fill="none" stroke="black" '
+            f'marker-end="url(#arrow)"/><text x="{lx:.1f}" y="{ly:.1f}" font-size="10" '
+            f'text-anchor="middle">{html.escape(edge.text)}</text></g>'
+        )
+    for node in graph.nodes:
+        x, y = pos[node.name]
+        stroke = ' stroke-width="3"' if node.terminal else ""
+        out.append(
+            f'<g id="state_{html.escape(node.name)}" class="node"><rect x="{x - box_w / 2}" '
+            f'y="{y - box_h / 2}" width="{box_w}" height="{box_h}" rx="8" fill="white" '
+            f'stroke="black"{stroke}/><text x="{x}" y="{y + 4}" font-size="13" '
+            f'text-anchor="middle">{html.escape(node.name)}</text></g>'
+        )
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _border(
+    x: float, y: float, toward_x: float, toward_y: float, box_w: float, box_h: float
+) -> tuple[float, float]:
+    """Where the line from a box's centre ``(x, y)`` toward a point leaves the box."""
+    dx, dy = toward_x - x, toward_y - y
+    if dx == 0 and dy == 0:
+        return x, y
+    scale = min(
+        (box_w / 2) / abs(dx) if dx else math.inf, (box_h / 2) / abs(dy) if dy else math.inf
+    )
+    return x + dx * scale, y + dy * scale

@@ -1,0 +1,340 @@
+// statemachine-agent session replay: this project's own script (MIT), no third-party code.
+// Builds the page from the JSON in #session-data. Every text from the log goes in through
+// textContent (never innerHTML), so a log holding markup shows it as text.
+"use strict";
+
+const DATA = JSON.parse(document.getElementById("session-data").textContent);
+const FOLD_CHARS = 1500; // longer texts show their start and a button to unfold
+const FOLD_LINES = 20;
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  return node;
+}
+
+function seconds(value) {
+  if (value === null || value === undefined) return "?";
+  if (value < 1) return (value * 1000).toFixed(value < 0.01 ? 1 : 0) + " ms";
+  return value.toFixed(value < 10 ? 2 : 1) + " s";
+}
+
+function usageText(u) {
+  if (!u) return "";
+  let text = u.input_tokens + " in / " + u.output_tokens + " out";
+  if (u.cache_read_tokens || u.cache_write_tokens) {
+    text += " (cache read " + u.cache_read_tokens + ", write " + u.cache_write_tokens + ")";
+  }
+  return text + " tokens";
+}
+
+// A long text shows its start; the rest is put in only when asked for.
+function foldedText(tag, className, text) {
+  const box = el(tag, className);
+  const lines = text.split("\n");
+  if (text.length <= FOLD_CHARS && lines.length <= FOLD_LINES) {
+    box.textContent = text;
+    return box;
+  }
+  let head = lines.slice(0, FOLD_LINES).join("\n");
+  if (head.length > FOLD_CHARS) head = head.slice(0, FOLD_CHARS);
+  box.textContent = head + "\n…";
+  const wrap = el("div");
+  const button = el("button", "fold", "show all (" + lines.length + " lines, " + text.length + " characters)");
+  button.type = "button";
+  button.addEventListener("click", (event) => {
+    event.stopPropagation();
+    const open = button.dataset.open === "1";
+    box.textContent = open ? head + "\n…" : text;
+    button.dataset.open = open ? "0" : "1";
+    button.textContent = open ? "show all (" + lines.length + " lines, " + text.length + " characters)" : "fold";
+  });
+  wrap.append(box, button);
+  return wrap;
+}
+
+// A long list is built a chunk at a time, when the chunk comes near the visible part (or when a
+// step needs one of its entries), so a 10,000-message log opens fast. Until then a chunk is an
+// empty box of about its height.
+const CHUNK = 200;
+
+function lazyList(box, count, render, estimate, root) {
+  const nodes = new Array(count);
+  const chunks = [];
+  const observer = new IntersectionObserver((entries) => {
+    for (const entry of entries) if (entry.isIntersecting) fill(Number(entry.target.dataset.chunk));
+  }, { root: root || null, rootMargin: "2000px 0px" });
+  for (let c = 0; c * CHUNK < count; c++) {
+    const chunk = el("div", "chunk");
+    chunk.dataset.chunk = String(c);
+    let height = 0;
+    for (let i = c * CHUNK; i < Math.min(count, (c + 1) * CHUNK); i++) height += estimate(i);
+    chunk.style.minHeight = height + "px";
+    chunks.push(chunk);
+    box.append(chunk);
+  }
+  function fill(c) {
+    const chunk = chunks[c];
+    if (!chunk || chunk.dataset.done) return;
+    chunk.dataset.done = "1";
+    observer.unobserve(chunk);
+    const fragment = document.createDocumentFragment();
+    for (let i = c * CHUNK; i < Math.min(count, (c + 1) * CHUNK); i++) {
+      nodes[i] = render(i);
+      fragment.append(nodes[i]);
+    }
+    chunk.append(fragment);
+    chunk.style.minHeight = "";
+  }
+  return {
+    node(i) { fill(Math.floor(i / CHUNK)); return nodes[i]; },
+    observe() { chunks.forEach((chunk) => { if (!chunk.dataset.done) observer.observe(chunk); }); },
+  };
+}
+
+// -- header ----------------------------------------------------------------------------------
+
+function buildHeader() {
+  const s = DATA.summary;
+  document.getElementById("title").textContent = "Session " + s.file;
+  const summary = document.getElementById("summary");
+  const fields = [
+    ["model", s.model || "?", "summary-model"],
+    ["final state", s.state, "summary-state"],
+    ["runs", s.runs, "summary-runs"],
+    ["turns", s.turns, "summary-turns"],
+    ["messages", s.messages, "summary-messages"],
+    ["usage", usageText(s.usage), "summary-usage"],
+    ["repairs", s.repairs, "summary-repairs"],
+    ["tools", s.tools.join(", ") || "none", "summary-tools"],
+    ["created", s.created || "?", "summary-created"],
+  ];
+  for (const [name, value, id] of fields) {
+    const row = el("div");
+    const dd = el("dd", null, value);
+    dd.id = id;
+    row.append(el("dt", null, name), dd);
+    summary.append(row);
+  }
+  const notes = document.getElementById("notes");
+  for (const note of s.notes) notes.append(el("li", null, note));
+}
+
+// -- transcript ------------------------------------------------------------------------------
+
+let items = null; // lazyList of the transcript: items.node(index) -> element
+const callNodes = new Map(); // tool call id -> its block in the assistant message (once built)
+const callItem = new Map(); // tool call id -> index of the assistant message holding it
+
+function buildItem(item, index) {
+  const node = el("article", "item " + item.kind);
+  node.dataset.index = String(index);
+  if (item.step !== null) node.dataset.step = String(item.step);
+  const head = el("div");
+  switch (item.kind) {
+    case "user":
+      head.append(el("span", "who", "user"));
+      node.append(head, foldedText("div", "text", item.text));
+      break;
+    case "assistant": {
+      head.append(el("span", "who", "assistant"));
+      head.append(el("span", "meta", "turn " + item.turn + " · stop " + item.stop + " · " + usageText(item.usage)));
+      node.append(head);
+      if (item.error) node.append(el("div", "badge error", item.error));
+      for (const block of item.blocks) {
+        if (block.type === "text") {
+          if (block.text.trim()) node.append(foldedText("div", "text", block.text));
+        } else if (block.type === "thinking") {
+          const details = el("details", "thinking");
+          details.append(el("summary", null, "thinking (" + block.text.length + " characters)"));
+          details.append(foldedText("div", "text", block.text));
+          node.append(details);
+        } else if (block.type === "call") {
+          const call = el("div", "call");
+          call.dataset.call = block.id;
+          const title = el("div");
+          title.append(el("span", "who", "→ " + block.name), el("span", "meta", block.id));
+          if (block.truncated) title.append(el("span", "badge error", "truncated by max_tokens: not run"));
+          const args = block.raw !== null ? block.raw : JSON.stringify(block.input, null, 2);
+          call.append(title, foldedText("pre", "args", args === undefined ? "null" : args));
+          callNodes.set(block.id, call);
+          node.append(call);
+        } else {
+          node.append(el("div", "meta", block.text));
+        }
+      }
+      break;
+    }
+    case "result":
+      if (item.error) node.classList.add("error");
+      if (item.repair) node.classList.add("repair");
+      node.dataset.call = item.call;
+      head.append(el("span", "who", (item.error ? "✗ " : "✓ ") + item.name), el("span", "meta", item.call));
+      if (item.error) head.append(el("span", "badge error", "error"));
+      if (item.repair) head.append(el("span", "badge repair", "repair: answered on resume"));
+      node.append(head, foldedText("pre", "result-text", item.text));
+      break;
+    case "state": {
+      const step = DATA.steps[item.step];
+      node.textContent = (step.recovered ? "⚠ " : "") + step.source + " → " + step.dest +
+        "  (" + step.trigger + ": " + step.label + ")";
+      break;
+    }
+    case "run_start":
+      node.textContent = "run " + item.run + " started";
+      break;
+    case "run_end":
+      node.textContent = "run " + item.run + " ended: " + item.state +
+        (item.turns !== null && item.turns !== undefined ? " · " + item.turns + " turns" : "") +
+        " · " + usageText(item.usage);
+      if (item.error) node.append(el("div", "meta", item.error));
+      break;
+    case "history":
+      node.textContent = "history replaced (" + item.reason + "): " + item.count + " messages";
+      if (item.summary) node.append(foldedText("div", "meta", item.summary));
+      break;
+    case "crash":
+      node.textContent = "✖ " + item.text;
+      break;
+  }
+  if (item.time !== null && item.time !== undefined) node.title = "+" + seconds(item.time);
+  return node;
+}
+
+const HEIGHTS = { state: 24, run_start: 40, run_end: 40, user: 70, result: 90, assistant: 150 };
+
+function buildTranscript() {
+  const box = document.getElementById("transcript");
+  DATA.items.forEach((item, index) => {
+    if (item.kind === "assistant") {
+      for (const block of item.blocks) if (block.type === "call") callItem.set(block.id, index);
+    }
+  });
+  items = lazyList(box, DATA.items.length, (i) => buildItem(DATA.items[i], i),
+                   (i) => HEIGHTS[DATA.items[i].kind] || 60);
+  box.addEventListener("click", (event) => {
+    if (event.target.closest("button, summary, details[open] > div")) return;
+    const node = event.target.closest(".item");
+    if (node && node.dataset.step !== undefined) show(Number(node.dataset.step));
+  });
+}
+
+// -- timeline --------------------------------------------------------------------------------
+
+let turns = null; // lazyList of the timeline: turns.node(index) -> row
+
+function bar(className, start, end, origin, scale, label) {
+  const node = el("div", "bar " + className);
+  const from = start === null ? 0 : start - origin;
+  const to = end === null ? from : end - origin;
+  node.style.left = (100 * from / scale) + "%";
+  node.style.width = (100 * Math.max(to - from, 0) / scale) + "%";
+  // The label sits inside a wide bar, before a narrow one near the right end, else after it.
+  const place = (to - from) / scale > 0.35 ? " inside" : to / scale > 0.6 ? " before" : "";
+  node.append(el("span", "bar-text" + place, label));
+  node.title = label;
+  return node;
+}
+
+function buildTimeline() {
+  const box = document.getElementById("timeline");
+  let scale = 0;
+  for (const t of DATA.turns) {
+    const last = t.end !== null ? t.end : Math.max(t.reply || 0, ...t.calls.map((c) => c.end || 0));
+    if (t.start !== null) scale = Math.max(scale, last - t.start);
+  }
+  scale = scale || 1;
+  const render = (k) => {
+    const t = DATA.turns[k];
+    const row = el("div", "turn");
+    row.dataset.step = String(t.step);
+    const origin = t.start === null ? 0 : t.start;
+    const end = t.end !== null ? t.end : t.reply;
+    row.append(el("div", "turn-label", "turn " + t.n + " · run " + t.run + " · " + seconds(end === null || t.start === null ? null : end - t.start)));
+    row.title = "turn " + t.n + ": " + usageText(t.usage);
+    const lanes = el("div", "lanes");
+    const model = el("div", "lane");
+    model.append(bar("model", t.start, t.reply, origin, scale, "model " + seconds(t.reply === null || t.start === null ? null : t.reply - t.start)));
+    lanes.append(model);
+    for (const c of t.calls) {
+      const lane = el("div", "lane");
+      const kind = c.repair ? "repair" : c.error ? "error" : "ok";
+      const label = c.name + " " + (c.end === null ? "no result" : seconds(c.end - c.start)) + (c.repair ? " (no result: the process died)" : "");
+      const node = bar(kind, c.start, c.end, origin, scale, label);
+      node.dataset.call = c.id;
+      lane.append(node);
+      lanes.append(lane);
+    }
+    row.append(lanes);
+    row.addEventListener("click", () => show(t.step_tools !== undefined ? t.step_tools : t.step));
+    return row;
+  };
+  turns = lazyList(box, DATA.turns.length, render, (k) => 24 + 18 * DATA.turns[k].calls.length,
+                   document.getElementById("left"));
+}
+
+// -- stepping --------------------------------------------------------------------------------
+
+let current = -1;
+let lit = [];
+
+function turnOfStep(index) {
+  let found = -1;
+  for (let k = 0; k < DATA.turns.length && DATA.turns[k].step <= index; k++) found = k;
+  return found;
+}
+
+function show(index) {
+  const steps = DATA.steps;
+  if (!steps.length) return;
+  index = Math.max(0, Math.min(steps.length - 1, index));
+  for (const node of lit) node.classList.remove("lit", "current", "taken");
+  lit = [];
+  current = index;
+  const step = steps[index];
+  const mark = (node, cls) => { if (node) { node.classList.add(cls); lit.push(node); } };
+  mark(document.getElementById("state_" + step.dest), "current");
+  if (step.edge) mark(document.getElementById(step.edge), "taken");
+  for (const i of step.items) mark(items.node(i), "lit");
+  for (const id of step.calls) {
+    if (callItem.has(id)) items.node(callItem.get(id)); // builds the block
+    mark(callNodes.get(id), "lit");
+  }
+  const turn = turnOfStep(index);
+  if (turn >= 0 && DATA.turns[turn].run === step.run) mark(turns.node(turn), "lit");
+  document.getElementById("step-count").textContent = "step " + (index + 1) + " / " + steps.length;
+  document.getElementById("step-text").textContent = step.source + " → " + step.dest +
+    " (" + step.trigger + ": " + step.label + ")" + (step.recovered ? " — recovered after the process died" : "");
+  document.body.dataset.state = step.dest;
+  const first = step.calls.length ? callNodes.get(step.calls[0]) : items.node(step.items[0]);
+  if (first) first.scrollIntoView({ block: "nearest" });
+  if (turn >= 0) turns.node(turn).scrollIntoView({ block: "nearest" });
+}
+
+function buildControls() {
+  document.getElementById("first").addEventListener("click", () => show(0));
+  document.getElementById("prev").addEventListener("click", () => show(current - 1));
+  document.getElementById("next").addEventListener("click", () => show(current + 1));
+  document.getElementById("last").addEventListener("click", () => show(DATA.steps.length - 1));
+  document.addEventListener("keydown", (event) => {
+    if (event.altKey || event.ctrlKey || event.metaKey) return;
+    const moves = { ArrowRight: current + 1, j: current + 1, ArrowLeft: current - 1, k: current - 1,
+                    Home: 0, End: DATA.steps.length - 1 };
+    if (event.key in moves) {
+      event.preventDefault();
+      show(moves[event.key]);
+    }
+  });
+}
+
+buildHeader();
+buildTranscript();
+buildTimeline();
+buildControls();
+items.node(0);
+turns.node(0);
+show(DATA.steps.length - 1);
+items.observe();
+turns.observe();
+document.body.dataset.ready = "1";

@@ -1,0 +1,113 @@
+"""Case 1 of issue 12: a worker SIGKILLed mid-batch on SQLite, relaunched; the in-flight call is
+re-run only when its tool is idempotent."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
+
+from durable_agents import FAST_RESULT, FINAL_ANSWER, SLOW_RESULT
+
+from statemachine_agent import State, ToolResultMessage
+from statemachine_agent._protocol import NO_RESULT, assert_valid_history
+from statemachine_agent.durable import decode_result
+
+HERE = Path(__file__).resolve().parent
+CHILD = HERE / "durable_child.py"
+SAFETY_SECONDS = 60.0  # only ends a hung wait; nothing is asserted about time
+
+
+def _env(side: Path, *, idempotent: bool, slow_seconds: float) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    env["SMA_SIDE_FILE"] = str(side)
+    env["SMA_SLOW_IDEMPOTENT"] = "1" if idempotent else "0"
+    env["SMA_SLOW_SECONDS"] = str(slow_seconds)
+    return env
+
+
+def _recorded_steps(db_file: Path, run_id: str) -> set[str]:
+    """Names of the run's steps whose output DBOS has recorded (read straight from the file)."""
+    import sqlite3
+
+    if not db_file.exists():
+        return set()
+    try:
+        with sqlite3.connect(f"file:{db_file}?mode=ro", uri=True, timeout=5) as con:
+            rows = con.execute(
+                "SELECT function_name FROM operation_outputs WHERE workflow_uuid = ?", (run_id,)
+            ).fetchall()
+    except sqlite3.OperationalError:  # not created yet
+        return set()
+    return {row[0] for row in rows}
+
+
+def _lines(side: Path) -> list[str]:
+    return side.read_text(encoding="utf-8").splitlines() if side.exists() else []
+
+
+@pytest.mark.parametrize(
+    "idempotent", [False, True], ids=["slow-not-idempotent", "slow-idempotent"]
+)
+def test_case1_sqlite_worker_killed_mid_batch(tmp_path: Path, idempotent: bool) -> None:
+    db_file = tmp_path / "runs.sqlite"
+    db = f"sqlite:///{db_file}"
+    side = tmp_path / "side-effects.txt"
+    run_id = "crash-run"
+    child = subprocess.Popen(
+        [sys.executable, str(CHILD), db, run_id],
+        env=_env(side, idempotent=idempotent, slow_seconds=60),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        # Kill once both tools have appended their line and fast's result is recorded.
+        deadline = time.monotonic() + SAFETY_SECONDS
+        while not (
+            sorted(_lines(side)) == ["fast", "slow"]
+            and "tool:call_fast" in _recorded_steps(db_file, run_id)
+        ):
+            assert child.poll() is None, child.communicate()
+            assert time.monotonic() < deadline, "the child never reached the kill point"
+            time.sleep(0.01)
+        assert "tool:call_slow" not in _recorded_steps(db_file, run_id)
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+
+    relaunch = subprocess.run(
+        [sys.executable, str(CHILD), db, run_id],
+        env=_env(side, idempotent=idempotent, slow_seconds=0),
+        capture_output=True,
+        text=True,
+        timeout=SAFETY_SECONDS,
+    )
+    assert relaunch.returncode == 0, relaunch.stderr
+    result = decode_result(json.loads(relaunch.stdout.strip().splitlines()[-1]))
+
+    assert result.state == State.DONE
+    assert result.text == FINAL_ANSWER
+    results = {m.tool_name: m for m in result.messages if isinstance(m, ToolResultMessage)}
+    assert results["fast"].content[0].text == FAST_RESULT  # type: ignore[union-attr]
+    lines = _lines(side)
+    assert lines.count("fast") == 1  # fast's recorded step was not run again
+    if idempotent:
+        assert lines.count("slow") == 2
+        assert results["slow"].content[0].text == SLOW_RESULT  # type: ignore[union-attr]
+        assert not results["slow"].is_error
+    else:
+        assert lines.count("slow") == 1
+        assert results["slow"].content[0].text == NO_RESULT  # type: ignore[union-attr]
+        assert results["slow"].is_error
+    assert result.turns == 2
+    assert_valid_history(result.messages)

@@ -1,0 +1,143 @@
+"""Case 2 of issue 12: two workers on a throwaway Postgres share 40 runs; one is SIGKILLed after
+about 10 have finished, its runs are handed back to the queue (``recover``) and finished by the
+other."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
+
+from throwaway_pg import ThrowawayPostgres
+
+from statemachine_agent import State, ToolResultMessage
+from statemachine_agent._protocol import NO_RESULT, assert_valid_history
+from statemachine_agent.durable import Client
+
+HERE = Path(__file__).resolve().parent
+SAFETY_SECONDS = 90.0  # only ends a hung wait; nothing is asserted about time
+RUNS = 40
+TURNS = 3
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "statemachine_agent", *args]
+
+
+def _start_worker(db: str, worker_id: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    worker = subprocess.Popen(
+        _cli(
+            "worker",
+            "--db",
+            db,
+            "--factory",
+            "durable_agents:turns_agent",
+            "--executor-id",
+            worker_id,
+            "--concurrency",
+            "4",
+            "--poll-seconds",
+            "0.1",
+        ),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stdout is not None
+    line = worker.stdout.readline()  # the worker says so once it serves the queue
+    assert line.startswith(f"worker {worker_id} serving"), (
+        line,
+        worker.stderr.read() if worker.poll() is not None else "",
+    )  # type: ignore[union-attr]
+    return worker
+
+
+def _wait_for(predicate: object, what: str) -> None:
+    deadline = time.monotonic() + SAFETY_SECONDS
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_case2_postgres_two_workers_one_killed(tmp_path: Path, postgres: ThrowawayPostgres) -> None:
+    run_dir = tmp_path / "runs"
+    run_dir.mkdir()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    env.update(SMA_RUN_DIR=str(run_dir), SMA_TURNS=str(TURNS), SMA_MODEL_SECONDS="0.05")
+    db = postgres.url
+    workers = {"w1": _start_worker(db, "w1", env)}
+    workers["w2"] = _start_worker(db, "w2", env)
+    client = Client(db)
+    try:
+        ids = [f"run-{i:02d}" for i in range(RUNS)]
+        # One through the CLI, the rest through the client API.
+        submitted = subprocess.run(
+            _cli("submit", "--db", db, "--id", ids[0], ids[0]),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert submitted.returncode == 0, submitted.stderr
+        assert submitted.stdout.strip() == ids[0]
+        for run_id in ids[1:]:
+            client.submit(run_id, run_id=run_id)
+
+        _wait_for(lambda: client.count("SUCCESS") >= 10, "10 finished runs")
+        workers["w1"].send_signal(signal.SIGKILL)
+        workers["w1"].wait()
+        orphans = client.count("PENDING", executor_id="w1")
+
+        recovered = subprocess.run(
+            _cli("recover", "--db", db, "w1"), env=env, capture_output=True, text=True, timeout=60
+        )
+        assert recovered.returncode == 0, recovered.stderr
+        assert recovered.stdout.splitlines()[0] == f"put {orphans} run(s) back on the queue"
+        assert orphans >= 1  # the kill did leave runs mid-flight
+
+        results = {run_id: client.result(run_id, timeout_seconds=SAFETY_SECONDS) for run_id in ids}
+        status = subprocess.run(
+            _cli("status", "--db", db, ids[0]), env=env, capture_output=True, text=True, timeout=60
+        )
+        assert status.returncode == 0, status.stderr
+        assert status.stdout.startswith(f"{ids[0]}: SUCCESS")
+    finally:
+        client.close()
+        for worker in workers.values():
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+        for worker in workers.values():
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+
+    interrupted = 0
+    for run_id, result in results.items():
+        assert result.state == State.DONE, (run_id, result.error)
+        assert result.text == f"{run_id}: finished after {TURNS} calls"
+        assert_valid_history(result.messages)
+        ran = Counter((run_dir / f"{run_id}.txt").read_text().split())
+        tool_results = [m for m in result.messages if isinstance(m, ToolResultMessage)]
+        assert len(tool_results) == TURNS
+        for message in tool_results:
+            text = message.content[0].text  # type: ignore[union-attr]
+            if text == NO_RESULT:  # in flight on the killed worker: may or may not have run
+                interrupted += 1
+                assert ran[message.tool_call_id] <= 1
+            else:  # a completed tool step ran exactly once
+                assert text == "appended"
+                assert ran[message.tool_call_id] == 1, (run_id, ran)
+        assert set(ran) <= {m.tool_call_id for m in tool_results}
+    assert interrupted <= orphans

@@ -1,0 +1,448 @@
+"""The cases of issue "The transition table is the engine": the definition is what runs, user
+extensions are validated when added, and the protocol holds on every path into a terminal state."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+import statemachine_agent
+from statemachine_agent import (
+    Agent,
+    LoopData,
+    MachineDefinitionError,
+    Run,
+    State,
+    StateChanged,
+    ToolResultMessage,
+    TransitionSpec,
+    UserMessage,
+    render_diagram,
+    tool,
+)
+from statemachine_agent.models import ScriptedModel
+from statemachine_agent.session import FORMAT, VERSION, check_session
+from statemachine_agent.testing import AgentKit, agent_state_machine, assert_valid_history
+from statemachine_agent.testing.steps import call, text_response, tool_response
+
+PACKAGE = Path(statemachine_agent.__file__).parent
+
+
+@tool
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return f"value of {key}"
+
+
+def checkpoint_script() -> list[dict[str, Any]]:
+    return [
+        tool_response(call("lookup", {"key": "a"}, id="k1")),
+        text_response("The value of a is known."),
+    ]
+
+
+# -- case 1: a transition that would shadow the built-in branches is refused ---------------------
+
+
+def test_case1_unguarded_transition_shadowing_builtins_is_refused() -> None:
+    agent = Agent(ScriptedModel(checkpoint_script()), tools=[lookup])
+    before = list(agent.machine.specs)
+    oops = TransitionSpec("model_replied", (State.AWAITING_MODEL,), State.DONE, label="oops")
+    with pytest.raises(MachineDefinitionError) as caught:
+        agent.machine.add_transition(oops)
+    message = str(caught.value)
+    assert "'oops'" in message
+    for branch in (
+        "refusal",
+        "tool_calls",
+        "turn_limit",
+        "pause_turn",
+        "max_tokens",
+        "queued_input",
+        "final_answer",
+    ):
+        assert f"'{branch}'" in message, (branch, message)
+    assert agent.machine.specs == before  # unchanged
+    result = agent.run_sync("What is a?")
+    assert result.state is State.DONE
+    assert result.text == "The value of a is known."
+    assert [m.role for m in result.messages] == ["user", "assistant", "tool_result", "assistant"]
+
+
+# -- case 2: a user's transition to done answers the response's calls ----------------------------
+
+
+def over_budget(data: LoopData) -> bool:
+    """Two completed turns are the budget."""
+    return data.turns >= 2
+
+
+def budget_agent(model: Any, **options: Any) -> Agent:
+    agent = Agent(model, tools=[lookup], **options)
+    agent.machine.add_transition(
+        TransitionSpec(
+            "model_replied",
+            (State.AWAITING_MODEL,),
+            State.DONE,
+            (over_budget,),
+            before="tool_calls",
+        )
+    )
+    return agent
+
+
+def test_case2_user_transition_to_done_answers_every_call() -> None:
+    script = [
+        tool_response(call("lookup", {"key": "a"}, id="a1")),
+        tool_response(call("lookup", {"key": "b"}, id="b1")),
+        tool_response(call("lookup", {"key": "c"}, id="c1"), call("lookup", {"key": "d"}, id="d1")),
+        text_response("never requested"),
+    ]
+    agent = budget_agent(ScriptedModel(script))
+    result = agent.run_sync("Look up a, b, c and d")
+    assert result.state is State.DONE
+    assert result.turns == 3
+    last_two = result.messages[-2:]
+    assert [m.tool_call_id for m in last_two if isinstance(m, ToolResultMessage)] == ["c1", "d1"]
+    for message in last_two:
+        assert isinstance(message, ToolResultMessage) and message.is_error
+        assert message.text == ("Not run: the run ended in state done by transition 'over_budget'.")
+    assert_valid_history(result.messages)
+    assert "awaiting_model --> done : model_replied [over_budget]" in str(render_diagram(agent))
+
+
+def test_case2_user_transition_from_executing_tools_to_max_turns_keeps_the_protocol() -> None:
+    """A transition into a terminal state from executing_tools: the batch has its results; a
+    later abort or user effect cannot leave calls open either."""
+    agent = Agent(
+        ScriptedModel([tool_response(call("lookup", {"key": "a"}, id="x1")), text_response("no")]),
+        tools=[lookup],
+    )
+    agent.machine.add_transition(
+        TransitionSpec(
+            "tools_finished",
+            (State.EXECUTING_TOOLS,),
+            State.MAX_TURNS,
+            (lambda data: True,),
+            label="always_stop",
+            before="turn_limit",
+        )
+    )
+    result = agent.run_sync("go")
+    assert result.state is State.MAX_TURNS
+    assert result.messages[-1].text == "value of a"
+    assert_valid_history(result.messages)
+
+
+# -- case 3: a user state with an effect of its own -----------------------------------------------
+
+
+def has_todo(data: LoopData) -> bool:
+    """A result of the last batch mentions TODO."""
+    return any("TODO" in result.text for result in data.results)
+
+
+async def review(run: Run) -> str:
+    """One extra model request asking for a review, then the built-in trigger it leads to."""
+    run.append(UserMessage("A result mentions TODO: review your work before answering."))
+    return await run.request_model()
+
+
+@tool
+def read_notes() -> str:
+    """Read the notes."""
+    return "TODO: check the totals"
+
+
+def reviewing_agent(model: Any, **options: Any) -> Agent:
+    agent = Agent(model, tools=[read_notes, lookup], **options)
+    add_reviewing(agent)
+    return agent
+
+
+def add_reviewing(agent: Agent) -> None:
+    machine = agent.machine
+    machine.add_state("reviewing", review)
+    machine.add_transition(
+        TransitionSpec(
+            "tools_finished",
+            (State.EXECUTING_TOOLS,),
+            "reviewing",
+            (has_todo,),
+            label="review",
+            before="next_turn",
+        )
+    )
+    machine.add_transition(
+        TransitionSpec(
+            "model_replied", ("reviewing",), State.EXECUTING_TOOLS, (has_calls,), "review_calls"
+        )
+    )
+    machine.add_transition(
+        TransitionSpec(
+            "model_replied", ("reviewing",), State.DONE, label="reviewed", after="review_calls"
+        )
+    )
+
+
+def has_calls(data: LoopData) -> bool:
+    """The response holds tool calls."""
+    return data.response is not None and bool(data.response.tool_calls)
+
+
+def test_case3_user_state_with_an_effect_runs_and_is_drawn() -> None:
+    model = ScriptedModel(
+        [
+            tool_response(call("read_notes", id="n1")),
+            text_response("Reviewed: the totals are checked."),
+        ]
+    )
+    agent = reviewing_agent(model)
+    states: list[str] = []
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, StateChanged):
+            states.append(event.dest)
+
+    agent.subscribe(on_event)
+    result = agent.run_sync("Read the notes")
+    assert result.state is State.DONE
+    assert result.text == "Reviewed: the totals are checked."
+    assert states == ["awaiting_model", "executing_tools", "reviewing", "done"]
+    assert len(model.requests) == 2
+    assert model.requests[1].messages[-1] == UserMessage(
+        "A result mentions TODO: review your work before answering."
+    )
+    assert_valid_history(result.messages)
+    mermaid = str(render_diagram(agent))
+    assert "executing_tools --> reviewing : tools_finished [has_todo]" in mermaid
+    assert "reviewing --> done : model_replied [else]" in mermaid
+    assert "note right of reviewing : do / review" in mermaid
+
+
+def test_case3_a_state_without_an_effect_is_refused() -> None:
+    agent = Agent(ScriptedModel([]))
+    into_nowhere = TransitionSpec(
+        "tools_finished", (State.EXECUTING_TOOLS,), "reviewing", (has_todo,), before="next_turn"
+    )
+    with pytest.raises(MachineDefinitionError, match="unknown state 'reviewing'"):
+        agent.machine.add_transition(into_nowhere)
+    into_idle = TransitionSpec(
+        "tools_finished", (State.EXECUTING_TOOLS,), State.IDLE, (has_todo,), before="next_turn"
+    )
+    with pytest.raises(MachineDefinitionError, match="'idle', a state with no effect"):
+        agent.machine.add_transition(into_idle)
+    with pytest.raises(MachineDefinitionError, match="needs an effect"):
+        agent.machine.add_state("reviewing", None)  # type: ignore[arg-type]
+
+
+def test_placement_is_explicit_and_checked() -> None:
+    agent = Agent(ScriptedModel([]))
+    spec = TransitionSpec(
+        "model_replied", (State.AWAITING_MODEL,), State.DONE, (over_budget,), after="tool_calls"
+    )
+    agent.machine.add_transition(spec)
+    names = [s.name for s in agent.machine.specs if s.trigger == "model_replied"]
+    assert names.index("over_budget") == names.index("tool_calls") + 1
+    with pytest.raises(MachineDefinitionError, match="no 'model_replied' branch is labelled"):
+        agent.machine.add_transition(
+            TransitionSpec("model_replied", (State.AWAITING_MODEL,), State.DONE, before="nope")
+        )
+    # An unguarded branch placed last is itself shadowed by final_answer.
+    with pytest.raises(MachineDefinitionError, match=r"'final_answer'.*'late'"):
+        agent.machine.add_transition(
+            TransitionSpec(
+                "model_replied",
+                (State.AWAITING_MODEL,),
+                State.DONE,
+                label="late",
+                after="final_answer",
+            )
+        )
+
+
+# -- case 4: the property kit on these agents ------------------------------------------------------
+
+FIND = settings(
+    max_examples=60,
+    stateful_step_count=4,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    phases=[Phase.explicit, Phase.generate, Phase.shrink],
+    report_multiple_bugs=False,
+)
+
+
+def test_case4_kit_passes_the_budget_agent() -> None:
+    def build(kit: AgentKit) -> Agent:
+        agent = kit.agent()
+        agent.machine.add_transition(
+            TransitionSpec(
+                "model_replied",
+                (State.AWAITING_MODEL,),
+                State.DONE,
+                (over_budget,),
+                before="tool_calls",
+            )
+        )
+        return agent
+
+    run_state_machine_as_test(agent_state_machine(build), settings=FIND)
+
+
+def test_case4_kit_passes_the_reviewing_agent() -> None:
+    def build(kit: AgentKit) -> Agent:
+        agent = kit.agent()
+        add_reviewing_any(agent)
+        return agent
+
+    run_state_machine_as_test(agent_state_machine(build), settings=FIND)
+
+
+def any_result(data: LoopData) -> bool:
+    """The last batch had a result whose text is not an error (the kit's tools say 'ok')."""
+    return any(not result.is_error for result in data.results)
+
+
+def add_reviewing_any(agent: Agent) -> None:
+    machine = agent.machine
+    machine.add_state("reviewing", review)
+    machine.add_transition(
+        TransitionSpec(
+            "tools_finished",
+            (State.EXECUTING_TOOLS,),
+            "reviewing",
+            (any_result, lambda data: data.turns < 2),
+            label="review",
+            before="next_turn",
+        )
+    )
+    machine.add_transition(
+        TransitionSpec(
+            "model_replied", ("reviewing",), State.EXECUTING_TOOLS, (has_calls,), "review_calls"
+        )
+    )
+    machine.add_transition(
+        TransitionSpec(
+            "model_replied", ("reviewing",), State.DONE, label="reviewed", after="review_calls"
+        )
+    )
+
+
+def test_case4_kit_catches_an_effect_that_drops_a_result() -> None:
+    async def dropping(run: Run) -> str:
+        results = [m for m in run.messages if isinstance(m, ToolResultMessage)]
+        if results:
+            run.messages.remove(results[-1])  # deliberately broken
+        return "tools_finished"
+
+    def build(kit: AgentKit) -> Agent:
+        agent = kit.agent()
+        agent.machine.add_state("dropping", dropping)
+        agent.machine.add_transition(
+            TransitionSpec(
+                "tools_finished",
+                (State.EXECUTING_TOOLS,),
+                "dropping",
+                (lambda data: len(data.results) > 0 and not data.terminate,),
+                label="drop",
+                before="next_turn",
+            )
+        )
+        agent.machine.add_transition(
+            TransitionSpec("tools_finished", ("dropping",), State.AWAITING_MODEL, label="dropped")
+        )
+        return agent
+
+    with pytest.raises(AssertionError) as caught:
+        run_state_machine_as_test(agent_state_machine(build), settings=FIND)
+    report = f"{caught.value}\n" + "\n".join(getattr(caught.value, "__notes__", []))
+    assert "Failing test case" in report
+    assert "have no result" in report or "before the results of" in report, report
+
+
+# -- case 5: a log that holds only its header and run_start ----------------------------------------
+
+
+def test_case5_log_with_only_header_and_run_start(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    lines = [
+        {"type": "header", "format": FORMAT, "version": VERSION, "model": "m", "tools": []},
+        {"type": "run_start", "time": 0},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    agent = Agent.resume(path, model=ScriptedModel([text_response("hello")]))
+    assert agent.state is State.ABORTED
+    result = agent.run_sync("hi")
+    assert result.state is State.DONE
+    assert agent.session is not None
+    agent.session.close()
+    _data, problems = check_session(path)
+    assert problems == []
+    done = subprocess.run(
+        [sys.executable, "-m", "statemachine_agent", "check", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# -- case 6: the driver never compares branch labels -------------------------------------------------
+
+LABELS = (
+    "refusal",
+    "tool_calls",
+    "turn_limit",
+    "pause_turn",
+    "max_tokens",
+    "queued_input",
+    "final_answer",
+    "terminated",
+    "hook_failed",
+    "next_turn",
+)
+
+
+def test_case6_no_comparison_with_branch_labels_outside_the_table() -> None:
+    names = "|".join(LABELS)
+    pattern = re.compile(
+        rf"""(==|!=|\bin\b|\bis\b)\s*\(?\s*["']({names})["']|["']({names})["']\s*(==|!=)"""
+    )
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name in ("_machine.py", "_diagram.py"):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line) or re.search(r"\blabel\s*(==|!=|\bin\b)", line):
+                offenders.append(f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}")
+    assert offenders == []
+
+
+def test_python_dash_m_runs_the_cli() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "statemachine_agent", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0 and "Usage" in done.stdout
+
+
+def test_core_does_not_import_session() -> None:
+    core = [p for p in PACKAGE.glob("_*.py") if not p.name.startswith("__")]
+    for path in core:
+        text = path.read_text()
+        top_level = [
+            line for line in text.splitlines() if re.match(r"^(from|import) .*session", line)
+        ]
+        assert top_level == [], (path.name, top_level)
