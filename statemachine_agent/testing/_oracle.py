@@ -82,6 +82,9 @@ StepKind = Literal[
 AnchorEvent = Literal["turn_start", "response", "tool_start"]
 
 TRUNCATING = frozenset({"max_tokens", "model_context_window_exceeded"})
+KNOWN_STOPS = frozenset(
+    {"end_turn", "tool_use", "stop_sequence", "pause_turn", "refusal", *TRUNCATING}
+)
 ERROR_STEPS = frozenset({"overloaded", "cut", "invalid_request"})
 RETRYABLE = frozenset({"overloaded", "cut"})
 TIMEOUT_SECONDS = 0.002
@@ -199,6 +202,8 @@ _TAG = re.compile(r"out-[A-Za-z0-9]+")
 
 _PREFIXES: tuple[tuple[str, str], ...] = (
     ("not run: the arguments of this call were truncated", "truncated"),
+    ("not run: the response was cut off by the output token limit", "stopped_not_run"),
+    ("not run: the response's stop reason", "unknown_stop"),
     ("not run", "not_run"),
     ("interrupted while running", "interrupted"),
     ("not executed: the model's response was a refusal", "refused"),
@@ -218,7 +223,9 @@ def classify(result: ToolResultMessage) -> str:
     """The kind of a tool result, read from its text as the README and docstrings word it:
     ``ok[tag]``, ``error[tag]`` (an exception), ``tool_error[tag]``, ``timeout``, ``denied``,
     ``before_failed``, ``after_failed``, ``rewritten``, ``unknown_tool``, ``invalid``,
-    ``truncated``, ``refused``, ``not_run``, ``interrupted``, ``stopped``, ``no_result``.
+    ``truncated``, ``stopped_not_run`` (a cut response under ``max_tokens_policy="stop"``),
+    ``unknown_stop`` (calls of a response with an unknown stop reason), ``refused``,
+    ``not_run``, ``interrupted``, ``stopped``, ``no_result``.
     The tag is the ``out-...`` text the call was given, so a result sent to the wrong call shows."""
     text = result.text.strip()
     low = text.lower()
@@ -416,6 +423,7 @@ class _World:
     steer: int = 0
     follow: int = 0
     uncertain: bool = False  # input may have been queued at an event the rules do not fix
+    paused: bool = False  # the last complete response paused: the next request continues it
 
 
 def _last_of(tokens: Sequence[Token]) -> tuple[str, list[str]]:
@@ -439,6 +447,17 @@ def _last_of(tokens: Sequence[Token]) -> tuple[str, list[str]]:
         else:
             return ("user" if tokens[-1] is token else "result"), []
     return "result", []
+
+
+def _paused(tokens: Sequence[Token]) -> bool:
+    # The engine's `Run.awaits_continuation`: the last complete response (partial ones skipped)
+    # paused without calls, and nothing came after it.
+    for token in reversed(tokens):
+        if token[0] != "assistant":
+            return False
+        if token[1] not in ("aborted", "error"):
+            return bool(token[1] == "pause_turn" and not token[2])
+    return False
 
 
 def tokens_of(messages: Sequence[Message]) -> list[Token]:
@@ -508,7 +527,11 @@ class Oracle:
         declared: Declared | None = None,
         should_continue: str = "none",
         transform: str = "none",
+        steering_mode: str = "all",
+        follow_up_mode: str = "one_at_a_time",
     ) -> None:
+        self.steering_mode = steering_mode
+        self.follow_up_mode = follow_up_mode
         self.should_continue = should_continue
         self.transform = transform
         self.max_turns = max_turns
@@ -732,10 +755,20 @@ class Oracle:
             p.order.append(list(w.dangling))
             w.last = "result"
         w.dangling = []
-        if spec.prompt:
+        if spec.prompt and w.paused:
+            # The paused response is continued first; the prompt waits at the head of the
+            # steering queue and is delivered when the model has finished that turn.
+            w.turns = 0
+            w.steer += 1
+            p.labels.add("prompt_after_pause")
+        elif spec.prompt:
             w.turns = 0
             users += 1
             w.last = "user"
+            w.paused = False
+            users += self._inject(p, follow_too=False)  # steering left queued: after the prompt
+        elif w.paused:
+            p.labels.add("continue_pause")  # the paused response goes back first, input waits
         else:
             users += self._inject(p, follow_too=True)
         continuations = 0
@@ -799,6 +832,7 @@ class Oracle:
                 w.last = "open"
             else:
                 w.last = "open" if stop == "pause_turn" else "answer"
+            w.paused = stop == "pause_turn" and not has_calls
             if fire("response"):
                 aborted = True
                 p.labels.add("abort_at_response")
@@ -815,6 +849,35 @@ class Oracle:
                     w.last = "result"
                 state = "done"
                 break
+            if has_calls and stop not in KNOWN_STOPS:
+                # An unknown stop reason: nothing says its calls are complete, none runs; each is
+                # answered "not run" and the run ends done (an abort as it came changes nothing).
+                p.labels.add("unknown_stop_with_calls")
+                for call_id in call_ids:
+                    p.results[call_id] = {"unknown_stop"}
+                p.order.append(call_ids)
+                w.last = "result"
+                state = "done"
+                break
+            if has_calls and stop in TRUNCATING and self.policy == "stop":
+                # max_tokens_policy="stop": a cut response is not acted on. Its calls are answered
+                # as not run (the cut one as truncated); then it is a response without calls.
+                p.labels.add("max_tokens_stop_with_calls")
+                n = len(call_ids)
+                for i, call_id in enumerate(call_ids):
+                    p.results[call_id] = {"truncated" if i == n - 1 else "stopped_not_run"}
+                p.order.append(call_ids)
+                w.last = "result"
+                has_calls = False
+                if aborted:
+                    # An abort as it came: the transitions after the response still decide (the
+                    # turn cap with queued input, queued input whose delivery the abort stops, a
+                    # final answer).
+                    if w.turns >= self.max_turns and queued:
+                        state = "max_turns"
+                    else:
+                        state = "aborted" if queued else "done"
+                    break
             if has_calls:
                 if stop != "tool_use":
                     p.labels.add(f"calls_with_{stop}")
@@ -863,6 +926,10 @@ class Oracle:
             if can_pause:
                 continuations += 1
                 continue
+            if stop == "pause_turn":
+                # Past max_continuations the model is still working: max_turns, not an answer.
+                state = "max_turns"
+                break
             if can_more:
                 continuations += 1
                 users += 1
@@ -890,15 +957,19 @@ class Oracle:
         # when the model would otherwise stop.
         w = self.world
         if w.steer:
-            n, w.steer = w.steer, 0
+            n = w.steer if self.steering_mode == "all" else 1
+            w.steer -= n
             w.last = "user"
+            w.paused = False
             p.labels.add("steer_injected")
             return n
         if follow_too and w.follow:
-            w.follow -= 1
+            n = w.follow if self.follow_up_mode == "all" else 1
+            w.follow -= n
             w.last = "user"
+            w.paused = False
             p.labels.add("follow_up_injected")
-            return 1
+            return n
         return 0
 
     def _batch(
@@ -1041,7 +1112,7 @@ class Oracle:
     def world_from(self, tokens: Sequence[Token], state: str) -> None:
         """Set the world from a history (a resumed agent starts from it, with turns at 0)."""
         last, dangling = _last_of(tokens)
-        self.world = _World(turns=0, last=last, dangling=dangling)
+        self.world = _World(turns=0, last=last, dangling=dangling, paused=_paused(tokens))
 
 
 def predict_resume(lines: Sequence[dict[str, Any]]) -> tuple[list[Token], str]:
@@ -1049,7 +1120,7 @@ def predict_resume(lines: Sequence[dict[str, Any]]) -> tuple[list[Token], str]:
     messages in logged order; each call's result, logged in completion order, put back right after
     its assistant message in declaration order; a call without a logged result answered "no result
     recorded"; the terminal state the log recorded last, else ``aborted`` for a run that never
-    ended.
+    ended (even one cut before its first message).
 
     Returns:
         (the abstract history, the state).
@@ -1096,8 +1167,6 @@ def predict_resume(lines: Sequence[dict[str, Any]]) -> tuple[list[Token], str]:
     # A crash after the terminal state was recorded keeps that state.
     if state not in ("done", "aborted", "max_turns", "failed") and (open_run or state != "idle"):
         state = "aborted"
-    if not items:
-        state = "idle"  # nothing was logged before the cut: a fresh agent (see the report)
     return out, state
 
 
@@ -1343,19 +1412,21 @@ async def drive_scenario_run(
     before = len(agent.messages)
     unsubscribe = agent.subscribe(on_event)
     try:
-        task = asyncio.ensure_future(
-            agent.run("do the task" if spec.prompt else None, max_turns=spec.max_turns)
-        )
-        try:
-            result: RunResult | None = await task
+        result: RunResult | None = None
+        try:  # run() claims the agent when called: a refusal raises here, not when awaited
+            task = asyncio.ensure_future(
+                agent.run("do the task" if spec.prompt else None, max_turns=spec.max_turns)
+            )
         except UsageError:
             obs.started = False
-            result = None
-        except asyncio.CancelledError:
-            if not task.cancelled():
-                raise
-            obs.cancelled = True
-            result = end[-1] if end else None
+        else:
+            try:
+                result = await task
+            except asyncio.CancelledError:
+                if not task.cancelled():
+                    raise
+                obs.cancelled = True
+                result = end[-1] if end else None
     finally:
         unsubscribe()
         JOURNAL.reset(token)

@@ -185,6 +185,8 @@ class AgentStateMachine(RuleBasedStateMachine):
                 mode=agent.tool_execution,
                 model_retries=agent.model_retries,
                 declared=declared,
+                steering_mode=agent.steering_mode,
+                follow_up_mode=agent.follow_up_mode,
             )
             oracle.world_from(tokens_of(agent.messages), str(agent.state))
         observed = self.runner.run(
