@@ -47,6 +47,7 @@ from .. import (
     ToolContext,
     ToolError,
     ToolExecutionStart,
+    ToolResult,
     ToolResultMessage,
     TurnInfo,
     TurnStart,
@@ -62,7 +63,9 @@ from ..models import ModelRequest, ResponseStart, ScriptedModel, StreamEvent, Te
 ToolName = Literal["job", "limited", "write", "nope"]
 """``job`` (does what ``behaviour`` says), ``limited`` (``timeout_seconds=0.002``), ``write`` (a
 write queue: calls on one ``key`` run in declaration order), ``nope`` (no such tool)."""
-BehaviourName = Literal["return", "raise", "tool_error", "sleep", "hang", "slow"]
+BehaviourName = Literal[
+    "return", "raise", "tool_error", "sleep", "hang", "slow", "finish", "cancel_itself"
+]
 BeforeKind = Literal["allow", "rewrite", "deny", "terminate", "raise", "abort"]
 AfterKind = Literal["keep", "rewrite", "raise"]
 ArgsKind = Literal["valid", "invalid", "unparsable"]
@@ -98,7 +101,9 @@ class Call:
     Attributes:
         tool: which tool (`ToolName`).
         behaviour: ``job``: return, raise, tool_error, sleep (stops early on abort), hang (ignores
-            an abort); ``limited``: return, raise (`ValueError`), slow (times out); ignored for
+            an abort), finish (returns ``ToolResult(..., terminate=True)``: the run ends ``done``
+            after the batch), cancel_itself (raises its own `asyncio.CancelledError`: an error
+            result, the batch goes on); ``limited``: return, raise (`ValueError`), slow (times out); ignored for
             ``write``.
         args: valid, invalid (fails validation) or unparsable (JSON text cut short).
         before: what the ``before_tool_call`` hook does with it: allow, rewrite (its ``text``
@@ -183,6 +188,7 @@ class Scenario:
         should_continue: no hook, a hook that says stop after the first batch, one that raises.
         transform: no ``transform_context`` hook, one that rewrites what is sent (adds a note),
             one that raises.
+        steering_mode, follow_up_mode: how queued input is delivered (the `Agent` options).
     """
 
     runs: tuple[RunSpec, ...]
@@ -194,6 +200,8 @@ class Scenario:
     cut: Cut | None = None
     should_continue: Literal["none", "stop", "raise"] = "none"
     transform: Literal["none", "rewrite", "raise"] = "none"
+    steering_mode: Literal["all", "one_at_a_time"] = "all"
+    follow_up_mode: Literal["all", "one_at_a_time"] = "one_at_a_time"
 
 
 # -- result kinds ------------------------------------------------------------------------------
@@ -208,6 +216,7 @@ _PREFIXES: tuple[tuple[str, str], ...] = (
     ("interrupted while running", "interrupted"),
     ("not executed: the model's response was a refusal", "refused"),
     ("no result recorded", "no_result"),
+    ("cancellederror:", "own_cancel"),
     ("timed out", "timeout"),
     ("denied:", "denied"),
     ("the before_tool_call hook failed", "before_failed"),
@@ -225,7 +234,7 @@ def classify(result: ToolResultMessage) -> str:
     ``before_failed``, ``after_failed``, ``rewritten``, ``unknown_tool``, ``invalid``,
     ``truncated``, ``stopped_not_run`` (a cut response under ``max_tokens_policy="stop"``),
     ``unknown_stop`` (calls of a response with an unknown stop reason), ``refused``,
-    ``not_run``, ``interrupted``, ``stopped``, ``no_result``.
+    ``not_run``, ``interrupted``, ``own_cancel`` (a tool's own `asyncio.CancelledError`), ``stopped``, ``no_result``.
     The tag is the ``out-...`` text the call was given, so a result sent to the wrong call shows."""
     text = result.text.strip()
     low = text.lower()
@@ -266,20 +275,26 @@ def _record(ctx: ToolContext) -> None:
 
 @tool
 async def job(
-    behaviour: Literal["return", "raise", "tool_error", "sleep", "hang"],
+    behaviour: Literal["return", "raise", "tool_error", "sleep", "hang", "finish", "cancel_itself"],
     ctx: ToolContext,
     text: str = "out-x",
-) -> str:
+) -> str | ToolResult:
     """Do what ``behaviour`` says (the oracle's test tool).
 
     Args:
         behaviour: return ``text``; raise `RuntimeError`; raise `ToolError`; sleep 2 ms (stopping
-            early on abort); hang 20 ms ignoring an abort.
+            early on abort); hang 20 ms ignoring an abort; finish: return ``text`` marked
+            ``terminate=True`` (the run ends after the batch); cancel_itself: raise its own
+            `asyncio.CancelledError` (nothing was aborted: an error result).
         text: what to return (or the error message).
     """
     _record(ctx)
     if behaviour == "raise":
         raise RuntimeError(f"job raised: {text}")
+    if behaviour == "finish":
+        return ToolResult(text, terminate=True)
+    if behaviour == "cancel_itself":
+        raise asyncio.CancelledError(f"job cancelled itself: {text}")
     if behaviour == "tool_error":
         raise ToolError(f"job failed: {text}")
     if behaviour == "sleep":
@@ -591,6 +606,8 @@ class Oracle:
         if call.tool == "write":
             return f"ok[{tag}]"
         behaviour = _job_behaviour(call)
+        if behaviour == "cancel_itself":
+            return "own_cancel"
         if behaviour == "raise":
             return f"error[{tag}]"
         if behaviour == "tool_error":
@@ -863,6 +880,7 @@ class Oracle:
                 # max_tokens_policy="stop": a cut response is not acted on. Its calls are answered
                 # as not run (the cut one as truncated); then it is a response without calls.
                 p.labels.add("max_tokens_stop_with_calls")
+                p.labels.add("truncated_call")
                 n = len(call_ids)
                 for i, call_id in enumerate(call_ids):
                     p.results[call_id] = {"truncated" if i == n - 1 else "stopped_not_run"}
@@ -888,6 +906,18 @@ class Oracle:
                 if aborted:
                     state = "aborted"
                     break
+                if not terminate:
+                    finish = self._finishes(step, call_ids)
+                    if finish:
+                        # A result marked terminate=True ends the run done, before the turn cap
+                        # and should_continue are read (a terminating denial would have won).
+                        p.labels.add("terminating_result")
+                        if finish == "maybe":
+                            p.exact = False
+                            p.states.add("done")
+                        else:
+                            state = "done"
+                            break
                 keep_going = True
                 if self.should_continue == "stop":
                     keep_going = False
@@ -951,6 +981,23 @@ class Oracle:
         if state == "max_turns":
             p.labels.add("state_max_turns")
         return p
+
+    def _finishes(self, step: Step, call_ids: Sequence[str]) -> str:
+        """Whether a batch that ran undisturbed has a result marked ``terminate=True``: "yes",
+        "maybe" (a user's after hook rewrote it: its own return decides) or ""."""
+        out = ""
+        n = len(step.calls)
+        for i, (call, call_id) in enumerate(zip(step.calls, call_ids, strict=True)):
+            if call.tool != "job" or call.behaviour != "finish":
+                continue
+            if self.static(call, call_id, step.kind in TRUNCATING and i == n - 1) is not None:
+                continue
+            after = self._after(call, call_id)
+            if after in ("keep", "rewrite"):  # a ToolResultMessage keeps the tool's choice
+                return "yes"
+            if after == "user_rewrite":
+                out = "maybe"
+        return out
 
     def _inject(self, p: RunPrediction, *, follow_too: bool) -> int:
         # Steering lands whole after a batch (or a response without calls); one follow-up lands
@@ -1484,6 +1531,8 @@ def agent_options(scenario: Scenario, hooks: ScenarioHooks) -> dict[str, Any]:
         "max_turns": scenario.max_turns,
         "max_continuations": scenario.max_continuations,
         "max_tokens_policy": scenario.max_tokens_policy,
+        "steering_mode": scenario.steering_mode,
+        "follow_up_mode": scenario.follow_up_mode,
         "abort_grace_seconds": 0.002,
         "model_retries": 1,
         "retry_backoff_seconds": 0.0001,
@@ -1647,6 +1696,8 @@ def compare(
                 model_retries=oracle.model_retries,
                 should_continue=oracle.should_continue,
                 transform=oracle.transform,
+                steering_mode=oracle.steering_mode,
+                follow_up_mode=oracle.follow_up_mode,
             )
             resumed.world_from(tokens, state)
             pred = resumed.predict_run(scenario.runs[n - 1], ids[n - 1])
@@ -1671,6 +1722,8 @@ def oracle_for(scenario: Scenario) -> Oracle:
         model_retries=1,
         should_continue=scenario.should_continue,
         transform=scenario.transform,
+        steering_mode=scenario.steering_mode,
+        follow_up_mode=scenario.follow_up_mode,
     )
 
 

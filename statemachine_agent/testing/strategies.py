@@ -331,6 +331,18 @@ _CALL_TOOLS: tuple[ToolName, ...] = (
 )
 
 
+_JOB_BEHAVIOURS: tuple[BehaviourName, ...] = (
+    "return",
+    "return",
+    "raise",
+    "tool_error",
+    "sleep",
+    "hang",
+    "finish",  # a terminating result: the run ends done after the batch
+    "cancel_itself",  # the tool's own CancelledError: an error result
+)
+
+
 @st.composite
 def oracle_calls(draw: st.DrawFn) -> Call:
     """A `Call`: mostly valid calls of the oracle's tools that run, with every behaviour (timeouts,
@@ -340,7 +352,7 @@ def oracle_calls(draw: st.DrawFn) -> Call:
     if tool_name == "limited":
         behaviour = draw(st.sampled_from(("return", "raise", "slow", "slow")))
     elif tool_name == "job":
-        behaviour = draw(st.sampled_from(("return", "raise", "tool_error", "sleep", "hang")))
+        behaviour = draw(st.sampled_from(_JOB_BEHAVIOURS))
     else:
         behaviour = "return"
     args: ArgsKind = draw(st.sampled_from(("valid",) * 10 + ("invalid", "unparsable")))
@@ -473,7 +485,7 @@ def oracle_runs(
 def scenarios(draw: st.DrawFn, *, max_steps: int = 4, second_run: bool = True) -> Scenario:
     """A whole `Scenario`: agent options (tool execution, ``max_turns`` 1-3 or many, continuation
     cap 0-3, ``max_tokens_policy`` both ways, ``should_continue`` and ``transform_context``
-    hooks), a starting history (none, clean, ending mid-batch), a first run, and maybe a second
+    hooks, both delivery modes of steering and follow-ups), a starting history (none, clean, ending mid-batch), a first run, and maybe a second
     one: continued without a prompt (raising ``max_turns``), a new prompt, or a new prompt after
     the session log was cut at a random line (maybe mid-line) and resumed."""
     mode: Literal["parallel", "sequential"] = draw(st.sampled_from(("parallel", "sequential")))
@@ -489,6 +501,8 @@ def scenarios(draw: st.DrawFn, *, max_steps: int = 4, second_run: bool = True) -
     transform: Literal["none", "rewrite", "raise"] = draw(
         st.sampled_from(("none",) * 8 + ("rewrite", "raise"))
     )
+    steering: DeliveryMode = draw(delivery_modes())
+    follow_ups: DeliveryMode = draw(delivery_modes())
     first = draw(oracle_runs(max_steps=max_steps))
     runs = [first]
     cut = None
@@ -510,6 +524,8 @@ def scenarios(draw: st.DrawFn, *, max_steps: int = 4, second_run: bool = True) -
         cut,
         should_continue,
         transform,
+        steering,
+        follow_ups,
     )
 
 
