@@ -367,7 +367,7 @@ class BatchRun:
             return await self._checked_run(slot, tool, kwargs, previous)
         finally:
             if turn is not None and not turn.done():
-                turn.set_result(None)
+                _release_after(previous, turn)
 
     def _claim(
         self, resource: str | None
@@ -590,3 +590,13 @@ class PendingBatch:
     results: dict[str, ToolResultMessage]
     calls: list[PendingCall]
     decisions: dict[str, Approve | Deny] = field(default_factory=dict)
+
+
+def _release_after(previous: asyncio.Future[None] | None, turn: asyncio.Future[None]) -> None:
+    """Give up a call's place on its resource once the call before it has given up its own: a
+    call that never waited for its turn (denied, a hook failed, deferred) must not let a later
+    call on the same resource overtake an earlier one still running."""
+    if previous is None or previous.done():
+        turn.set_result(None)
+    else:
+        previous.add_done_callback(lambda _: None if turn.done() else turn.set_result(None))

@@ -409,6 +409,31 @@ async def test_case11_write_queue_serialises_edits_to_one_file(tmp_path: Path) -
     assert_valid_history(result.messages)
 
 
+async def test_write_queue_keeps_declaration_order_past_a_denied_call() -> None:
+    # Found by the oracle (issue 23): a denied call on a resource gave up its place at once, so
+    # the call after it ran before the (still running) call before it.
+    journal: list[str] = []
+
+    @tool(resource="key")
+    async def write(key: str, text: str) -> str:
+        """Write ``text`` under ``key``."""
+        journal.append(f"start {text}")
+        for _ in range(5):  # suspends: a call that may not overtake this one gets the loop
+            await asyncio.sleep(0)
+        journal.append(f"end {text}")
+        return text
+
+    def deny_second(info: ToolCallInfo) -> Deny | None:
+        return Deny("not this one") if info.call.id == "w2" else None
+
+    calls = [call("write", {"key": "a", "text": f"w{i}"}, id=f"w{i}") for i in (1, 2, 3)]
+    model = ScriptedModel([tool_response(*calls), text_response("written")])
+    result = await Agent(model, tools=[write], before_tool_call=deny_second).run("write")
+    assert journal == ["start w1", "end w1", "start w3", "end w3"]
+    assert [r.text for r in results_of(result.messages)] == ["w1", "Denied: not this one", "w3"]
+    assert_valid_history(result.messages)
+
+
 async def test_case12_abort_during_delayed_response_keeps_no_tool_call() -> None:
     model = ScriptedModel(
         [tool_response(call("anything", {}, id="late"), text="Thinking", delay_seconds=30)]
