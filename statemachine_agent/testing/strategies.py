@@ -381,6 +381,8 @@ _GOING_ON: tuple[str, ...] = (
     "writes",  # calls of the write-queue tool: their effects show the order
     "writes",
     "timeouts",  # a call that times out next to raising and slow calls
+    "finishing",  # a call whose result ends the run (terminate=True) among others
+    "finishing",
     "pause_turn",
     "pause_turn",
     "overloaded",
@@ -420,6 +422,12 @@ def oracle_steps(draw: st.DrawFn, *, max_steps: int = 4, max_calls: int = 4) -> 
             )
             if draw(st.booleans()):
                 calls = calls[::-1]
+            kind = "tool_use"
+        if kind == "finishing":
+            finish = Call("job", "finish")
+            others = [draw(oracle_calls()) for _ in range(draw(st.integers(0, 2)))]
+            others.insert(draw(st.integers(0, len(others))), finish)
+            calls = tuple(others)
             kind = "tool_use"
         if kind == "writes":
             calls = tuple(

@@ -53,6 +53,10 @@ MINIMUM_SHARES = {
     "terminating_denial": 0.02,
     "dangling_repair": 0.05,
     "continue": 0.05,
+    "terminating_result": 0.02,  # a result marked terminate=True ends the run
+    "unknown_stop_with_calls": 0.02,
+    "max_tokens_stop_with_calls": 0.03,  # max_tokens_policy="stop" answers the calls
+    "steer_injected": 0.05,
 }
 
 
