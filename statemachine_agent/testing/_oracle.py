@@ -55,6 +55,7 @@ from .. import (
     UserMessage,
     tool,
 )
+from .._messages import StopReason
 from .._protocol import find_violations
 from ..models import ModelRequest, ResponseStart, ScriptedModel, StreamEvent, TextDelta
 
@@ -85,6 +86,8 @@ StepKind = Literal[
 AnchorEvent = Literal["turn_start", "response", "tool_start"]
 
 TRUNCATING = frozenset({"max_tokens", "model_context_window_exceeded"})
+PAUSE_TURN = StopReason.PAUSE_TURN.value
+REFUSAL = StopReason.REFUSAL.value
 KNOWN_STOPS = frozenset(
     {"end_turn", "tool_use", "stop_sequence", "pause_turn", "refusal", *TRUNCATING}
 )
@@ -457,7 +460,7 @@ def _last_of(tokens: Sequence[Token]) -> tuple[str, list[str]]:
             if tokens[-1] is token:
                 if ids:
                     return "open", dangling
-                return ("open" if stop == "pause_turn" else "answer"), []
+                return ("open" if stop == PAUSE_TURN else "answer"), []
             return "result", dangling
         else:
             return ("user" if tokens[-1] is token else "result"), []
@@ -471,7 +474,7 @@ def _paused(tokens: Sequence[Token]) -> bool:
         if token[0] != "assistant":
             return False
         if token[1] not in ("aborted", "error"):
-            return bool(token[1] == "pause_turn" and not token[2])
+            return bool(token[1] == PAUSE_TURN and not token[2])
     return False
 
 
@@ -848,8 +851,8 @@ class Oracle:
             if has_calls:
                 w.last = "open"
             else:
-                w.last = "open" if stop == "pause_turn" else "answer"
-            w.paused = stop == "pause_turn" and not has_calls
+                w.last = "open" if stop == PAUSE_TURN else "answer"
+            w.paused = stop == PAUSE_TURN and not has_calls
             if fire("response"):
                 aborted = True
                 p.labels.add("abort_at_response")
@@ -857,7 +860,7 @@ class Oracle:
             if aborted and not has_calls:
                 state = "aborted"
                 break
-            if stop == "refusal":
+            if stop == REFUSAL:
                 p.labels.add("refusal_with_calls" if has_calls else "refusal")
                 for call_id in call_ids:
                     p.results[call_id] = {"refused"}
@@ -939,13 +942,13 @@ class Oracle:
                     break
                 users += self._inject(p, follow_too=False)
                 continue
-            can_pause = stop == "pause_turn" and continuations < self.max_continuations
+            can_pause = stop == PAUSE_TURN and continuations < self.max_continuations
             can_more = (
                 stop in TRUNCATING
                 and self.policy == "continue"
                 and continuations < self.max_continuations
             )
-            if stop == "pause_turn":
+            if stop == PAUSE_TURN:
                 p.labels.add("pause_turn" if can_pause else "pause_turn_past_cap")
             if stop in TRUNCATING:
                 p.labels.add(f"max_tokens_{self.policy}" if can_more else "max_tokens_past_cap")
@@ -956,7 +959,7 @@ class Oracle:
             if can_pause:
                 continuations += 1
                 continue
-            if stop == "pause_turn":
+            if stop == PAUSE_TURN:
                 # Past max_continuations the model is still working: max_turns, not an answer.
                 state = "max_turns"
                 break
@@ -1277,7 +1280,7 @@ def render_step(step: Step, call_ids: Sequence[str], n: int, used: Sequence[str]
             content.append(call_block(Call(), reused))
         stop = "tool_use"
     response: dict[str, Any] = {"content": content, "stop_reason": stop}
-    if stop == "refusal":
+    if stop == REFUSAL:
         response["stop_details"] = {"type": "refusal", "category": "cyber", "explanation": "no"}
     return response
 

@@ -438,7 +438,7 @@ def oracle_steps(draw: st.DrawFn, *, max_steps: int = 4, max_calls: int = 4) -> 
         steps.append(Step("max_tokens" if kind == "truncated" else kind, calls))  # type: ignore[arg-type]
     final = draw(st.sampled_from(_FINAL))
     calls = ()
-    if final == "refusal" and draw(st.sampled_from((True, True, False))):
+    if final == StopReason.REFUSAL.value and draw(st.sampled_from((True, True, False))):
         calls = tuple(draw(oracle_calls()) for _ in range(draw(st.integers(1, 2))))
     steps.append(Step(final, calls))
     return tuple(steps)
