@@ -467,8 +467,10 @@ class Agent:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.run(prompt, **kwargs))
-        raise UsageError("run_sync() cannot run inside an event loop; use 'await agent.run()'")
+            pass  # no loop here: run in a new one (outside this handler, so errors chain cleanly)
+        else:
+            raise UsageError("run_sync() cannot run inside an event loop; use 'await agent.run()'")
+        return asyncio.run(self.run(prompt, **kwargs))
 
     def start(
         self, prompt: str | UserMessage | None = None, *, max_turns: int | None = None

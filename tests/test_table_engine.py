@@ -446,3 +446,21 @@ def test_core_does_not_import_session() -> None:
             line for line in text.splitlines() if re.match(r"^(from|import) .*session", line)
         ]
         assert top_level == [], (path.name, top_level)
+
+
+def test_a_log_through_a_user_state_passes_check(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    model = ScriptedModel(
+        [tool_response(call("read_notes", id="n1")), text_response("Reviewed: totals checked.")]
+    )
+    agent = Agent(model, tools=[read_notes, lookup], session=path)
+    add_reviewing(agent)
+    assert agent.run_sync("Read the notes").state is State.DONE
+    agent.close()
+    _data, problems = check_session(path)
+    assert problems == []
+    assert "reviewing" in path.read_text()
+
+
+def test_dot_output_is_named_after_the_loop() -> None:
+    assert str(render_diagram(format="dot")).startswith("digraph agent_loop {")
