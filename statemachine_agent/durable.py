@@ -77,7 +77,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 
 from . import __version__
 from ._agent import Agent
-from ._errors import UsageError
+from ._errors import ToolStepFailed, UsageError
 from ._execution import BatchRun, _Slot
 from ._messages import HISTORY_ADAPTER, AssistantMessage, Message, ToolResultMessage, Usage
 from ._messages import text_result as _text_result
@@ -175,18 +175,6 @@ def decode_result(data: dict[str, Any]) -> RunResult:
 
 def _current_incarnation() -> str:
     return _incarnation
-
-
-class ToolStepFailed(Exception):
-    """A call of a tool with ``step_retries`` returned an error result: DBOS runs it again.
-
-    Args:
-        result: the error result as JSON text.
-    """
-
-    def __init__(self, result: str) -> None:
-        super().__init__(result)
-        self.result = result
 
 
 class DurableBatch(BatchRun):
