@@ -56,6 +56,7 @@ from ._hooks import (
     TransformContext,
     TurnInfo,
 )
+from ._limits import LimitHit, UsageLimits
 from ._machine import (
     TERMINAL_STATES,
     Action,
@@ -118,6 +119,7 @@ __all__ = [
     "Guard",
     "ImageBlock",
     "InvalidHistoryError",
+    "LimitHit",
     "LoopData",
     "LoopMachine",
     "MachineDefinitionError",
@@ -167,6 +169,7 @@ __all__ = [
     "TurnStart",
     "Usage",
     "UsageError",
+    "UsageLimits",
     "UserMessage",
     "event_to_dict",
     "render_diagram",

@@ -29,8 +29,16 @@ from ._hooks import (
     ShouldContinue,
     TransformContext,
 )
+from ._limits import UsageLimits
 from ._machine import LoopMachine, MaxTokensPolicy
-from ._messages import AssistantMessage, Message, StopReason, ToolResultMessage, UserMessage
+from ._messages import (
+    AssistantMessage,
+    Message,
+    StopReason,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
 from ._responses import call_ids
 from ._result import RunResult
 from ._run import Run
@@ -92,6 +100,8 @@ class Agent:
             ``"one_at_a_time"`` delivers one per delivery point (one per model request).
         follow_up_mode: ``"one_at_a_time"`` (default: one follow-up each time the model would
             stop) or ``"all"``.
+        limits: `UsageLimits` for each run (requests, tokens, tool calls); reaching one ends the
+            run in ``max_turns`` (see `UsageLimits`). Assign ``agent.limits`` to change them.
 
     Raises:
         ToolDefinitionError: two tools share a name.
@@ -124,6 +134,7 @@ class Agent:
         owns_model: bool = False,
         steering_mode: DeliveryMode = "all",
         follow_up_mode: DeliveryMode = "one_at_a_time",
+        limits: UsageLimits | None = None,
     ) -> None:
         if tool_execution not in ("parallel", "sequential"):
             raise UsageError("tool_execution must be 'parallel' or 'sequential'")
@@ -158,6 +169,7 @@ class Agent:
         self.model_settings = dict(model_settings or {})
         self.max_continuations = max_continuations
         self.max_tokens_policy: MaxTokensPolicy = max_tokens_policy
+        self.limits = limits
         self.machine = LoopMachine()
         self._messages: list[Message] = list(messages)
         self._projector = ContextProjector()
@@ -169,6 +181,7 @@ class Agent:
         self._claim_lock = threading.RLock()
         self._run: Run | None = None  # the current run (None between runs: no reference cycle)
         self._last_turns = 0  # turns of the last run (a continued run keeps counting)
+        self._last_counts: tuple[int, int, Usage] | None = None  # its requests, calls, usage
         self._pending: PendingBatch | None = None  # a batch waiting for decisions
         self._running = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -540,7 +553,10 @@ class Agent:
                 self.max_turns = max_turns
             if first is Trigger.START and user is None and not (self._steering or self._follow_ups):
                 self._check_can_continue()
-            run = Run(self, turns=0 if user is not None else self._last_turns)
+            if user is not None:
+                run = Run(self)
+            else:
+                run = Run(self, turns=self._last_turns, counts=self._last_counts)
             run.first_trigger = first
             self._run, self._loop, self._loop_thread = run, None, 0
             self._running = True
@@ -560,6 +576,8 @@ class Agent:
         with self._claim_lock:
             if self._run is run:
                 self._last_turns = run.data.turns
+                data = run.data
+                self._last_counts = (data.requests, data.tool_calls, data.usage)
                 self._run, self._loop, self._loop_thread = None, None, 0
                 self._running = False
 

@@ -66,6 +66,7 @@ async def request_model(run: Run) -> str:
         return response
     data = run.data
     run.usage = run.usage + response.usage
+    data.usage = data.usage + response.usage
     run.turn_message = response
     run.append(response)
     if run.signal.aborted and not response.tool_calls:
@@ -98,6 +99,7 @@ async def run_tools(run: Run) -> str:
         return await _run_decided(run, agent._pending)
     response = data.response
     assert response is not None
+    data.tool_calls += len(response.tool_calls)
     batch = run.batch(response.tool_calls)
     try:
         await batch.run()
@@ -352,6 +354,42 @@ def note_turn_limit(run: Run) -> None:
         f"Stopped after {data.turns} turn(s): {why}. The last action was {last}. To continue, "
         "call run() again without a prompt and a higher limit, e.g. await "
         f"agent.run(max_turns={data.turns + 10}).",
+    )
+
+
+def note_usage_limit(run: Run) -> None:
+    """A usage limit stopped the run: the calls of a response it keeps from running are answered
+    with the limit's text; the error names the limit, its value and the amount used, and how to
+    go on."""
+    data = run.data
+    limits = data.limits
+    assert limits is not None and run.fired is not None
+    _answer_stopped_calls(run)
+    response = data.response
+    hit = None
+    if (
+        run.fired.trigger == Trigger.MODEL_REPLIED
+        and response is not None
+        and response.tool_calls
+        and run.messages
+        and run.messages[-1] is response  # its calls are still unanswered
+    ):
+        hit = limits.calls_hit(data.tool_calls, data.usage, len(response.tool_calls))
+        if hit is not None:
+            answered = tuple(
+                text_result(c, hit.call_text(), is_error=True) for c in response.tool_calls
+            )
+            for result in answered:
+                run.append(result)
+            run.turn_results = answered
+    hit = hit or limits.request_hit(data.requests, data.usage)
+    assert hit is not None  # the guard saw it
+    run.complete_turn()
+    run.error = (
+        f"Stopped after {data.turns} turn(s): {hit.describe()} ({data.requests} request(s), "
+        f"{data.tool_calls} tool call(s), {data.usage.total_tokens} token(s) so far). To "
+        "continue, raise the limit (agent.limits = UsageLimits(...)) and call run() again "
+        "without a prompt."
     )
 
 

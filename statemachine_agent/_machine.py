@@ -18,7 +18,8 @@ Transitions (`TRANSITIONS`), tried top to bottom per trigger and source; the fir
 pass fires. Failure paths: a provider failure (``fail``), an abort or cancelled task (``abort``, from
 any active state), a bug escaping a tool, hook or model (``fail``), a terminating denial
 (``tools_finished [terminate_requested]``), the turn cap (``turn_limit``), the ``pause_turn``
-continuation cap (``continuation_limit``), a response with tool calls and an unknown stop reason
+continuation cap (``continuation_limit``), a usage limit (``usage_limit``: before a request is
+sent and after each response, see `UsageLimits`), a response with tool calls and an unknown stop reason
 (``unknown_stop_reason``: its calls are not run). A result marked ``terminate=True`` ends the run
 ``done`` (``terminating_result``).
 
@@ -44,11 +45,13 @@ from transitions import Machine, MachineError
 
 from . import _effects as fx
 from ._errors import MachineDefinitionError
+from ._limits import UsageLimits
 from ._messages import (
     TRUNCATING_STOP_REASONS,
     AssistantMessage,
     StopReason,
     ToolResultMessage,
+    Usage,
     is_known_stop_reason,
 )
 from ._states import TERMINAL_STATES, State, Trigger
@@ -83,6 +86,10 @@ class LoopData:
             ``after_tool_call`` hook's `ToolResult`): the run ends ``done`` with its text.
         hook_error: the ``should_continue`` hook raised (its error text).
         pending: calls of the last batch were deferred and wait for a decision.
+        limits: the run's `UsageLimits` (None: none).
+        requests: model requests sent in this run (a continued run keeps counting).
+        tool_calls: tool calls run in this run (a continued run keeps counting).
+        usage: tokens of this run's responses (a continued run keeps counting).
     """
 
     response: AssistantMessage | None = None
@@ -98,6 +105,10 @@ class LoopData:
     final_result: ToolResultMessage | None = None
     hook_error: str | None = None
     pending: bool = False
+    limits: UsageLimits | None = None
+    requests: int = 0
+    tool_calls: int = 0
+    usage: Usage = field(default_factory=Usage)
 
 
 Guard = Callable[[LoopData], bool]
@@ -205,6 +216,29 @@ def result_ends_run(data: LoopData) -> bool:
     return data.final_result is not None and not data.terminate
 
 
+def usage_limit_before_request(data: LoopData) -> bool:
+    """A usage limit keeps the next request from being sent: ``max_requests`` is reached, or a
+    token limit is exceeded (`UsageLimits.request_hit`)."""
+    limits = data.limits
+    return limits is not None and limits.request_hit(data.requests, data.usage) is not None
+
+
+def usage_limit_on_reply(data: LoopData) -> bool:
+    """A usage limit stops the run after this response: its tool batch would take the run past
+    ``max_tool_calls`` or a token limit is exceeded (the batch is not run), or the response would
+    lead to another request that a limit forbids (a continuation or queued input). A final
+    answer is never stopped: the run ends ``done``."""
+    limits, response = data.limits, data.response
+    if limits is None or response is None:
+        return False
+    if has_tool_calls(data):
+        wanted = len(response.tool_calls)
+        return limits.calls_hit(data.tool_calls, data.usage, wanted) is not None
+    if can_continue_pause_turn(data) or can_continue_max_tokens(data) or has_queued_input(data):
+        return usage_limit_before_request(data)
+    return False
+
+
 def hook_failed(data: LoopData) -> bool:
     """The ``should_continue`` hook raised."""
     return data.hook_error is not None
@@ -288,9 +322,11 @@ STATES: tuple[StateSpec, ...] = (
 # fmt: off
 TRANSITIONS: tuple[TransitionSpec, ...] = (
     # trigger              sources                dest                 guards                             label             action
+    _T(Trigger.START,          _START_FROM,           _S.MAX_TURNS,        (usage_limit_before_request,),     "usage_limit",    fx.note_usage_limit),
     _T(Trigger.START,          _START_FROM,           _S.AWAITING_MODEL,   (),                                "start"),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (is_refusal,),                     "refusal",        fx.answer_refused),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (unknown_stop_reason,),            "unknown_stop_reason", fx.answer_unknown_stop_reason),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (usage_limit_on_reply,),           "usage_limit",    fx.note_usage_limit),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.EXECUTING_TOOLS,  (has_tool_calls,),                 "tool_calls"),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (turn_limit_before_continuing,),   "turn_limit",     fx.note_turn_limit),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (can_continue_pause_turn,),        "pause_turn",     fx.continue_paused),
@@ -303,6 +339,7 @@ TRANSITIONS: tuple[TransitionSpec, ...] = (
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.MAX_TURNS,        (turn_limit_reached,),             "turn_limit",     fx.note_turn_limit),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.ABORTED,          (terminate_requested,),            "terminated",     fx.note_terminated),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.FAILED,           (hook_failed,),                    "hook_failed",    fx.note_hook_failed),
+    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.MAX_TURNS,        (usage_limit_before_request,),     "usage_limit",    fx.note_usage_limit),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_MODEL,   (),                                "next_turn",      fx.deliver_steering),
     _T(Trigger.DECIDED,        _APPROVAL,             _S.EXECUTING_TOOLS,  (),                                "decided"),
     _T(Trigger.ABORT,          _ACTIVE,               _S.ABORTED,          (),                                "abort",          fx.note_abort),

@@ -66,7 +66,9 @@ class Run:
         fired: the last transition.
     """
 
-    def __init__(self, agent: Agent, *, turns: int = 0) -> None:
+    def __init__(
+        self, agent: Agent, *, turns: int = 0, counts: tuple[int, int, Usage] | None = None
+    ) -> None:
         self.id = uuid.uuid4().hex
         self._seq = 0
         self.agent = agent
@@ -77,7 +79,10 @@ class Run:
             max_turns=agent.max_turns,
             max_continuations=agent.max_continuations,
             max_tokens_policy=agent.max_tokens_policy,
+            limits=agent.limits,
         )
+        if counts is not None:  # a continued run keeps counting toward its usage limits
+            self.data.requests, self.data.tool_calls, self.data.usage = counts
         self.usage = Usage()
         self.error: str | None = None
         self.fired: Fired | None = None
@@ -190,6 +195,7 @@ class Run:
             MachineDefinitionError: no transition of ``trigger`` can leave the current state.
         """
         self.data.max_turns = self.agent.max_turns
+        self.data.limits = self.agent.limits
         fired = self.machine.fire(trigger, self.data)
         self.fired = fired
         if self.agent._subscribers:
@@ -304,6 +310,7 @@ class Run:
             return self.fail(f"The transform_context hook failed: {type(exc).__name__}: {exc}")
         if self.signal.aborted:  # aborted while the request was built: do not send it
             return Trigger.ABORT
+        self.data.requests += 1
         outcome = await self.send(request)
         if isinstance(outcome, RequestAborted):
             self.append(outcome.partial)
