@@ -136,3 +136,153 @@ async def test_a_final_answer_is_not_stopped_by_a_limit() -> None:
 def test_bad_limit_is_refused() -> None:
     with pytest.raises(UsageError, match=r"max_requests=\.\.\.\) must be a non-negative"):
         UsageLimits(max_requests=-1)
+
+
+# -- case 1: OpenTelemetry spans ---------------------------------------------------------------
+
+
+@pytest.fixture
+def exporter() -> Any:
+    pytest.importorskip("opentelemetry.sdk", reason="the [otel] extra is not installed")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    memory.provider = provider
+    return memory
+
+
+async def test_case1_two_turn_run_spans(exporter: Any) -> None:
+    from opentelemetry.trace import StatusCode
+
+    from statemachine_agent.otel import instrument
+
+    model = ScriptedModel(
+        [
+            tool_response(call("ping", {"n": 1}, id="c1"), usage=usage(12, 7)),
+            text_response("Done.", usage=usage(30, 4)),
+        ],
+        name="claude-test",
+    )
+    agent = Agent(model, tools=[ping])
+    instrument(agent, tracer_provider=exporter.provider)
+    result = await agent.run("go")
+    assert result.state is State.DONE
+    spans = exporter.get_finished_spans()
+    assert sorted(s.name for s in spans) == [
+        "chat claude-test",
+        "chat claude-test",
+        "execute_tool ping",
+        "invoke_agent",
+    ]
+    run = next(s for s in spans if s.name == "invoke_agent")
+    assert run.parent is None
+    for span in spans:
+        if span is not run:
+            assert span.parent is not None and span.parent.span_id == run.context.span_id
+            assert span.context.trace_id == run.context.trace_id
+    chats = sorted((s for s in spans if s.name.startswith("chat")), key=lambda s: s.start_time)
+    assert [
+        (
+            c.attributes["gen_ai.operation.name"],
+            c.attributes["gen_ai.request.model"],
+            c.attributes["gen_ai.usage.input_tokens"],
+            c.attributes["gen_ai.usage.output_tokens"],
+            tuple(c.attributes["gen_ai.response.finish_reasons"]),
+        )
+        for c in chats
+    ] == [
+        ("chat", "claude-test", 12, 7, ("tool_use",)),
+        ("chat", "claude-test", 30, 4, ("end_turn",)),
+    ]
+    tool_span = next(s for s in spans if s.name == "execute_tool ping")
+    assert dict(tool_span.attributes) == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "ping",
+        "gen_ai.tool.call.id": "c1",
+        "gen_ai.tool.type": "function",
+    }
+    transitions = [
+        (
+            e.attributes["statemachine_agent.transition.source"],
+            e.attributes["statemachine_agent.transition.destination"],
+        )
+        for e in run.events
+        if e.name == "transition"
+    ]
+    assert transitions == [
+        ("idle", "awaiting_model"),
+        ("awaiting_model", "executing_tools"),
+        ("executing_tools", "awaiting_model"),
+        ("awaiting_model", "done"),
+    ]
+    assert run.attributes["gen_ai.usage.input_tokens"] == 42
+    assert all(s.status.status_code is not StatusCode.ERROR for s in spans)
+    # contents are not recorded unless asked for
+    assert not any("gen_ai.input.messages" in s.attributes for s in spans)
+    assert not any("gen_ai.tool.call.arguments" in s.attributes for s in spans)
+
+
+async def test_case1_abort_during_a_tool_ends_every_span_with_an_error(exporter: Any) -> None:
+    import asyncio
+
+    from opentelemetry.trace import StatusCode
+
+    from statemachine_agent.otel import instrument
+
+    started = asyncio.Event()
+
+    @tool
+    async def slow() -> str:
+        """Wait for a long time."""
+        started.set()
+        await asyncio.sleep(60)
+        return "never"
+
+    model = ScriptedModel([tool_response(call("slow", {}, id="s1")), text_response("unused")])
+    agent = Agent(model, tools=[slow], abort_grace_seconds=0.01)
+    instrument(agent, tracer_provider=exporter.provider)
+    handle = agent.start("go")
+    await started.wait()
+    agent.abort("user pressed stop")
+    result = await handle
+    assert result.state is State.ABORTED
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(spans) == {"invoke_agent", "chat scripted", "execute_tool slow"}
+    run, tool_span = spans["invoke_agent"], spans["execute_tool slow"]
+    assert (run.status.status_code, run.status.description) == (
+        StatusCode.ERROR,
+        "user pressed stop",
+    )
+    assert run.attributes["error.type"] == "aborted"
+    assert tool_span.status.status_code is StatusCode.ERROR
+    assert "aborted" in (tool_span.status.description or "")
+    assert spans["chat scripted"].status.status_code is not StatusCode.ERROR  # it had answered
+
+
+async def test_contents_are_recorded_on_opt_in(exporter: Any) -> None:
+    from statemachine_agent.otel import instrument
+
+    model = ScriptedModel([tool_response(call("ping", {"n": 5}, id="c1")), text_response("ok")])
+    agent = Agent(model, tools=[ping])
+    instrument(agent, tracer_provider=exporter.provider, include_content=True)
+    await agent.run("go")
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    tool_span = spans["execute_tool ping"]
+    assert tool_span.attributes["gen_ai.tool.call.arguments"] == '{"n": 5}'
+    assert tool_span.attributes["gen_ai.tool.call.result"] == "pong 5"
+    assert '"go"' in spans["invoke_agent"].attributes["gen_ai.input.messages"]
+
+
+async def test_an_uninstrumented_agent_builds_no_events() -> None:
+    pytest.importorskip("opentelemetry", reason="the [otel] extra is not installed")
+    from statemachine_agent.otel import instrument
+
+    agent = Agent(ScriptedModel([text_response("a"), text_response("b")]))
+    tracing = instrument(agent)
+    assert agent._listening()
+    tracing.close()
+    assert not agent._listening()
