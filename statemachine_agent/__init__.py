@@ -56,7 +56,7 @@ from ._hooks import (
     TransformContext,
     TurnInfo,
 )
-from ._limits import LimitHit, UsageLimits
+from ._limits import FINAL_TURN_PROMPT, LimitHit, UsageLimits
 from ._machine import (
     TERMINAL_STATES,
     Action,
@@ -93,6 +93,7 @@ from .session import SessionLog
 __version__ = "0.1.0"
 
 __all__ = [
+    "FINAL_TURN_PROMPT",
     "HISTORY_ADAPTER",
     "TERMINAL_STATES",
     "AbortSignal",

@@ -102,6 +102,11 @@ class Agent:
             stop) or ``"all"``.
         limits: `UsageLimits` for each run (requests, tokens, tool calls); reaching one ends the
             run in ``max_turns`` (see `UsageLimits`). Assign ``agent.limits`` to change them.
+        final_turn: off by default. True (or an instruction of your own, a str): when a run would
+            end at ``max_turns`` or a usage limit, it first makes one request with tools disabled
+            (``tool_choice`` none) and an instruction to answer with what it has, so
+            ``result.text`` holds an answer; the state is still ``max_turns``, and that request
+            does not count against the limit it winds down from.
 
     Raises:
         ToolDefinitionError: two tools share a name.
@@ -135,6 +140,7 @@ class Agent:
         steering_mode: DeliveryMode = "all",
         follow_up_mode: DeliveryMode = "one_at_a_time",
         limits: UsageLimits | None = None,
+        final_turn: bool | str = False,
     ) -> None:
         if tool_execution not in ("parallel", "sequential"):
             raise UsageError("tool_execution must be 'parallel' or 'sequential'")
@@ -170,6 +176,7 @@ class Agent:
         self.max_continuations = max_continuations
         self.max_tokens_policy: MaxTokensPolicy = max_tokens_policy
         self.limits = limits
+        self.final_turn = final_turn
         self.machine = LoopMachine()
         self._messages: list[Message] = list(messages)
         self._projector = ContextProjector()

@@ -393,6 +393,26 @@ def note_usage_limit(run: Run) -> None:
     )
 
 
+def final_turn_at_turn_limit(run: Run) -> None:
+    """The turn cap is reached and ``final_turn`` is on: say why the run stops, then make one
+    last request with tools disabled."""
+    note_turn_limit(run)
+    run.data.winding_down = True
+
+
+def final_turn_at_usage_limit(run: Run) -> None:
+    """A usage limit is reached and ``final_turn`` is on: answer the calls it keeps from running,
+    say why the run stops, then make one last request with tools disabled."""
+    note_usage_limit(run)
+    run.data.winding_down = True
+
+
+def note_final_turn(run: Run) -> None:
+    """The final turn answered: the run ends at its limit (the error set when the limit was
+    reached stays); its calls, if the model made any, are answered by the terminal state."""
+    run.complete_turn()
+
+
 def note_terminated(run: Run) -> None:
     """A terminating denial ended the run."""
     run.error = _with_hook_error(

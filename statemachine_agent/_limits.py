@@ -14,6 +14,12 @@ from dataclasses import dataclass, fields
 from ._errors import UsageError
 from ._messages import Usage
 
+FINAL_TURN_PROMPT = (
+    "This is the final turn of this run: a limit was reached and tools are disabled. Answer now "
+    "with what you have: what was done, what you found, and what is left to do."
+)
+"""The instruction added to the system prompt of the final turn (``Agent(final_turn=True)``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class LimitHit:

@@ -19,7 +19,9 @@ pass fires. Failure paths: a provider failure (``fail``), an abort or cancelled 
 any active state), a bug escaping a tool, hook or model (``fail``), a terminating denial
 (``tools_finished [terminate_requested]``), the turn cap (``turn_limit``), the ``pause_turn``
 continuation cap (``continuation_limit``), a usage limit (``usage_limit``: before a request is
-sent and after each response, see `UsageLimits`), a response with tool calls and an unknown stop reason
+sent and after each response, see `UsageLimits`); with ``final_turn`` on, a turn or usage
+limit first leads to one more request with tools disabled (``final_turn``), whose answer ends the
+run in ``max_turns`` (``final_answer_at_limit``); a response with tool calls and an unknown stop reason
 (``unknown_stop_reason``: its calls are not run). A result marked ``terminate=True`` ends the run
 ``done`` (``terminating_result``).
 
@@ -90,6 +92,8 @@ class LoopData:
         requests: model requests sent in this run (a continued run keeps counting).
         tool_calls: tool calls run in this run (a continued run keeps counting).
         usage: tokens of this run's responses (a continued run keeps counting).
+        final_turn: make one last request with tools disabled before ending at a limit.
+        winding_down: that last request is the one in flight.
     """
 
     response: AssistantMessage | None = None
@@ -109,6 +113,8 @@ class LoopData:
     requests: int = 0
     tool_calls: int = 0
     usage: Usage = field(default_factory=Usage)
+    final_turn: bool = False
+    winding_down: bool = False
 
 
 Guard = Callable[[LoopData], bool]
@@ -239,6 +245,17 @@ def usage_limit_on_reply(data: LoopData) -> bool:
     return False
 
 
+def final_turn_wanted(data: LoopData) -> bool:
+    """``final_turn`` is on, no final turn was made yet, and ``should_continue`` did not say
+    stop: before ending at a limit, the run asks the model once more with tools disabled."""
+    return data.final_turn and not data.winding_down and data.keep_going
+
+
+def is_final_turn(data: LoopData) -> bool:
+    """The response answers the final turn (tools disabled): the run ends at its limit."""
+    return data.winding_down
+
+
 def hook_failed(data: LoopData) -> bool:
     """The ``should_continue`` hook raised."""
     return data.hook_error is not None
@@ -324,10 +341,13 @@ TRANSITIONS: tuple[TransitionSpec, ...] = (
     # trigger              sources                dest                 guards                             label             action
     _T(Trigger.START,          _START_FROM,           _S.MAX_TURNS,        (usage_limit_before_request,),     "usage_limit",    fx.note_usage_limit),
     _T(Trigger.START,          _START_FROM,           _S.AWAITING_MODEL,   (),                                "start"),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (is_final_turn,),                  "final_answer_at_limit", fx.note_final_turn),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (is_refusal,),                     "refusal",        fx.answer_refused),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (unknown_stop_reason,),            "unknown_stop_reason", fx.answer_unknown_stop_reason),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (final_turn_wanted, usage_limit_on_reply), "final_turn", fx.final_turn_at_usage_limit),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (usage_limit_on_reply,),           "usage_limit",    fx.note_usage_limit),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.EXECUTING_TOOLS,  (has_tool_calls,),                 "tool_calls"),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (final_turn_wanted, turn_limit_before_continuing), "final_turn", fx.final_turn_at_turn_limit),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (turn_limit_before_continuing,),   "turn_limit",     fx.note_turn_limit),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (can_continue_pause_turn,),        "pause_turn",     fx.continue_paused),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (continuations_exhausted,),        "continuation_limit", fx.note_continuation_limit),
@@ -336,9 +356,11 @@ TRANSITIONS: tuple[TransitionSpec, ...] = (
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (),                                "final_answer",   fx.note_final_answer),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_APPROVAL,(calls_pending,),                  "deferred"),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.DONE,             (result_ends_run,),                "terminating_result", fx.note_terminating_result),
+    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_MODEL,   (final_turn_wanted, turn_limit_reached), "final_turn", fx.final_turn_at_turn_limit),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.MAX_TURNS,        (turn_limit_reached,),             "turn_limit",     fx.note_turn_limit),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.ABORTED,          (terminate_requested,),            "terminated",     fx.note_terminated),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.FAILED,           (hook_failed,),                    "hook_failed",    fx.note_hook_failed),
+    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_MODEL,   (final_turn_wanted, usage_limit_before_request), "final_turn", fx.final_turn_at_usage_limit),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.MAX_TURNS,        (usage_limit_before_request,),     "usage_limit",    fx.note_usage_limit),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_MODEL,   (),                                "next_turn",      fx.deliver_steering),
     _T(Trigger.DECIDED,        _APPROVAL,             _S.EXECUTING_TOOLS,  (),                                "decided"),

@@ -31,6 +31,7 @@ from ._events import (
     stamp,
 )
 from ._execution import BatchRun, resolve
+from ._limits import FINAL_TURN_PROMPT
 from ._machine import Fired, LoopData
 from ._messages import (
     AssistantMessage,
@@ -80,6 +81,7 @@ class Run:
             max_continuations=agent.max_continuations,
             max_tokens_policy=agent.max_tokens_policy,
             limits=agent.limits,
+            final_turn=bool(agent.final_turn),
         )
         if counts is not None:  # a continued run keeps counting toward its usage limits
             self.data.requests, self.data.tool_calls, self.data.usage = counts
@@ -310,7 +312,8 @@ class Run:
             return self.fail(f"The transform_context hook failed: {type(exc).__name__}: {exc}")
         if self.signal.aborted:  # aborted while the request was built: do not send it
             return Trigger.ABORT
-        self.data.requests += 1
+        if not self.data.winding_down:  # the final turn does not count against the limits
+            self.data.requests += 1
         outcome = await self.send(request)
         if isinstance(outcome, RequestAborted):
             self.append(outcome.partial)
@@ -373,6 +376,13 @@ class Run:
                 raise InvalidHistoryError(problems)
         else:
             projected = agent._projector.project(self.messages)
+        if self.data.winding_down:  # the final turn: tools disabled, an instruction to answer
+            instruction = (
+                agent.final_turn if isinstance(agent.final_turn, str) else FINAL_TURN_PROMPT
+            )
+            system = instruction if not agent.system else f"{agent.system}\n\n{instruction}"
+            settings = {**agent.model_settings, "tool_choice": {"type": "none"}}
+            return ModelRequest(projected, system, agent._tool_definitions, settings)
         return ModelRequest(projected, agent.system, agent._tool_definitions, agent.model_settings)
 
     def fail(self, error: str) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from statemachine_agent import (
+    FINAL_TURN_PROMPT,
     Agent,
     State,
     ToolResultMessage,
@@ -286,3 +287,43 @@ async def test_an_uninstrumented_agent_builds_no_events() -> None:
     assert agent._listening()
     tracing.close()
     assert not agent._listening()
+
+
+# -- case 3: a graceful last turn --------------------------------------------------------------
+
+
+async def test_case3_final_turn_at_max_turns() -> None:
+    requests: list[Any] = []
+    agent = Agent(forever_model(requests), tools=[ping], max_turns=3, final_turn=True)
+    result = await agent.run("go")
+    assert len(requests) == 4
+    assert [r.settings.get("tool_choice") for r in requests] == [None, None, None, {"type": "none"}]
+    assert requests[3].system == FINAL_TURN_PROMPT
+    assert [t.name for t in requests[3].tools] == ["ping"]  # sent: the history holds its calls
+    assert result.text == "Summary after 3 requests."
+    assert result.state is State.MAX_TURNS
+    assert result.error is not None
+    assert result.error.startswith("Stopped after 3 turn(s): the max_turns limit (3) was reached.")
+    assert_valid_history(result.messages)
+
+
+async def test_final_turn_off_by_default_and_at_a_usage_limit() -> None:
+    requests: list[Any] = []
+    agent = Agent(forever_model(requests), tools=[ping], max_turns=3)
+    result = await agent.run("go")
+    assert len(requests) == 3 and result.text == ""
+    requests.clear()
+    agent = Agent(
+        forever_model(requests),
+        tools=[ping],
+        system="Be brief.",
+        limits=UsageLimits(max_requests=2),
+        final_turn="Wrap up.",
+    )
+    result = await agent.run("go")
+    assert len(requests) == 3  # the final turn does not count against max_requests
+    assert requests[2].system == "Be brief.\n\nWrap up."
+    assert requests[2].settings == {"tool_choice": {"type": "none"}}
+    assert result.state is State.MAX_TURNS
+    assert result.text == "Summary after 2 requests."
+    assert result.error is not None and "max_requests=2 was reached: 2 used" in result.error
