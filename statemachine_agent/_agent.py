@@ -14,6 +14,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Self
 
+from pydantic import BaseModel
+
 from ._context import ContextProjector
 from ._errors import AgentBusyError, ToolDefinitionError, UsageError
 from ._events import Event, RunEnd, RunStart
@@ -39,6 +41,7 @@ from ._messages import (
     Usage,
     UserMessage,
 )
+from ._output import output_tool
 from ._responses import call_ids
 from ._result import RunResult
 from ._run import Run
@@ -107,6 +110,11 @@ class Agent:
             (``tool_choice`` none) and an instruction to answer with what it has, so
             ``result.text`` holds an answer; the state is still ``max_turns``, and that request
             does not count against the limit it winds down from.
+        output_type: a pydantic model class: the model answers through a ``final_result`` tool
+            whose schema is the model's JSON schema, and `RunResult.output` is the validated
+            instance. None (default) or ``str``: a text answer.
+        output_retries: how many invalid final results (each answered with an error result
+            listing every field error) or text answers are sent back before the run fails.
 
     Raises:
         ToolDefinitionError: two tools share a name.
@@ -141,6 +149,8 @@ class Agent:
         follow_up_mode: DeliveryMode = "one_at_a_time",
         limits: UsageLimits | None = None,
         final_turn: bool | str = False,
+        output_type: type[BaseModel] | type[str] | None = None,
+        output_retries: int = 1,
     ) -> None:
         if tool_execution not in ("parallel", "sequential"):
             raise UsageError("tool_execution must be 'parallel' or 'sequential'")
@@ -161,6 +171,17 @@ class Agent:
             if t.name in self.tools:
                 raise ToolDefinitionError(f"two tools are named {t.name!r}")
             self.tools[t.name] = t
+        self.output_type: type[BaseModel] | None = None
+        if output_type is not None and output_type is not str:
+            final = output_tool(output_type)  # type: ignore[arg-type]
+            if final.name in self.tools:
+                raise ToolDefinitionError(
+                    f"a tool is named {final.name!r}: that name is the final result tool's "
+                    "when output_type is given"
+                )
+            self.tools[final.name] = final
+            self.output_type = final.args_model
+        self.output_retries = output_retries
         self.system = system
         self.max_turns = max_turns
         self.tool_execution: ToolExecution = tool_execution

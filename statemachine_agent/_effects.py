@@ -28,6 +28,7 @@ from ._messages import (
     is_known_stop_reason,
     text_result,
 )
+from ._output import OUTPUT_MISSING_PROMPT, OUTPUT_TOOL_NAME
 from ._protocol import (
     AFTER_TERMINATION,
     NOT_RUN_PENDING,
@@ -204,6 +205,8 @@ async def _after_batch(
             if isinstance(exc, asyncio.CancelledError) and cancelling():
                 raise  # the run's task is being cancelled; a hook's own one is its failure
             data.hook_error = f"The should_continue hook failed: {type(exc).__name__}: {exc}"
+    if data.output_expected:  # invalid final results, sent back as error results
+        data.output_failures += sum(r.is_error and r.tool_name == OUTPUT_TOOL_NAME for r in results)
     run.terminate_reason = terminate_reason
     data.terminate = terminate_reason is not None
     data.final_result = final_result
@@ -411,6 +414,26 @@ def note_final_turn(run: Run) -> None:
     """The final turn answered: the run ends at its limit (the error set when the limit was
     reached stays); its calls, if the model made any, are answered by the terminal state."""
     run.complete_turn()
+
+
+def ask_for_output(run: Run) -> None:
+    """A text answer while a typed result is expected: ask for the final result tool."""
+    run.data.output_failures += 1
+    run.complete_turn()
+    run.append(UserMessage(OUTPUT_MISSING_PROMPT))
+
+
+def note_output_invalid(run: Run) -> None:
+    """Too many invalid final results (or text answers): the run fails, saying so."""
+    data = run.data
+    if data.response is not None and not data.response.tool_calls:
+        data.output_failures += 1  # this text answer
+    run.complete_turn()
+    run.error = (
+        f"The model gave no valid final result after {data.output_failures} invalid attempt(s) "
+        f"(output_retries={data.output_retries}); the last error is in the history. Raise "
+        "output_retries, or check that the output type's schema is one the model can fill."
+    )
 
 
 def note_terminated(run: Run) -> None:

@@ -21,7 +21,9 @@ any active state), a bug escaping a tool, hook or model (``fail``), a terminatin
 continuation cap (``continuation_limit``), a usage limit (``usage_limit``: before a request is
 sent and after each response, see `UsageLimits`); with ``final_turn`` on, a turn or usage
 limit first leads to one more request with tools disabled (``final_turn``), whose answer ends the
-run in ``max_turns`` (``final_answer_at_limit``); a response with tool calls and an unknown stop reason
+run in ``max_turns`` (``final_answer_at_limit``); with an ``output_type``, a text answer is sent
+back (``output_missing``) and too many invalid final results fail the run (``output_invalid``); a
+response with tool calls and an unknown stop reason
 (``unknown_stop_reason``: its calls are not run). A result marked ``terminate=True`` ends the run
 ``done`` (``terminating_result``).
 
@@ -94,6 +96,10 @@ class LoopData:
         usage: tokens of this run's responses (a continued run keeps counting).
         final_turn: make one last request with tools disabled before ending at a limit.
         winding_down: that last request is the one in flight.
+        output_expected: the agent has an ``output_type``: the run ends through its final result
+            tool.
+        output_failures: invalid final results (or text answers) in this run.
+        output_retries: how many of them are sent back before the run fails.
     """
 
     response: AssistantMessage | None = None
@@ -115,6 +121,9 @@ class LoopData:
     usage: Usage = field(default_factory=Usage)
     final_turn: bool = False
     winding_down: bool = False
+    output_expected: bool = False
+    output_failures: int = 0
+    output_retries: int = 1
 
 
 Guard = Callable[[LoopData], bool]
@@ -256,6 +265,22 @@ def is_final_turn(data: LoopData) -> bool:
     return data.winding_down
 
 
+def output_retries_exhausted(data: LoopData) -> bool:
+    """More invalid final results (or text answers) than ``output_retries``."""
+    return data.output_expected and data.output_failures > data.output_retries
+
+
+def output_missing(data: LoopData) -> bool:
+    """A typed result is expected but the model answered in text (no tool call)."""
+    return data.output_expected and data.response is not None and not data.response.tool_calls
+
+
+def can_retry_output(data: LoopData) -> bool:
+    """The model answered in text instead of calling the final result tool, and a retry is
+    left: it is asked again."""
+    return output_missing(data) and data.output_failures < data.output_retries
+
+
 def hook_failed(data: LoopData) -> bool:
     """The ``should_continue`` hook raised."""
     return data.hook_error is not None
@@ -353,9 +378,12 @@ TRANSITIONS: tuple[TransitionSpec, ...] = (
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (continuations_exhausted,),        "continuation_limit", fx.note_continuation_limit),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (can_continue_max_tokens,),        "max_tokens",     fx.continue_truncated),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (has_queued_input,),               "queued_input",   fx.deliver_queued),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (can_retry_output,),               "output_missing", fx.ask_for_output),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.FAILED,           (output_missing,),                 "output_invalid", fx.note_output_invalid),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (),                                "final_answer",   fx.note_final_answer),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_APPROVAL,(calls_pending,),                  "deferred"),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.DONE,             (result_ends_run,),                "terminating_result", fx.note_terminating_result),
+    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.FAILED,           (output_retries_exhausted,),       "output_invalid", fx.note_output_invalid),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_MODEL,   (final_turn_wanted, turn_limit_reached), "final_turn", fx.final_turn_at_turn_limit),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.MAX_TURNS,        (turn_limit_reached,),             "turn_limit",     fx.note_turn_limit),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.ABORTED,          (terminate_requested,),            "terminated",     fx.note_terminated),

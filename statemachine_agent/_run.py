@@ -14,7 +14,7 @@ import inspect
 import uuid
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._cancel import AbortSignal, cancelling
 from ._context import project
@@ -42,6 +42,7 @@ from ._messages import (
     Usage,
     UserMessage,
 )
+from ._output import OUTPUT_TOOL_NAME
 from ._protocol import INCOMPLETE_STOP_REASONS, answer_dangling, find_violations
 from ._responses import RequestAborted, RequestFailed, request_response
 from ._result import RunResult
@@ -82,6 +83,8 @@ class Run:
             max_tokens_policy=agent.max_tokens_policy,
             limits=agent.limits,
             final_turn=bool(agent.final_turn),
+            output_expected=agent.output_type is not None,
+            output_retries=agent.output_retries,
         )
         if counts is not None:  # a continued run keeps counting toward its usage limits
             self.data.requests, self.data.tool_calls, self.data.usage = counts
@@ -290,7 +293,25 @@ class Run:
             refusal=refusal,
             final_text=self.final_text,
             run_id=self.id,
+            output=self._output(state, new),
         )
+
+    def _output(self, state: State | str, new: list[Message]) -> Any:
+        """The validated final result (``output_type``), or the text answer, once ``done``."""
+        if state != State.DONE:
+            return None
+        output_type = self.agent.output_type
+        if output_type is None:
+            return self.final_text if self.final_text is not None else _text_answer(new)
+        for message in reversed(new):
+            if (
+                isinstance(message, ToolResultMessage)
+                and message.tool_name == OUTPUT_TOOL_NAME
+                and not message.is_error
+                and message.details is not None
+            ):
+                return output_type.model_validate(message.details)
+        return None
 
     # -- model requests -----------------------------------------------------------------------
 
@@ -390,6 +411,11 @@ class Run:
         self.append(AssistantMessage(content=[], stop_reason=StopReason.ERROR, error=error))
         self.error = error
         return Trigger.FAIL
+
+
+def _text_answer(new: list[Message]) -> str:
+    """The run's text answer (as `RunResult.text` gives it)."""
+    return RunResult(State.DONE, [], new, 0, Usage()).text
 
 
 def _takes_signal(hook: object) -> bool:

@@ -3,9 +3,11 @@ turn, typed results), each case of the issue checked on its exact expected value
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from statemachine_agent import (
     FINAL_TURN_PROMPT,
@@ -16,6 +18,7 @@ from statemachine_agent import (
     UsageLimits,
     tool,
 )
+from statemachine_agent._output import OUTPUT_MISSING_PROMPT
 from statemachine_agent.models import FunctionModel, ScriptedModel
 from statemachine_agent.testing import assert_valid_history
 from statemachine_agent.testing.steps import call, text_response, tool_response
@@ -327,3 +330,81 @@ async def test_final_turn_off_by_default_and_at_a_usage_limit() -> None:
     assert result.state is State.MAX_TURNS
     assert result.text == "Summary after 2 requests."
     assert result.error is not None and "max_requests=2 was reached: 2 used" in result.error
+
+
+# -- case 4: typed results ---------------------------------------------------------------------
+
+
+class Invoice(BaseModel):
+    """An invoice."""
+
+    number: str
+    total: Decimal
+
+
+TOTAL_ERROR = (
+    "Invalid arguments for tool 'final_result' (1 error(s)):\n"
+    "- total: Input should be a valid decimal\n"
+    'Arguments received: {"number": "A-17", "total": "abc"}\n'
+    "Fix the arguments and call the tool again."
+)
+
+
+async def test_case4_invalid_output_is_sent_back_then_validated() -> None:
+    model = ScriptedModel(
+        [
+            tool_response(call("final_result", {"number": "A-17", "total": "abc"}, id="o1")),
+            tool_response(call("final_result", {"number": "A-17", "total": "12.50"}, id="o2")),
+        ]
+    )
+    agent = Agent(model, output_type=Invoice)
+    result = await agent.run("Read the invoice.")
+    assert result.state is State.DONE
+    assert result.output == Invoice(number="A-17", total=Decimal("12.50"))
+    first, second = results_of(result.new_messages)
+    assert (first.is_error, first.text) == (True, TOTAL_ERROR)
+    assert second.is_error is False
+    assert model.requests[0].tools[0].name == "final_result"
+    assert model.requests[0].tools[0].input_schema == {
+        "description": "An invoice.",
+        "properties": {
+            "number": {"title": "Number", "type": "string"},
+            "total": {
+                "anyOf": [{"type": "number"}, {"type": "string"}],
+                "title": "Total",
+            },
+        },
+        "required": ["number", "total"],
+        "type": "object",
+    }
+    assert_valid_history(result.messages)
+
+
+async def test_output_retries_exhausted_fails_the_run() -> None:
+    bad = {"number": "A-17", "total": "abc"}
+    model = ScriptedModel(
+        [
+            tool_response(call("final_result", bad, id="o1")),
+            text_response("The total is abc."),  # a text answer is sent back too
+            tool_response(call("final_result", bad, id="o2")),
+        ]
+    )
+    agent = Agent(model, output_type=Invoice, output_retries=2)
+    result = await agent.run("Read the invoice.")
+    assert len(model.requests) == 3
+    assert result.state is State.FAILED
+    assert result.output is None
+    assert result.error == (
+        "The model gave no valid final result after 3 invalid attempt(s) (output_retries=2); "
+        "the last error is in the history. Raise output_retries, or check that the output "
+        "type's schema is one the model can fill."
+    )
+    assert model.requests[2].messages[-1].text == OUTPUT_MISSING_PROMPT
+    assert_valid_history(result.messages)
+
+
+async def test_plain_text_output_stays_the_default() -> None:
+    result = await Agent(ScriptedModel([text_response("hi")])).run("hello")
+    assert (result.output, result.text) == ("hi", "hi")
+    failed = await Agent(ScriptedModel([])).run("hello")  # the script is empty: failed
+    assert (failed.state, failed.output) == (State.FAILED, None)
