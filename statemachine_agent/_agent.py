@@ -109,7 +109,8 @@ class Agent:
             end at ``max_turns`` or a usage limit, it first makes one request with tools disabled
             (``tool_choice`` none) and an instruction to answer with what it has, so
             ``result.text`` holds an answer; the state is still ``max_turns``, and that request
-            does not count against the limit it winds down from.
+            is made even though the limit is reached (it is not counted in the run's requests).
+            The history then ends with an answer: the next ``run()`` takes a prompt.
         output_type: a pydantic model class: the model answers through a ``final_result`` tool
             whose schema is the model's JSON schema, and `RunResult.output` is the validated
             instance. None (default) or ``str``: a text answer.

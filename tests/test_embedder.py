@@ -7,6 +7,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from statemachine_agent import (
@@ -22,6 +24,7 @@ from statemachine_agent._output import OUTPUT_MISSING_PROMPT
 from statemachine_agent.models import FunctionModel, ScriptedModel
 from statemachine_agent.testing import assert_valid_history
 from statemachine_agent.testing.steps import call, text_response, tool_response
+from statemachine_agent.testing.strategies import final_results
 
 
 @tool
@@ -408,3 +411,23 @@ async def test_plain_text_output_stays_the_default() -> None:
     assert (result.output, result.text) == ("hi", "hi")
     failed = await Agent(ScriptedModel([])).run("hello")  # the script is empty: failed
     assert (failed.state, failed.output) == (State.FAILED, None)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+async def test_kit_final_results_valid_and_invalid(data: st.DataObject) -> None:
+    class Order(BaseModel):
+        item: str
+        quantity: int
+
+    valid = data.draw(st.booleans())
+    step = data.draw(final_results(Order, valid=valid, call_id="f1"))
+    script = [step] if valid else [step, *[step] * 2]
+    agent = Agent(ScriptedModel(script), output_type=Order, output_retries=1)
+    result = await agent.run("order")
+    if valid:
+        assert result.state is State.DONE
+        assert result.output == Order.model_validate(step["content"][0]["input"])
+    else:
+        assert (result.state, result.output) == (State.FAILED, None)
+    assert_valid_history(result.messages)
