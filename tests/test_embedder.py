@@ -431,3 +431,57 @@ async def test_kit_final_results_valid_and_invalid(data: st.DataObject) -> None:
     else:
         assert (result.state, result.output) == (State.FAILED, None)
     assert_valid_history(result.messages)
+
+
+async def test_a_failed_request_ends_its_chat_span_and_the_run_span_with_an_error(
+    exporter: Any,
+) -> None:
+    from opentelemetry.trace import StatusCode
+
+    from statemachine_agent.otel import instrument
+    from statemachine_agent.testing.steps import error_step
+
+    model = ScriptedModel([error_step("invalid_request_error", "bad request", status_code=400)])
+    agent = Agent(model)
+    instrument(agent, tracer_provider=exporter.provider)
+    result = await agent.run("go")
+    assert result.state is State.FAILED
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(spans) == {"invoke_agent", "chat scripted"}
+    for span in spans.values():
+        assert span.status.status_code is StatusCode.ERROR
+        assert "bad request" in (span.status.description or "")
+    assert spans["invoke_agent"].attributes["error.type"] == "failed"
+
+
+async def test_a_cancelled_task_ends_every_span_with_an_error(exporter: Any) -> None:
+    import asyncio
+
+    from opentelemetry.trace import StatusCode
+
+    from statemachine_agent.otel import instrument
+
+    started = asyncio.Event()
+
+    @tool
+    async def slow() -> str:
+        """Wait for a long time."""
+        started.set()
+        await asyncio.sleep(60)
+        return "never"
+
+    agent = Agent(ScriptedModel([tool_response(call("slow", {}, id="s1"))]), tools=[slow])
+    instrument(agent, tracer_provider=exporter.provider)
+    task = asyncio.create_task(agent.run("go"))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(spans) == {"invoke_agent", "chat scripted", "execute_tool slow"}
+    run = spans["invoke_agent"]
+    assert (run.status.status_code, run.status.description) == (
+        StatusCode.ERROR,
+        "the task running the agent was cancelled",
+    )
+    assert spans["execute_tool slow"].status.status_code is StatusCode.ERROR
