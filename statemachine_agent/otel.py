@@ -211,9 +211,21 @@ class Instrumentation:
         if self._content:
             span.set_attribute("gen_ai.tool.call.result", result.text)
         if result.is_error:
-            span.set_attribute("error.type", "tool_error")
-            span.set_status(Status(StatusCode.ERROR, result.text))
+            aborted = self._abort_reason(event.run_id)
+            span.set_attribute("error.type", "aborted" if aborted else "tool_error")
+            span.set_status(
+                Status(
+                    StatusCode.ERROR, f"the run was aborted: {aborted}" if aborted else result.text
+                )
+            )
         span.end()
+
+    def _abort_reason(self, run_id: str) -> str | None:
+        """The abort reason of the agent's run ``run_id`` if it was aborted, else None."""
+        run = self._agent._run
+        if run is None or run.id != run_id or not run.signal.aborted:
+            return None
+        return run.signal.reason or "aborted"
 
     def _run_end(self, event: RunEnd) -> None:
         spans = self._runs.pop(event.run_id, None)

@@ -265,8 +265,11 @@ async def test_case1_abort_during_a_tool_ends_every_span_with_an_error(exporter:
         "user pressed stop",
     )
     assert run.attributes["error.type"] == "aborted"
-    assert tool_span.status.status_code is StatusCode.ERROR
-    assert "aborted" in (tool_span.status.description or "")
+    assert (tool_span.status.status_code, tool_span.status.description) == (
+        StatusCode.ERROR,
+        "the run was aborted: user pressed stop",
+    )
+    assert tool_span.attributes["error.type"] == "aborted"
     assert spans["chat scripted"].status.status_code is not StatusCode.ERROR  # it had answered
 
 
