@@ -56,6 +56,7 @@ from ._hooks import (
     TransformContext,
     TurnInfo,
 )
+from ._limits import FINAL_TURN_PROMPT, LimitHit, UsageLimits
 from ._machine import (
     TERMINAL_STATES,
     Action,
@@ -92,6 +93,7 @@ from .session import SessionLog
 __version__ = "0.1.0"
 
 __all__ = [
+    "FINAL_TURN_PROMPT",
     "HISTORY_ADAPTER",
     "TERMINAL_STATES",
     "AbortSignal",
@@ -118,6 +120,7 @@ __all__ = [
     "Guard",
     "ImageBlock",
     "InvalidHistoryError",
+    "LimitHit",
     "LoopData",
     "LoopMachine",
     "MachineDefinitionError",
@@ -167,6 +170,7 @@ __all__ = [
     "TurnStart",
     "Usage",
     "UsageError",
+    "UsageLimits",
     "UserMessage",
     "event_to_dict",
     "render_diagram",

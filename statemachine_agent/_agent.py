@@ -14,6 +14,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Self
 
+from pydantic import BaseModel
+
 from ._context import ContextProjector
 from ._errors import AgentBusyError, ToolDefinitionError, UsageError
 from ._events import Event, RunEnd, RunStart
@@ -29,8 +31,17 @@ from ._hooks import (
     ShouldContinue,
     TransformContext,
 )
+from ._limits import UsageLimits
 from ._machine import LoopMachine, MaxTokensPolicy
-from ._messages import AssistantMessage, Message, StopReason, ToolResultMessage, UserMessage
+from ._messages import (
+    AssistantMessage,
+    Message,
+    StopReason,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from ._output import output_tool
 from ._responses import call_ids
 from ._result import RunResult
 from ._run import Run
@@ -92,6 +103,19 @@ class Agent:
             ``"one_at_a_time"`` delivers one per delivery point (one per model request).
         follow_up_mode: ``"one_at_a_time"`` (default: one follow-up each time the model would
             stop) or ``"all"``.
+        limits: `UsageLimits` for each run (requests, tokens, tool calls); reaching one ends the
+            run in ``max_turns`` (see `UsageLimits`). Assign ``agent.limits`` to change them.
+        final_turn: off by default. True (or an instruction of your own, a str): when a run would
+            end at ``max_turns`` or a usage limit, it first makes one request with tools disabled
+            (``tool_choice`` none) and an instruction to answer with what it has, so
+            ``result.text`` holds an answer; the state is still ``max_turns``, and that request
+            is made even though the limit is reached (it is not counted in the run's requests).
+            The history then ends with an answer: the next ``run()`` takes a prompt.
+        output_type: a pydantic model class: the model answers through a ``final_result`` tool
+            whose schema is the model's JSON schema, and `RunResult.output` is the validated
+            instance. None (default) or ``str``: a text answer.
+        output_retries: how many invalid final results (each answered with an error result
+            listing every field error) or text answers are sent back before the run fails.
 
     Raises:
         ToolDefinitionError: two tools share a name.
@@ -124,6 +148,10 @@ class Agent:
         owns_model: bool = False,
         steering_mode: DeliveryMode = "all",
         follow_up_mode: DeliveryMode = "one_at_a_time",
+        limits: UsageLimits | None = None,
+        final_turn: bool | str = False,
+        output_type: type[BaseModel] | type[str] | None = None,
+        output_retries: int = 1,
     ) -> None:
         if tool_execution not in ("parallel", "sequential"):
             raise UsageError("tool_execution must be 'parallel' or 'sequential'")
@@ -144,6 +172,17 @@ class Agent:
             if t.name in self.tools:
                 raise ToolDefinitionError(f"two tools are named {t.name!r}")
             self.tools[t.name] = t
+        self.output_type: type[BaseModel] | None = None
+        if output_type is not None and output_type is not str:
+            final = output_tool(output_type)  # type: ignore[arg-type]
+            if final.name in self.tools:
+                raise ToolDefinitionError(
+                    f"a tool is named {final.name!r}: that name is the final result tool's "
+                    "when output_type is given"
+                )
+            self.tools[final.name] = final
+            self.output_type = final.args_model
+        self.output_retries = output_retries
         self.system = system
         self.max_turns = max_turns
         self.tool_execution: ToolExecution = tool_execution
@@ -158,6 +197,8 @@ class Agent:
         self.model_settings = dict(model_settings or {})
         self.max_continuations = max_continuations
         self.max_tokens_policy: MaxTokensPolicy = max_tokens_policy
+        self.limits = limits
+        self.final_turn = final_turn
         self.machine = LoopMachine()
         self._messages: list[Message] = list(messages)
         self._projector = ContextProjector()
@@ -169,6 +210,7 @@ class Agent:
         self._claim_lock = threading.RLock()
         self._run: Run | None = None  # the current run (None between runs: no reference cycle)
         self._last_turns = 0  # turns of the last run (a continued run keeps counting)
+        self._last_counts: tuple[int, int, Usage] | None = None  # its requests, calls, usage
         self._pending: PendingBatch | None = None  # a batch waiting for decisions
         self._running = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -542,7 +584,10 @@ class Agent:
                 self.max_turns = max_turns
             if first is Trigger.START and user is None and not (self._steering or self._follow_ups):
                 self._check_can_continue()
-            run = Run(self, turns=0 if user is not None else self._last_turns)
+            if user is not None:
+                run = Run(self)
+            else:
+                run = Run(self, turns=self._last_turns, counts=self._last_counts)
             run.first_trigger = first
             self._run, self._loop, self._loop_thread = run, None, 0
             self._running = True
@@ -562,6 +607,8 @@ class Agent:
         with self._claim_lock:
             if self._run is run:
                 self._last_turns = run.data.turns
+                data = run.data
+                self._last_counts = (data.requests, data.tool_calls, data.usage)
                 self._run, self._loop, self._loop_thread = None, None, 0
                 self._running = False
 

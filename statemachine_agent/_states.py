@@ -15,7 +15,7 @@ class State(StrEnum):
     process or another. Terminal states: ``done`` (the model answered and nothing is queued, a
     result marked ``terminate=True`` ended the run, or tool calls came with an unknown stop
     reason), ``aborted`` (an abort, a cancelled task, a ``KeyboardInterrupt`` in a tool, or a
-    terminating denial), ``max_turns`` (the turn cap, ``should_continue``, or the ``pause_turn``
+    terminating denial), ``max_turns`` (the turn cap, a usage limit, ``should_continue``, or the ``pause_turn``
     continuation cap), ``failed`` (the provider failed for good, or a bug escaped). A terminal
     state ends a run, not the agent: ``start`` leaves each of them.
     """

@@ -143,6 +143,9 @@ class AnthropicModel:
         options.update(extra_body or {})
         self._options = options
 
+    provider_name = "anthropic"
+    """The provider's name in traces (``gen_ai.provider.name``)."""
+
     @property
     def name(self) -> str:
         """The model name."""
