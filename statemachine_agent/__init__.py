@@ -5,8 +5,10 @@ The public names are listed in ``__all__``; modules whose names start with ``_``
 
 from __future__ import annotations
 
+from ._accounting import ContextUsage, estimate_tokens
 from ._agent import Agent
 from ._cancel import AbortSignal
+from ._compacting import Compaction, Summarizer
 from ._diagram import render_diagram
 from ._errors import (
     AgentBusyError,
@@ -25,6 +27,8 @@ from ._errors import (
 from ._events import (
     ApprovalRequested,
     CallDecided,
+    CompactionEnd,
+    CompactionStart,
     Event,
     MessageDelta,
     MessageEnd,
@@ -107,6 +111,10 @@ __all__ = [
     "BeforeToolCall",
     "CallDecided",
     "ClaimedRun",
+    "Compaction",
+    "CompactionEnd",
+    "CompactionStart",
+    "ContextUsage",
     "Decision",
     "Defer",
     "Deny",
@@ -144,6 +152,7 @@ __all__ = [
     "StateChanged",
     "StateSpec",
     "StopReason",
+    "Summarizer",
     "TextBlock",
     "ThinkingBlock",
     "Tool",
@@ -168,6 +177,7 @@ __all__ = [
     "Usage",
     "UsageError",
     "UserMessage",
+    "estimate_tokens",
     "event_to_dict",
     "render_diagram",
     "tool",

@@ -14,6 +14,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Self
 
+from ._accounting import ContextMeter, ContextUsage
+from ._compacting import Compaction, context_window
 from ._context import ContextProjector
 from ._errors import AgentBusyError, ToolDefinitionError, UsageError
 from ._events import Event, RunEnd, RunStart
@@ -92,10 +94,15 @@ class Agent:
             ``"one_at_a_time"`` delivers one per delivery point (one per model request).
         follow_up_mode: ``"one_at_a_time"`` (default: one follow-up each time the model would
             stop) or ``"all"``.
+        compaction: automatic compaction (`Compaction`): before a request whose context reaches
+            its threshold, after a response cut by the context window, and once on a "prompt is
+            too long" error, the ``compacting`` state replaces the older history with a summary.
+            None (default): off; such a response ends the run with an error saying how to go on.
 
     Raises:
         ToolDefinitionError: two tools share a name.
-        UsageError: an unknown ``tool_execution``, ``steering_mode`` or ``follow_up_mode``; the
+        UsageError: an unknown ``tool_execution``, ``steering_mode`` or ``follow_up_mode``; a
+            fractional compaction threshold for a model with no ``context_window``; the
             model refuses a tool name (e.g. `AnthropicModel.check_tools`: the name of one of its
             server tools).
     """
@@ -124,6 +131,7 @@ class Agent:
         owns_model: bool = False,
         steering_mode: DeliveryMode = "all",
         follow_up_mode: DeliveryMode = "one_at_a_time",
+        compaction: Compaction | None = None,
     ) -> None:
         if tool_execution not in ("parallel", "sequential"):
             raise UsageError("tool_execution must be 'parallel' or 'sequential'")
@@ -159,6 +167,10 @@ class Agent:
         self.max_continuations = max_continuations
         self.max_tokens_policy: MaxTokensPolicy = max_tokens_policy
         self.machine = LoopMachine()
+        if compaction is not None:
+            compaction.limit(context_window(model))  # a fractional threshold needs the window
+        self.compaction = compaction
+        self._context = ContextMeter()
         self._messages: list[Message] = list(messages)
         self._projector = ContextProjector()
         self._steering: deque[UserMessage] = deque()
@@ -324,6 +336,13 @@ class Agent:
             raise AgentBusyError("cannot replace the history while a run is in progress")
         self._messages = list(messages)
         self._call_ids = call_ids(self._messages)
+
+    @property
+    def context_usage(self) -> ContextUsage:
+        """How much of the model's context window the history uses: the tokens the provider
+        counted for the last request plus an estimate of what was added since (see
+        `ContextUsage`; the whole history is estimated before the first response)."""
+        return self._context.usage(self._messages, context_window(self.model))
 
     @property
     def is_running(self) -> bool:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ._cancel import AbortSignal, cancelling
+from ._compacting import overflowed
 from ._context import project
 from ._effects import request_model
 from ._errors import InvalidHistoryError, MachineDefinitionError
@@ -77,6 +78,7 @@ class Run:
             max_turns=agent.max_turns,
             max_continuations=agent.max_continuations,
             max_tokens_policy=agent.max_tokens_policy,
+            compaction=agent.compaction is not None,
         )
         self.usage = Usage()
         self.error: str | None = None
@@ -142,7 +144,8 @@ class Run:
         if self.turn is not None:
             turn, self.turn = self.turn, None
             if self.agent._subscribers:
-                self.emit(TurnEnd(turn, self.turn_message, self.turn_results))
+                context = self.agent.context_usage
+                self.emit(TurnEnd(turn, self.turn_message, self.turn_results, context))
 
     # -- queued input -------------------------------------------------------------------------
 
@@ -309,6 +312,8 @@ class Run:
             self.append(outcome.partial)
             return Trigger.ABORT
         if isinstance(outcome, RequestFailed):
+            if outcome.prompt_too_long:
+                return overflowed(self, outcome)  # compaction and one retry, or fail
             return self.fail(outcome.message)
         return outcome
 
