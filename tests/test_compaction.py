@@ -410,3 +410,30 @@ def test_fractional_threshold_needs_a_context_window() -> None:
     with pytest.raises(UsageError, match="threshold"):
         Compaction(threshold=0)
     Agent(ScriptedModel([], context_window=10_000), compaction=Compaction(threshold=0.5))
+
+
+async def test_an_abort_during_compaction_ends_aborted_with_the_history_intact() -> None:
+    holder: list[Agent] = []
+
+    async def summarize(old: Sequence[Message]) -> str:
+        holder[0].abort("stop now")
+        return "too late"
+
+    agent, history = _compacting_agent(summarize)
+    holder.append(agent)
+    result = await agent.run("next")
+    assert result.state == State.ABORTED
+    assert result.error == "stop now"
+    assert agent.messages == [*history, UserMessage("next")]
+
+
+def test_a_durable_record_of_a_too_long_prompt_replays_as_too_long() -> None:
+    """A durable run replays the recorded outcome: the flag that leads to compaction survives."""
+    pytest.importorskip("dbos", reason="durable execution needs the dbos extra")
+    from statemachine_agent._responses import RequestFailed
+    from statemachine_agent.durable import _decode_outcome, _encode_outcome
+
+    failed = RequestFailed("Model request failed: prompt is too long", prompt_too_long=True)
+    assert _decode_outcome(_encode_outcome(failed)) == failed
+    plain = RequestFailed("Model request failed: overloaded")
+    assert _decode_outcome(_encode_outcome(plain)) == plain
