@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 from ._accounting import ContextMeter, ContextUsage
 from ._compacting import Compaction, context_window
-from ._context import ContextProjector
+from ._context import ContextProjector, project
 from ._errors import AgentBusyError, ToolDefinitionError, UsageError
 from ._events import Event, RunEnd, RunStart
 from ._execution import PendingBatch, ToolExecution
@@ -32,13 +32,20 @@ from ._hooks import (
     TransformContext,
 )
 from ._machine import LoopMachine, MaxTokensPolicy
-from ._messages import AssistantMessage, Message, StopReason, ToolResultMessage, UserMessage
+from ._messages import (
+    AssistantMessage,
+    Message,
+    StopReason,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
 from ._responses import call_ids
 from ._result import RunResult
 from ._run import Run
 from ._states import State, Trigger
 from ._tools import Tool, ToolFunction, tool_from_function
-from .models._base import Model, ToolDefinition
+from .models._base import Model, ModelRequest, ToolDefinition
 
 if TYPE_CHECKING:
     from .session import SessionLog
@@ -343,6 +350,29 @@ class Agent:
         counted for the last request plus an estimate of what was added since (see
         `ContextUsage`; the whole history is estimated before the first response)."""
         return self._context.usage(self._messages, context_window(self.model))
+
+    async def count_context(self) -> ContextUsage:
+        """Count the context the next request would use with the model's token-counting
+        endpoint (``model.count_tokens(request)``, e.g. `AnthropicModel.count_tokens`) instead
+        of estimating it; the count becomes the meter's reported figure. A model without one
+        gives `context_usage` (the estimate).
+
+        Raises:
+            ModelError: the count failed.
+        """
+        count = getattr(self.model, "count_tokens", None)
+        if count is None:
+            return self.context_usage
+        messages = self._messages
+        request = ModelRequest(
+            project(messages),
+            self.system,
+            self._tool_definitions,
+            self.model_settings,
+        )
+        tokens = int(await count(request))
+        self._context.counted(messages, Usage(input_tokens=tokens))  # covers every message
+        return self.context_usage
 
     @property
     def is_running(self) -> bool:

@@ -437,3 +437,11 @@ def test_a_durable_record_of_a_too_long_prompt_replays_as_too_long() -> None:
     assert _decode_outcome(_encode_outcome(failed)) == failed
     plain = RequestFailed("Model request failed: overloaded")
     assert _decode_outcome(_encode_outcome(plain)) == plain
+
+
+async def test_count_context_without_a_counting_endpoint_is_the_estimate() -> None:
+    agent = Agent(ScriptedModel([], context_window=500), messages=[UserMessage("hello")])
+    context = await agent.count_context()
+    assert context == agent.context_usage
+    assert context.reported == 0
+    assert context.tokens == -(-len(UserMessage("hello").model_dump_json()) // 4)

@@ -246,6 +246,29 @@ class AnthropicModel:
                 return not same_model(message.model, self._model)
         return False
 
+    async def count_tokens(self, request: ModelRequest) -> int:
+        """The input tokens ``request`` would use, counted by the API's token-counting endpoint
+        (``messages.count_tokens``: messages, system prompt, tools and thinking; free, but rate
+        limited like requests).
+
+        Raises:
+            ModelAuthError: the key is missing, wrong or lacks permission (401 / 403).
+            ModelError: the count failed (the status's message; a connection error).
+        """
+        body = self.body(request)
+        fields = {k: body[k] for k in ("system", "tools", "thinking") if k in body}
+        try:
+            counted = await self._client.messages.count_tokens(
+                model=body["model"], messages=cast(Any, body["messages"]), extra_body=fields
+            )
+        except anthropic.APIStatusError as exc:
+            raise _status_error(exc) from None
+        except anthropic.APIConnectionError as exc:
+            raise _connection_error(
+                exc, self._client.timeout, retried=True, url=str(self._client.base_url)
+            ) from None
+        return int(counted.input_tokens)
+
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Stream the response to ``request``; the last item is `ResponseComplete`.
 

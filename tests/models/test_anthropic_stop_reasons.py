@@ -333,3 +333,21 @@ async def test_ping_through_the_adapter_changes_nothing(
     assert isinstance(final, ResponseComplete)
     assert final.message.content == EXPECTED_11
     assert final.message.stop_reason == StopReason.TOOL_USE
+
+
+async def test_count_context_uses_the_token_counting_endpoint(server: ReplayServer) -> None:
+    server.add(json_reply(200, {"input_tokens": 1234}))
+    history = [
+        UserMessage("a question"),
+        AssistantMessage(content=[TextBlock(text="an answer")], stop_reason="end_turn"),
+    ]
+    agent = Agent(model(server), system="be brief", messages=history)
+    context = await agent.count_context()
+
+    (request,) = server.requests
+    assert request.path.startswith("/v1/messages/count_tokens")
+    assert request.body["model"] == MODEL and request.body["system"][0]["text"] == "be brief"
+    assert [m["role"] for m in request.body["messages"]] == ["user", "assistant"]
+    assert context.reported == 1234 and context.estimated == 0 and context.tokens == 1234
+    assert context.window == 200_000
+    assert agent.context_usage == context
