@@ -5,8 +5,11 @@ report usage) runs with the agent's context meter as shipped and with it stubbed
 kept, no estimate made), interleaved, in two settings: nobody subscribed (the meter only records
 the response's count) and a subscriber present (each ``turn_end`` event carries the estimated
 `ContextUsage`). The noise floor is the spread between two identical stubbed configurations
-measured the same way. Accounting is "within noise" when its overhead is at most the larger of
-that floor and 5 %.
+measured the same way. Times are CPU time of the process (``time.process_time``: the engine runs
+in one thread), which a shared machine disturbs less than wall time. Accounting is "within noise"
+when its overhead is at most the larger of that floor and 5 %. The direct cost of the meter per
+turn (one ``counted`` and, with a subscriber, one ``usage`` over the turn's new messages) is timed
+on its own as well.
 
 Usage: ``python benchmarks/bench_context.py [--quick]``
 """
@@ -72,9 +75,9 @@ async def one_run(script: list[AssistantMessage], subscribe: bool) -> float:
     agent = Agent(model, tools=[NOOP], max_turns=TURNS + 1)
     if subscribe:
         agent.subscribe(lambda event: None)
-    start = time.perf_counter()
+    start = time.process_time()
     result = await agent.run("go")
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert result.state is State.DONE, result.error
     return elapsed / (TURNS + 1) * 1e6
 
@@ -94,8 +97,35 @@ def measure(subscribe: bool, repeats: int) -> dict[str, float]:
     return {name: median(values) for name, values in samples.items()}
 
 
+def direct_cost(repeats: int = 2_000) -> dict[str, float]:
+    """Microseconds per turn of the meter itself on a growing history (the turn adds one
+    response and one result): ``counted`` alone, and ``counted`` + ``usage``."""
+    script = steps(repeats)
+    from statemachine_agent import UserMessage
+    from statemachine_agent._messages import text_result
+
+    out: dict[str, float] = {}
+    for label, with_usage in (("counted", False), ("counted_and_usage", True)):
+        meter = ContextMeter()
+        history: list[Any] = [UserMessage("go")]
+        spent = 0.0
+        for response in script[:repeats]:
+            call = response.tool_calls[0]
+            result = text_result(call, "ok")
+            start = time.perf_counter()
+            meter.counted(history, response.usage)
+            history.append(response)
+            history.append(result)
+            if with_usage:
+                meter.usage(history, 200_000)
+            spent += time.perf_counter() - start
+        out[label] = spent / repeats * 1e6
+    return out
+
+
 def main() -> dict[str, Any]:
-    repeats = 3 if quick() else 15
+    repeats = 3 if quick() else 25
+    direct = direct_cost()
     results = {
         label: measure(sub, repeats)
         for label, sub in (("no subscriber", False), ("subscriber", True))
@@ -123,8 +153,12 @@ def main() -> dict[str, Any]:
             f"Figure 12: per-turn cost of context accounting ({TURNS} turns, usage reported)",
         )
     )
+    print(
+        f"the meter itself: counted {direct['counted']:.2f} µs/turn, counted + usage "
+        f"{direct['counted_and_usage']:.2f} µs/turn (history growing by 2 messages a turn)"
+    )
     print("targets:", ", ".join(f"{k}: {v}" for k, v in targets.items()))
-    data = {"us_per_turn": results, "targets": targets}
+    data = {"us_per_turn": results, "meter_us_per_turn": direct, "targets": targets}
     emit("context", data)
     return data
 

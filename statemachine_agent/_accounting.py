@@ -8,30 +8,57 @@ history, or a model that reports no usage), the whole history is estimated.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pydantic_core import PydanticSerializationError
-
-from ._messages import Message, Usage
+from ._messages import (
+    ImageBlock,
+    Message,
+    ProviderBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolCallBlock,
+    Usage,
+)
 
 CHARS_PER_TOKEN = 4
-"""The estimate's ratio: about 4 characters of a message's JSON per token (English text and code
-under Claude's tokenizer; an estimate, never a count)."""
+"""The estimate's ratio: about 4 characters per token (English text, code and JSON under
+Claude's tokenizer; an estimate, never a count)."""
+
+MESSAGE_OVERHEAD_CHARS = 16
+"""Characters counted for each message and each tool call besides their text (role, ids, framing)."""
+
+IMAGE_TOKENS = 1_600
+"""Tokens counted for an image (about what a 1,092 x 1,092 px image costs)."""
 
 
 def estimate_tokens(messages: Sequence[Message]) -> int:
-    """Estimated tokens of ``messages``: the characters of each message's JSON divided by
-    `CHARS_PER_TOKEN`, rounded up per message."""
+    """Estimated tokens of ``messages``, each rounded up: the characters of its text (text and
+    thinking blocks, a tool call's name and arguments (as streamed, else ``str()`` of the parsed
+    ones: about their JSON's length), a result's text, a provider block's JSON) plus `MESSAGE_OVERHEAD_CHARS` per message and per tool call, divided by
+    `CHARS_PER_TOKEN`; an image counts `IMAGE_TOKENS`."""
     return sum(_estimate(m) for m in messages)
 
 
 def _estimate(message: Message) -> int:
-    try:
-        size = len(message.model_dump_json())
-    except PydanticSerializationError:  # a lone surrogate (kept as received): count its repr
-        size = len(repr(message.model_dump()))
-    return -(-size // CHARS_PER_TOKEN)
+    chars = MESSAGE_OVERHEAD_CHARS
+    images = 0
+    for block in message.content:
+        if isinstance(block, TextBlock):
+            chars += len(block.text)
+        elif isinstance(block, ToolCallBlock):
+            arguments = block.raw_arguments
+            # str() of the parsed arguments: about their JSON's length, and several times faster
+            size = len(arguments) if arguments is not None else len(str(block.input))
+            chars += MESSAGE_OVERHEAD_CHARS + len(block.name) + size
+        elif isinstance(block, ThinkingBlock):
+            chars += len(block.thinking)
+        elif isinstance(block, ImageBlock):
+            images += 1
+        elif isinstance(block, ProviderBlock):
+            chars += len(json.dumps(block.data, default=str))
+    return -(-chars // CHARS_PER_TOKEN) + images * IMAGE_TOKENS
 
 
 def reported_context(usage: Usage) -> int:
@@ -83,8 +110,9 @@ class ContextMeter:
 
     def counted(self, messages: Sequence[Message], usage: Usage) -> None:
         """A response to a request over ``messages`` (before the response was appended) came
-        back with ``usage``."""
-        self._follow(messages)
+        back with ``usage``. Nothing is estimated here: `usage` does it when asked."""
+        if messages is not self._source:
+            self._source, self._prefix, self._last = messages, [0], None
         self.reported = reported_context(usage)
         self.mark = len(messages)
 

@@ -25,6 +25,7 @@ from statemachine_agent import (
     TurnEnd,
     UsageError,
     UserMessage,
+    estimate_tokens,
 )
 from statemachine_agent._compacting import CONTINUE_AFTER_COMPACTION, CUT_BY_WINDOW
 from statemachine_agent.models import AnthropicModel, FunctionModel, ScriptedModel
@@ -388,7 +389,8 @@ async def test_context_usage_is_the_reported_count_plus_an_estimate_since() -> N
     await agent.run("hello")
     context = agent.context_usage
     assert context.reported == 175
-    assert context.estimated == -(-len(agent.messages[-1].model_dump_json()) // 4)
+    assert context.estimated == estimate_tokens(agent.messages[-1:])  # the response, since
+    assert context.estimated == -(-(16 + len("hi")) // 4)
     assert context.tokens == 175 + context.estimated
     assert context.window == 1_000
     assert context.fraction == context.tokens / 1_000
@@ -444,4 +446,17 @@ async def test_count_context_without_a_counting_endpoint_is_the_estimate() -> No
     context = await agent.count_context()
     assert context == agent.context_usage
     assert context.reported == 0
-    assert context.tokens == -(-len(UserMessage("hello").model_dump_json()) // 4)
+    assert context.tokens == estimate_tokens(agent.messages) == -(-(16 + 5) // 4)
+
+
+def test_estimate_counts_text_arguments_overheads_and_images() -> None:
+    from statemachine_agent import ImageBlock, ToolCallBlock
+
+    call = ToolCallBlock(id="c1", name="lookup", input={"q": "ab"})
+    response = AssistantMessage(content=[_text("x" * 100), call], stop_reason="tool_use")
+    # 16 (message) + 100 (text) + 16 (call) + 6 ("lookup") + 11 ("{'q': 'ab'}") = 149 -> 38
+    assert estimate_tokens([response]) == 38
+    image = UserMessage([ImageBlock(media_type="image/png", data="AAAA")])
+    assert estimate_tokens([image]) == 4 + 1_600  # 16 chars of framing, then the image
+    lone = UserMessage("caf\udce9")  # a lone surrogate, kept as received, is still counted
+    assert estimate_tokens([lone]) == 5
