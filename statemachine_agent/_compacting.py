@@ -148,6 +148,12 @@ def compaction_on(data: LoopData) -> bool:
     return data.compaction
 
 
+def turns_left(data: LoopData) -> bool:
+    """The turn this response completes leaves the run under its turn cap: going on after a
+    context-window stop is bounded like every other way a run goes on."""
+    return data.turns + 1 < data.max_turns
+
+
 # -- the check before a request ----------------------------------------------------------------
 
 
@@ -253,6 +259,13 @@ async def compact_context(run: Run) -> str:
         start = 0  # only the last summary lies before the kept window: nothing to gain
     if start == 0:
         run.emit(CompactionEnd(reason, before, before, 0))
+        if reason == "context_window":  # the response cannot fit, and nothing is left to cut
+            run.error = (
+                "The response was cut off by the model's context window and compaction found "
+                "nothing left to cut (the newest turn alone fills the window): lower "
+                "Compaction(keep_recent=...), or shorten what the tools return."
+            )
+            return Trigger.FAIL
         return Trigger.COMPACTED
     run.emit(CompactionStart(reason, before, start))
     old = messages[:start]

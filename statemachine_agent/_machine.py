@@ -303,7 +303,7 @@ TRANSITIONS: tuple[TransitionSpec, ...] = (
     _T(Trigger.START,          _START_FROM,           _S.AWAITING_MODEL,   (),                                "start"),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (is_refusal,),                     "refusal",        fx.answer_refused),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (unknown_stop_reason,),            "unknown_stop_reason", fx.answer_unknown_stop_reason),
-    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.COMPACTING,       (cx.context_window_exceeded, cx.compaction_on), "context_window_compact", cx.answer_window_cut),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.COMPACTING,       (cx.context_window_exceeded, cx.compaction_on, cx.turns_left), "context_window_compact", cx.answer_window_cut),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (cx.context_window_exceeded,),     "context_window", cx.note_context_window),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.EXECUTING_TOOLS,  (has_tool_calls,),                 "tool_calls"),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (turn_limit_before_continuing,),   "turn_limit",     fx.note_turn_limit),

@@ -460,3 +460,39 @@ def test_estimate_counts_text_arguments_overheads_and_images() -> None:
     assert estimate_tokens([image]) == 4 + 1_600  # 16 chars of framing, then the image
     lone = UserMessage("caf\udce9")  # a lone surrogate, kept as received, is still counted
     assert estimate_tokens([lone]) == 5
+
+
+async def test_repeated_context_window_stops_with_compaction_are_bounded_by_max_turns() -> None:
+    model = FunctionModel(
+        lambda messages, request: {
+            "content": [{"type": "text", "text": "again cut"}],
+            "stop_reason": WINDOW_STOP,
+        }
+    )
+    agent = Agent(
+        model,
+        max_turns=4,
+        messages=[UserMessage("old"), AssistantMessage(content=[_text("old answer")])],
+        compaction=Compaction(threshold=10**9, keep_recent=0, summarize=lambda old: "s"),
+    )
+    result = await agent.run("go")
+    assert result.turns == 4
+    assert result.state == State.DONE
+    assert result.error is not None and "context window" in result.error
+
+
+async def test_context_window_stop_with_nothing_left_to_compact_fails() -> None:
+    # The first response of the run, cut in a tool call: prompt, response and result form one
+    # turn with no boundary inside, so there is nothing to cut.
+    cut = call("lookup", '{"q": "par', id="cut1")
+    model = ScriptedModel([tool_response(cut, text=CUT_TEXT, stop_reason=WINDOW_STOP)])
+    agent = Agent(
+        model,
+        tools=[lookup],
+        compaction=Compaction(threshold=10**9, keep_recent=0, summarize=lambda old: "s"),
+    )
+    result = await agent.run("write the report")
+    assert model.calls == 1
+    assert result.state == State.FAILED
+    assert result.error is not None and "nothing left to cut" in result.error
+    assert result.text == CUT_TEXT
