@@ -5,8 +5,10 @@ The public names are listed in ``__all__``; modules whose names start with ``_``
 
 from __future__ import annotations
 
+from ._accounting import ContextUsage, estimate_tokens
 from ._agent import Agent
 from ._cancel import AbortSignal
+from ._compacting import Compaction, Summarizer
 from ._diagram import render_diagram
 from ._errors import (
     AgentBusyError,
@@ -25,6 +27,8 @@ from ._errors import (
 from ._events import (
     ApprovalRequested,
     CallDecided,
+    CompactionEnd,
+    CompactionStart,
     Event,
     MessageDelta,
     MessageEnd,
@@ -109,6 +113,10 @@ __all__ = [
     "BeforeToolCall",
     "CallDecided",
     "ClaimedRun",
+    "Compaction",
+    "CompactionEnd",
+    "CompactionStart",
+    "ContextUsage",
     "Decision",
     "Defer",
     "Deny",
@@ -147,6 +155,7 @@ __all__ = [
     "StateChanged",
     "StateSpec",
     "StopReason",
+    "Summarizer",
     "TextBlock",
     "ThinkingBlock",
     "Tool",
@@ -172,6 +181,7 @@ __all__ = [
     "UsageError",
     "UsageLimits",
     "UserMessage",
+    "estimate_tokens",
     "event_to_dict",
     "render_diagram",
     "tool",

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel
 
-from ._context import ContextProjector
+from ._accounting import ContextMeter, ContextUsage
+from ._compacting import Compaction, context_window
+from ._context import ContextProjector, project
 from ._errors import AgentBusyError, ToolDefinitionError, UsageError
 from ._events import Event, RunEnd, RunStart
 from ._execution import PendingBatch, ToolExecution
@@ -47,7 +49,7 @@ from ._result import RunResult
 from ._run import Run
 from ._states import State, Trigger
 from ._tools import Tool, ToolFunction, tool_from_function
-from .models._base import Model, ToolDefinition
+from .models._base import Model, ModelRequest, ToolDefinition
 
 if TYPE_CHECKING:
     from .session import SessionLog
@@ -116,10 +118,15 @@ class Agent:
             instance. None (default) or ``str``: a text answer.
         output_retries: how many invalid final results (each answered with an error result
             listing every field error) or text answers are sent back before the run fails.
+        compaction: automatic compaction (`Compaction`): before a request whose context reaches
+            its threshold, after a response cut by the context window, and once on a "prompt is
+            too long" error, the ``compacting`` state replaces the older history with a summary.
+            None (default): off; such a response ends the run with an error saying how to go on.
 
     Raises:
         ToolDefinitionError: two tools share a name.
-        UsageError: an unknown ``tool_execution``, ``steering_mode`` or ``follow_up_mode``; the
+        UsageError: an unknown ``tool_execution``, ``steering_mode`` or ``follow_up_mode``; a
+            fractional compaction threshold for a model with no ``context_window``; the
             model refuses a tool name (e.g. `AnthropicModel.check_tools`: the name of one of its
             server tools).
     """
@@ -152,6 +159,7 @@ class Agent:
         final_turn: bool | str = False,
         output_type: type[BaseModel] | type[str] | None = None,
         output_retries: int = 1,
+        compaction: Compaction | None = None,
     ) -> None:
         if tool_execution not in ("parallel", "sequential"):
             raise UsageError("tool_execution must be 'parallel' or 'sequential'")
@@ -200,6 +208,10 @@ class Agent:
         self.limits = limits
         self.final_turn = final_turn
         self.machine = LoopMachine()
+        if compaction is not None:
+            compaction.limit(context_window(model))  # a fractional threshold needs the window
+        self.compaction = compaction
+        self._context = ContextMeter()
         self._messages: list[Message] = list(messages)
         self._projector = ContextProjector()
         self._steering: deque[UserMessage] = deque()
@@ -366,6 +378,36 @@ class Agent:
             raise AgentBusyError("cannot replace the history while a run is in progress")
         self._messages = list(messages)
         self._call_ids = call_ids(self._messages)
+
+    @property
+    def context_usage(self) -> ContextUsage:
+        """How much of the model's context window the history uses: the tokens the provider
+        counted for the last request plus an estimate of what was added since (see
+        `ContextUsage`; the whole history is estimated before the first response)."""
+        return self._context.usage(self._messages, context_window(self.model))
+
+    async def count_context(self) -> ContextUsage:
+        """Count the context the next request would use with the model's token-counting
+        endpoint (``model.count_tokens(request)``, e.g. `AnthropicModel.count_tokens`) instead
+        of estimating it; the count becomes the meter's reported figure. A model without one
+        gives `context_usage` (the estimate).
+
+        Raises:
+            ModelError: the count failed.
+        """
+        count = getattr(self.model, "count_tokens", None)
+        if count is None:
+            return self.context_usage
+        messages = self._messages
+        request = ModelRequest(
+            project(messages),
+            self.system,
+            self._tool_definitions,
+            self.model_settings,
+        )
+        tokens = int(await count(request))
+        self._context.counted(messages, Usage(input_tokens=tokens))  # covers every message
+        return self.context_usage
 
     @property
     def is_running(self) -> bool:

@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ._cancel import cancelling
+from ._compacting import compaction_due
 from ._events import ApprovalRequested, CallDecided
 from ._execution import PendingBatch, resolve
 from ._hooks import Approve, Deny, PendingCall, TurnInfo
@@ -61,11 +62,15 @@ async def request_model(run: Run) -> str:
     """
     if run.signal.aborted:  # aborted between two steps: send nothing more
         return Trigger.ABORT
+    if run.data.compaction and compaction_due(run):
+        return Trigger.COMPACT  # to compacting: the history would reach the threshold
     run.begin_turn()
     response = await run.request()
     if isinstance(response, str):
         return response
     data = run.data
+    data.compacted = data.overflow_retried = False
+    run.agent._context.counted(run.messages, response.usage)
     run.usage = run.usage + response.usage
     data.usage = data.usage + response.usage
     run.turn_message = response

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from transitions import Machine, MachineError
 
+from . import _compacting as cx
 from . import _effects as fx
 from ._errors import MachineDefinitionError
 from ._limits import UsageLimits
@@ -100,6 +101,12 @@ class LoopData:
             tool.
         output_failures: invalid final results (or text answers) in this run.
         output_retries: how many of them are sent back before the run fails.
+        compaction: automatic compaction is on (``Agent(compaction=...)``).
+        compacted: the history was compacted since the last response (no second compaction
+            before the next request).
+        overflow_retried: a "prompt is too long" answer already led to a compaction and a retry
+            of this request.
+        compaction_reason: why the machine is entering ``compacting`` (for its events).
     """
 
     response: AssistantMessage | None = None
@@ -124,6 +131,10 @@ class LoopData:
     output_expected: bool = False
     output_failures: int = 0
     output_retries: int = 1
+    compaction: bool = False
+    compacted: bool = False
+    overflow_retried: bool = False
+    compaction_reason: str | None = None
 
 
 Guard = Callable[[LoopData], bool]
@@ -346,7 +357,7 @@ class TransitionSpec:
 
 _S = State
 _START_FROM = (_S.IDLE, *sorted(TERMINAL_STATES))
-_ACTIVE = (_S.AWAITING_MODEL, _S.EXECUTING_TOOLS)
+_ACTIVE = (_S.AWAITING_MODEL, _S.EXECUTING_TOOLS, _S.COMPACTING)
 _APPROVAL = (_S.AWAITING_APPROVAL,)
 _T = TransitionSpec
 
@@ -355,6 +366,7 @@ STATES: tuple[StateSpec, ...] = (
     StateSpec(_S.AWAITING_MODEL, fx.request_model),
     StateSpec(_S.EXECUTING_TOOLS, fx.run_tools),
     StateSpec(_S.AWAITING_APPROVAL, fx.await_decisions, stops_run=True),
+    StateSpec(_S.COMPACTING, cx.compact_context),
     StateSpec(_S.DONE, fx.settle, terminal=True),
     StateSpec(_S.ABORTED, fx.settle, terminal=True),
     StateSpec(_S.MAX_TURNS, fx.settle, terminal=True),
@@ -371,6 +383,8 @@ TRANSITIONS: tuple[TransitionSpec, ...] = (
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (unknown_stop_reason,),            "unknown_stop_reason", fx.answer_unknown_stop_reason),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (final_turn_wanted, usage_limit_on_reply), "final_turn", fx.final_turn_at_usage_limit),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (usage_limit_on_reply,),           "usage_limit",    fx.note_usage_limit),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.COMPACTING,       (cx.context_window_exceeded, cx.compaction_on, cx.turns_left), "context_window_compact", cx.answer_window_cut),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (cx.context_window_exceeded,),     "context_window", cx.note_context_window),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.EXECUTING_TOOLS,  (has_tool_calls,),                 "tool_calls"),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (final_turn_wanted, turn_limit_before_continuing), "final_turn", fx.final_turn_at_turn_limit),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (turn_limit_before_continuing,),   "turn_limit",     fx.note_turn_limit),
@@ -392,6 +406,8 @@ TRANSITIONS: tuple[TransitionSpec, ...] = (
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.MAX_TURNS,        (usage_limit_before_request,),     "usage_limit",    fx.note_usage_limit),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_MODEL,   (),                                "next_turn",      fx.deliver_steering),
     _T(Trigger.DECIDED,        _APPROVAL,             _S.EXECUTING_TOOLS,  (),                                "decided"),
+    _T(Trigger.COMPACT,        (_S.AWAITING_MODEL,),  _S.COMPACTING,       (cx.compaction_on,),               "compact"),
+    _T(Trigger.COMPACTED,      (_S.COMPACTING,),      _S.AWAITING_MODEL,   (),                                "compacted"),
     _T(Trigger.ABORT,          _ACTIVE,               _S.ABORTED,          (),                                "abort",          fx.note_abort),
     _T(Trigger.ABORT,          _APPROVAL,             _S.ABORTED,          (),                                "abort_pending",  fx.answer_pending),
     _T(Trigger.FAIL,           _ACTIVE,               _S.FAILED,           (),                                "fail"),

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._cancel import AbortSignal, cancelling
+from ._compacting import overflowed
 from ._context import project
 from ._effects import request_model
 from ._errors import InvalidHistoryError, MachineDefinitionError
@@ -85,6 +86,7 @@ class Run:
             final_turn=bool(agent.final_turn),
             output_expected=agent.output_type is not None,
             output_retries=agent.output_retries,
+            compaction=agent.compaction is not None,
         )
         if counts is not None:  # a continued run keeps counting toward its usage limits
             self.data.requests, self.data.tool_calls, self.data.usage = counts
@@ -152,7 +154,8 @@ class Run:
         if self.turn is not None:
             turn, self.turn = self.turn, None
             if self.agent._subscribers:
-                self.emit(TurnEnd(turn, self.turn_message, self.turn_results))
+                context = self.agent.context_usage
+                self.emit(TurnEnd(turn, self.turn_message, self.turn_results, context))
 
     # -- queued input -------------------------------------------------------------------------
 
@@ -340,6 +343,8 @@ class Run:
             self.append(outcome.partial)
             return Trigger.ABORT
         if isinstance(outcome, RequestFailed):
+            if outcome.prompt_too_long:
+                return overflowed(self, outcome)  # compaction and one retry, or fail
             return self.fail(outcome.message)
         return outcome
 

@@ -123,7 +123,8 @@ def _load(text: str) -> Message:
 
 def _encode_outcome(outcome: AssistantMessage | RequestAborted | RequestFailed) -> dict[str, str]:
     if isinstance(outcome, RequestFailed):
-        return {"kind": "failed", "error": outcome.message}
+        too_long = {"prompt_too_long": "yes"} if outcome.prompt_too_long else {}
+        return {"kind": "failed", "error": outcome.message, **too_long}
     if isinstance(outcome, RequestAborted):
         return {"kind": "aborted", "message": _dump(outcome.partial)}
     return {"kind": "response", "message": _dump(outcome)}
@@ -131,7 +132,7 @@ def _encode_outcome(outcome: AssistantMessage | RequestAborted | RequestFailed) 
 
 def _decode_outcome(data: dict[str, str]) -> AssistantMessage | RequestAborted | RequestFailed:
     if data["kind"] == "failed":
-        return RequestFailed(data["error"])
+        return RequestFailed(data["error"], prompt_too_long="prompt_too_long" in data)
     message = _load(data["message"])
     assert isinstance(message, AssistantMessage)
     return RequestAborted(message) if data["kind"] == "aborted" else message

@@ -23,6 +23,8 @@ from ._kit import (
     check_run,
     drive_run,
     kit_before_tool_call,
+    kit_compaction,
+    kit_summarize,
     prefix_ids,
 )
 from ._stateful import (
@@ -51,6 +53,8 @@ __all__ = [
     "drive_run",
     "find_violations",
     "kit_before_tool_call",
+    "kit_compaction",
+    "kit_summarize",
     "prefix_ids",
     "produced_messages",
     "strategies",
