@@ -168,7 +168,8 @@ def reviewing_agent(model: Any, **options: Any) -> Agent:
     return agent
 
 
-def add_reviewing(agent: Agent) -> None:
+def add_reviewing(agent: Agent, guards: tuple[Any, ...] = (has_todo,)) -> None:
+    """The user state ``reviewing``, entered after a batch when ``guards`` pass."""
     machine = agent.machine
     machine.add_state("reviewing", review)
     machine.add_transition(
@@ -176,7 +177,7 @@ def add_reviewing(agent: Agent) -> None:
             "tools_finished",
             (State.EXECUTING_TOOLS,),
             "reviewing",
-            (has_todo,),
+            guards,
             label="review",
             before="next_turn",
         )
@@ -314,28 +315,7 @@ def any_result(data: LoopData) -> bool:
 
 
 def add_reviewing_any(agent: Agent) -> None:
-    machine = agent.machine
-    machine.add_state("reviewing", review)
-    machine.add_transition(
-        TransitionSpec(
-            "tools_finished",
-            (State.EXECUTING_TOOLS,),
-            "reviewing",
-            (any_result, lambda data: data.turns < 2),
-            label="review",
-            before="next_turn",
-        )
-    )
-    machine.add_transition(
-        TransitionSpec(
-            "model_replied", ("reviewing",), State.EXECUTING_TOOLS, (has_calls,), "review_calls"
-        )
-    )
-    machine.add_transition(
-        TransitionSpec(
-            "model_replied", ("reviewing",), State.DONE, label="reviewed", after="review_calls"
-        )
-    )
+    add_reviewing(agent, (any_result, lambda data: data.turns < 2))
 
 
 def test_case4_kit_catches_an_effect_that_drops_a_result() -> None:
