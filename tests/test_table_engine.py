@@ -444,3 +444,20 @@ def test_a_log_through_a_user_state_passes_check(tmp_path: Path) -> None:
 
 def test_dot_output_is_named_after_the_loop() -> None:
     assert str(render_diagram(format="dot")).startswith("digraph agent_loop {")
+
+
+def test_a_hook_returning_something_that_is_not_a_decision_does_not_run_the_call() -> None:
+    ran: list[str] = []
+
+    @tool
+    def act() -> str:
+        """Act."""
+        ran.append("ran")
+        return "done"
+
+    script = [tool_response(call("act", id="a1")), text_response("ok")]
+    agent = Agent(ScriptedModel(script), tools=[act], before_tool_call=lambda info: "yes")
+    result = agent.run_sync("go")
+    assert ran == []
+    assert result.messages[2].is_error
+    assert result.messages[2].text.startswith("The before_tool_call hook returned 'yes'")
