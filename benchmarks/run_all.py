@@ -30,6 +30,7 @@ SCRIPTS = [
     "bench_html.py",
     "bench_embedding.py",
     "bench_durable.py",
+    "bench_context.py",
 ]
 
 

@@ -5,8 +5,10 @@ The public names are listed in ``__all__``; modules whose names start with ``_``
 
 from __future__ import annotations
 
+from ._accounting import ContextUsage, estimate_tokens
 from ._agent import Agent
 from ._cancel import AbortSignal
+from ._compacting import Compaction, Summarizer
 from ._diagram import render_diagram
 from ._errors import (
     AgentBusyError,
@@ -25,6 +27,8 @@ from ._errors import (
 from ._events import (
     ApprovalRequested,
     CallDecided,
+    CompactionEnd,
+    CompactionStart,
     Event,
     MessageDelta,
     MessageEnd,
@@ -56,6 +60,7 @@ from ._hooks import (
     TransformContext,
     TurnInfo,
 )
+from ._limits import FINAL_TURN_PROMPT, LimitHit, UsageLimits
 from ._machine import (
     TERMINAL_STATES,
     Action,
@@ -92,6 +97,7 @@ from .session import SessionLog
 __version__ = "0.1.0"
 
 __all__ = [
+    "FINAL_TURN_PROMPT",
     "HISTORY_ADAPTER",
     "TERMINAL_STATES",
     "AbortSignal",
@@ -107,6 +113,10 @@ __all__ = [
     "BeforeToolCall",
     "CallDecided",
     "ClaimedRun",
+    "Compaction",
+    "CompactionEnd",
+    "CompactionStart",
+    "ContextUsage",
     "Decision",
     "Defer",
     "Deny",
@@ -118,6 +128,7 @@ __all__ = [
     "Guard",
     "ImageBlock",
     "InvalidHistoryError",
+    "LimitHit",
     "LoopData",
     "LoopMachine",
     "MachineDefinitionError",
@@ -144,6 +155,7 @@ __all__ = [
     "StateChanged",
     "StateSpec",
     "StopReason",
+    "Summarizer",
     "TextBlock",
     "ThinkingBlock",
     "Tool",
@@ -167,7 +179,9 @@ __all__ = [
     "TurnStart",
     "Usage",
     "UsageError",
+    "UsageLimits",
     "UserMessage",
+    "estimate_tokens",
     "event_to_dict",
     "render_diagram",
     "tool",

@@ -14,7 +14,11 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Self
 
-from ._context import ContextProjector
+from pydantic import BaseModel
+
+from ._accounting import ContextMeter, ContextUsage
+from ._compacting import Compaction, context_window
+from ._context import ContextProjector, project
 from ._errors import AgentBusyError, ToolDefinitionError, UsageError
 from ._events import Event, RunEnd, RunStart
 from ._execution import PendingBatch, ToolExecution
@@ -29,14 +33,23 @@ from ._hooks import (
     ShouldContinue,
     TransformContext,
 )
+from ._limits import UsageLimits
 from ._machine import LoopMachine, MaxTokensPolicy
-from ._messages import AssistantMessage, Message, StopReason, ToolResultMessage, UserMessage
+from ._messages import (
+    AssistantMessage,
+    Message,
+    StopReason,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from ._output import output_tool
 from ._responses import call_ids
 from ._result import RunResult
 from ._run import Run
 from ._states import State, Trigger
 from ._tools import Tool, ToolFunction, tool_from_function
-from .models._base import Model, ToolDefinition
+from .models._base import Model, ModelRequest, ToolDefinition
 
 if TYPE_CHECKING:
     from .session import SessionLog
@@ -92,10 +105,28 @@ class Agent:
             ``"one_at_a_time"`` delivers one per delivery point (one per model request).
         follow_up_mode: ``"one_at_a_time"`` (default: one follow-up each time the model would
             stop) or ``"all"``.
+        limits: `UsageLimits` for each run (requests, tokens, tool calls); reaching one ends the
+            run in ``max_turns`` (see `UsageLimits`). Assign ``agent.limits`` to change them.
+        final_turn: off by default. True (or an instruction of your own, a str): when a run would
+            end at ``max_turns`` or a usage limit, it first makes one request with tools disabled
+            (``tool_choice`` none) and an instruction to answer with what it has, so
+            ``result.text`` holds an answer; the state is still ``max_turns``, and that request
+            is made even though the limit is reached (it is not counted in the run's requests).
+            The history then ends with an answer: the next ``run()`` takes a prompt.
+        output_type: a pydantic model class: the model answers through a ``final_result`` tool
+            whose schema is the model's JSON schema, and `RunResult.output` is the validated
+            instance. None (default) or ``str``: a text answer.
+        output_retries: how many invalid final results (each answered with an error result
+            listing every field error) or text answers are sent back before the run fails.
+        compaction: automatic compaction (`Compaction`): before a request whose context reaches
+            its threshold, after a response cut by the context window, and once on a "prompt is
+            too long" error, the ``compacting`` state replaces the older history with a summary.
+            None (default): off; such a response ends the run with an error saying how to go on.
 
     Raises:
         ToolDefinitionError: two tools share a name.
-        UsageError: an unknown ``tool_execution``, ``steering_mode`` or ``follow_up_mode``; the
+        UsageError: an unknown ``tool_execution``, ``steering_mode`` or ``follow_up_mode``; a
+            fractional compaction threshold for a model with no ``context_window``; the
             model refuses a tool name (e.g. `AnthropicModel.check_tools`: the name of one of its
             server tools).
     """
@@ -124,6 +155,11 @@ class Agent:
         owns_model: bool = False,
         steering_mode: DeliveryMode = "all",
         follow_up_mode: DeliveryMode = "one_at_a_time",
+        limits: UsageLimits | None = None,
+        final_turn: bool | str = False,
+        output_type: type[BaseModel] | type[str] | None = None,
+        output_retries: int = 1,
+        compaction: Compaction | None = None,
     ) -> None:
         if tool_execution not in ("parallel", "sequential"):
             raise UsageError("tool_execution must be 'parallel' or 'sequential'")
@@ -144,6 +180,17 @@ class Agent:
             if t.name in self.tools:
                 raise ToolDefinitionError(f"two tools are named {t.name!r}")
             self.tools[t.name] = t
+        self.output_type: type[BaseModel] | None = None
+        if output_type is not None and output_type is not str:
+            final = output_tool(output_type)  # type: ignore[arg-type]
+            if final.name in self.tools:
+                raise ToolDefinitionError(
+                    f"a tool is named {final.name!r}: that name is the final result tool's "
+                    "when output_type is given"
+                )
+            self.tools[final.name] = final
+            self.output_type = final.args_model
+        self.output_retries = output_retries
         self.system = system
         self.max_turns = max_turns
         self.tool_execution: ToolExecution = tool_execution
@@ -158,7 +205,13 @@ class Agent:
         self.model_settings = dict(model_settings or {})
         self.max_continuations = max_continuations
         self.max_tokens_policy: MaxTokensPolicy = max_tokens_policy
+        self.limits = limits
+        self.final_turn = final_turn
         self.machine = LoopMachine()
+        if compaction is not None:
+            compaction.limit(context_window(model))  # a fractional threshold needs the window
+        self.compaction = compaction
+        self._context = ContextMeter()
         self._messages: list[Message] = list(messages)
         self._projector = ContextProjector()
         self._steering: deque[UserMessage] = deque()
@@ -169,6 +222,7 @@ class Agent:
         self._claim_lock = threading.RLock()
         self._run: Run | None = None  # the current run (None between runs: no reference cycle)
         self._last_turns = 0  # turns of the last run (a continued run keeps counting)
+        self._last_counts: tuple[int, int, Usage] | None = None  # its requests, calls, usage
         self._pending: PendingBatch | None = None  # a batch waiting for decisions
         self._running = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -326,6 +380,36 @@ class Agent:
         self._call_ids = call_ids(self._messages)
 
     @property
+    def context_usage(self) -> ContextUsage:
+        """How much of the model's context window the history uses: the tokens the provider
+        counted for the last request plus an estimate of what was added since (see
+        `ContextUsage`; the whole history is estimated before the first response)."""
+        return self._context.usage(self._messages, context_window(self.model))
+
+    async def count_context(self) -> ContextUsage:
+        """Count the context the next request would use with the model's token-counting
+        endpoint (``model.count_tokens(request)``, e.g. `AnthropicModel.count_tokens`) instead
+        of estimating it; the count becomes the meter's reported figure. A model without one
+        gives `context_usage` (the estimate).
+
+        Raises:
+            ModelError: the count failed.
+        """
+        count = getattr(self.model, "count_tokens", None)
+        if count is None:
+            return self.context_usage
+        messages = self._messages
+        request = ModelRequest(
+            project(messages),
+            self.system,
+            self._tool_definitions,
+            self.model_settings,
+        )
+        tokens = int(await count(request))
+        self._context.counted(messages, Usage(input_tokens=tokens))  # covers every message
+        return self.context_usage
+
+    @property
     def is_running(self) -> bool:
         """A run is in progress."""
         return self._running
@@ -467,8 +551,10 @@ class Agent:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.run(prompt, **kwargs))
-        raise UsageError("run_sync() cannot run inside an event loop; use 'await agent.run()'")
+            pass  # no loop here: run in a new one (outside this handler, so errors chain cleanly)
+        else:
+            raise UsageError("run_sync() cannot run inside an event loop; use 'await agent.run()'")
+        return asyncio.run(self.run(prompt, **kwargs))
 
     def start(
         self, prompt: str | UserMessage | None = None, *, max_turns: int | None = None
@@ -540,7 +626,10 @@ class Agent:
                 self.max_turns = max_turns
             if first is Trigger.START and user is None and not (self._steering or self._follow_ups):
                 self._check_can_continue()
-            run = Run(self, turns=0 if user is not None else self._last_turns)
+            if user is not None:
+                run = Run(self)
+            else:
+                run = Run(self, turns=self._last_turns, counts=self._last_counts)
             run.first_trigger = first
             self._run, self._loop, self._loop_thread = run, None, 0
             self._running = True
@@ -560,6 +649,8 @@ class Agent:
         with self._claim_lock:
             if self._run is run:
                 self._last_turns = run.data.turns
+                data = run.data
+                self._last_counts = (data.requests, data.tool_calls, data.usage)
                 self._run, self._loop, self._loop_thread = None, None, 0
                 self._running = False
 

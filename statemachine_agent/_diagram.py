@@ -117,14 +117,14 @@ def diagram_graph(
         raise UsageError(f"cannot draw {source!r}: pass an Agent or a LoopMachine")
     current = machine.state if (highlight and source is not None) else None
     nodes = []
-    for name, state_spec in machine.states.items():
-        enter, exit_ = machine.state_callbacks(name)
+    for state_name, state_spec in machine.states.items():
+        enter, exit_ = machine.state_callbacks(state_name)
         nodes.append(
             DiagramNode(
-                name,
-                initial=name == State.IDLE,
+                state_name,
+                initial=state_name == State.IDLE,
                 terminal=state_spec.terminal,
-                current=name == current,
+                current=state_name == current,
                 on_enter=tuple(callable_name(c) for c in enter),
                 on_exit=tuple(callable_name(c) for c in exit_),
                 effect=None

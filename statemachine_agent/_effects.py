@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ._cancel import cancelling
+from ._compacting import compaction_due
 from ._events import ApprovalRequested, CallDecided
 from ._execution import PendingBatch, resolve
 from ._hooks import Approve, Deny, PendingCall, TurnInfo
@@ -28,6 +29,7 @@ from ._messages import (
     is_known_stop_reason,
     text_result,
 )
+from ._output import OUTPUT_MISSING_PROMPT, OUTPUT_TOOL_NAME
 from ._protocol import (
     AFTER_TERMINATION,
     NOT_RUN_PENDING,
@@ -60,12 +62,17 @@ async def request_model(run: Run) -> str:
     """
     if run.signal.aborted:  # aborted between two steps: send nothing more
         return Trigger.ABORT
+    if run.data.compaction and compaction_due(run):
+        return Trigger.COMPACT  # to compacting: the history would reach the threshold
     run.begin_turn()
     response = await run.request()
     if isinstance(response, str):
         return response
     data = run.data
+    data.compacted = data.overflow_retried = False
+    run.agent._context.counted(run.messages, response.usage)
     run.usage = run.usage + response.usage
+    data.usage = data.usage + response.usage
     run.turn_message = response
     run.append(response)
     if run.signal.aborted and not response.tool_calls:
@@ -98,6 +105,7 @@ async def run_tools(run: Run) -> str:
         return await _run_decided(run, agent._pending)
     response = data.response
     assert response is not None
+    data.tool_calls += len(response.tool_calls)
     batch = run.batch(response.tool_calls)
     try:
         await batch.run()
@@ -202,6 +210,8 @@ async def _after_batch(
             if isinstance(exc, asyncio.CancelledError) and cancelling():
                 raise  # the run's task is being cancelled; a hook's own one is its failure
             data.hook_error = f"The should_continue hook failed: {type(exc).__name__}: {exc}"
+    if data.output_expected:  # invalid final results, sent back as error results
+        data.output_failures += sum(r.is_error and r.tool_name == OUTPUT_TOOL_NAME for r in results)
     run.terminate_reason = terminate_reason
     data.terminate = terminate_reason is not None
     data.final_result = final_result
@@ -352,6 +362,82 @@ def note_turn_limit(run: Run) -> None:
         f"Stopped after {data.turns} turn(s): {why}. The last action was {last}. To continue, "
         "call run() again without a prompt and a higher limit, e.g. await "
         f"agent.run(max_turns={data.turns + 10}).",
+    )
+
+
+def note_usage_limit(run: Run) -> None:
+    """A usage limit stopped the run: the calls of a response it keeps from running are answered
+    with the limit's text; the error names the limit, its value and the amount used, and how to
+    go on."""
+    data = run.data
+    limits = data.limits
+    assert limits is not None and run.fired is not None
+    _answer_stopped_calls(run)
+    response = data.response
+    hit = None
+    if (
+        run.fired.trigger == Trigger.MODEL_REPLIED
+        and response is not None
+        and response.tool_calls
+        and run.messages
+        and run.messages[-1] is response  # its calls are still unanswered
+    ):
+        hit = limits.calls_hit(data.tool_calls, data.usage, len(response.tool_calls))
+        if hit is not None:
+            answered = tuple(
+                text_result(c, hit.call_text(), is_error=True) for c in response.tool_calls
+            )
+            for result in answered:
+                run.append(result)
+            run.turn_results = answered
+    hit = hit or limits.request_hit(data.requests, data.usage)
+    assert hit is not None  # the guard saw it
+    run.complete_turn()
+    run.error = (
+        f"Stopped after {data.turns} turn(s): {hit.describe()} ({data.requests} request(s), "
+        f"{data.tool_calls} tool call(s), {data.usage.total_tokens} token(s) so far). To "
+        "continue, raise the limit (agent.limits = UsageLimits(...)) and call run() again "
+        "without a prompt."
+    )
+
+
+def final_turn_at_turn_limit(run: Run) -> None:
+    """The turn cap is reached and ``final_turn`` is on: say why the run stops, then make one
+    last request with tools disabled."""
+    note_turn_limit(run)
+    run.data.winding_down = True
+
+
+def final_turn_at_usage_limit(run: Run) -> None:
+    """A usage limit is reached and ``final_turn`` is on: answer the calls it keeps from running,
+    say why the run stops, then make one last request with tools disabled."""
+    note_usage_limit(run)
+    run.data.winding_down = True
+
+
+def note_final_turn(run: Run) -> None:
+    """The final turn answered: the run ends at its limit (the error set when the limit was
+    reached stays); its calls, if the model made any, are answered by the terminal state."""
+    run.complete_turn()
+
+
+def ask_for_output(run: Run) -> None:
+    """A text answer while a typed result is expected: ask for the final result tool."""
+    run.data.output_failures += 1
+    run.complete_turn()
+    run.append(UserMessage(OUTPUT_MISSING_PROMPT))
+
+
+def note_output_invalid(run: Run) -> None:
+    """Too many invalid final results (or text answers): the run fails, saying so."""
+    data = run.data
+    if data.response is not None and not data.response.tool_calls:
+        data.output_failures += 1  # this text answer
+    run.complete_turn()
+    run.error = (
+        f"The model gave no valid final result after {data.output_failures} invalid attempt(s) "
+        f"(output_retries={data.output_retries}); the last error is in the history. Raise "
+        "output_retries, or check that the output type's schema is one the model can fill."
     )
 
 

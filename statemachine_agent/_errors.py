@@ -7,7 +7,8 @@ engine what went wrong on the wire::
     AgentError
     ├── UsageError               misuse of the API (e.g. ``run`` while a run is in progress)
     │   ├── AgentBusyError
-    │   └── GraphvizNotFoundError  SVG/PNG asked for without Graphviz's ``dot``
+    │   ├── GraphvizNotFoundError  SVG/PNG asked for without Graphviz's ``dot``
+    │   └── SandboxUnavailableError  a required bubblewrap sandbox cannot be had here
     ├── InvalidHistoryError      a history breaks the tool-use protocol (lists every violation)
     ├── MachineDefinitionError   the state machine has an unreachable state or a dead end
     ├── ToolDefinitionError      a function cannot be turned into a tool
@@ -42,6 +43,23 @@ class AgentBusyError(UsageError):
 
 class GraphvizNotFoundError(UsageError):
     """Graphviz's ``dot`` binary is needed for SVG/PNG and is not installed."""
+
+
+class SandboxUnavailableError(UsageError):
+    """``mode="require"`` and bubblewrap is missing or cannot create namespaces here."""
+
+
+class ToolStepFailed(Exception):
+    """Internal to durable runs: a call of a tool with ``step_retries`` returned an error
+    result, so the workflow engine (DBOS) runs it again. Never reaches the user.
+
+    Args:
+        result: the error result as JSON text.
+    """
+
+    def __init__(self, result: str) -> None:
+        super().__init__(result)
+        self.result = result
 
 
 class SessionCorruptError(AgentError):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
+from ._accounting import ContextUsage
 from ._hooks import PendingCall
 from ._messages import AssistantMessage, Message, ToolCallBlock, ToolResultMessage
 
@@ -64,12 +65,14 @@ class TurnStart(EventBase):
 
 @dataclass(frozen=True, slots=True)
 class TurnEnd(EventBase):
-    """A turn ended: the response and the results of its tool batch (empty when none ran)."""
+    """A turn ended: the response and the results of its tool batch (empty when none ran), and
+    the context the history now uses (``context``, see `ContextUsage`)."""
 
     type: ClassVar[str] = "turn_end"
     turn: int
     message: AssistantMessage | None
     tool_results: tuple[ToolResultMessage, ...]
+    context: ContextUsage | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +169,29 @@ class CallDecided(EventBase):
     arguments: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class CompactionStart(EventBase):
+    """Automatic compaction began: the ``messages`` oldest messages are being summarized
+    (``reason``: ``"threshold"``, ``"context_window"`` or ``"prompt_too_long"``)."""
+
+    type: ClassVar[str] = "compaction_start"
+    reason: str
+    tokens_before: int
+    messages: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionEnd(EventBase):
+    """Automatic compaction ended: ``messages_cut`` messages became one summary message (0
+    when nothing could be cut); tokens as `ContextUsage.tokens` before and after."""
+
+    type: ClassVar[str] = "compaction_end"
+    reason: str
+    tokens_before: int
+    tokens_after: int
+    messages_cut: int
+
+
 Event = (
     RunStart
     | RunEnd
@@ -181,6 +207,8 @@ Event = (
     | ModelRetry
     | ApprovalRequested
     | CallDecided
+    | CompactionStart
+    | CompactionEnd
 )
 
 

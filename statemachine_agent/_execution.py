@@ -414,6 +414,14 @@ class BatchRun:
                 return text_result(call, f"Denied: {decision.reason}", is_error=True)
             if isinstance(decision, Defer):
                 return self._defer(slot, decision.reason)
+            if decision is not None and not isinstance(decision, Allow | dict):
+                return text_result(
+                    call,
+                    f"The before_tool_call hook returned {decision!r}, which is not a decision "
+                    "(None, Allow(), Allow(arguments=...), a dict of arguments, Deny(reason) or "
+                    "Defer(reason)); the call was not run.",
+                    is_error=True,
+                )
             if tool.requires_approval and not self._approved and not isinstance(decision, Allow):
                 return self._defer(slot, f"{tool.name} requires approval")
             changed = decision.arguments if isinstance(decision, Allow) else decision

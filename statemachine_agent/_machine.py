@@ -18,7 +18,12 @@ Transitions (`TRANSITIONS`), tried top to bottom per trigger and source; the fir
 pass fires. Failure paths: a provider failure (``fail``), an abort or cancelled task (``abort``, from
 any active state), a bug escaping a tool, hook or model (``fail``), a terminating denial
 (``tools_finished [terminate_requested]``), the turn cap (``turn_limit``), the ``pause_turn``
-continuation cap (``continuation_limit``), a response with tool calls and an unknown stop reason
+continuation cap (``continuation_limit``), a usage limit (``usage_limit``: before a request is
+sent and after each response, see `UsageLimits`); with ``final_turn`` on, a turn or usage
+limit first leads to one more request with tools disabled (``final_turn``), whose answer ends the
+run in ``max_turns`` (``final_answer_at_limit``); with an ``output_type``, a text answer is sent
+back (``output_missing``) and too many invalid final results fail the run (``output_invalid``); a
+response with tool calls and an unknown stop reason
 (``unknown_stop_reason``: its calls are not run). A result marked ``terminate=True`` ends the run
 ``done`` (``terminating_result``).
 
@@ -42,13 +47,16 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from transitions import Machine, MachineError
 
+from . import _compacting as cx
 from . import _effects as fx
 from ._errors import MachineDefinitionError
+from ._limits import UsageLimits
 from ._messages import (
     TRUNCATING_STOP_REASONS,
     AssistantMessage,
     StopReason,
     ToolResultMessage,
+    Usage,
     is_known_stop_reason,
 )
 from ._states import TERMINAL_STATES, State, Trigger
@@ -83,6 +91,22 @@ class LoopData:
             ``after_tool_call`` hook's `ToolResult`): the run ends ``done`` with its text.
         hook_error: the ``should_continue`` hook raised (its error text).
         pending: calls of the last batch were deferred and wait for a decision.
+        limits: the run's `UsageLimits` (None: none).
+        requests: model requests sent in this run (a continued run keeps counting).
+        tool_calls: tool calls run in this run (a continued run keeps counting).
+        usage: tokens of this run's responses (a continued run keeps counting).
+        final_turn: make one last request with tools disabled before ending at a limit.
+        winding_down: that last request is the one in flight.
+        output_expected: the agent has an ``output_type``: the run ends through its final result
+            tool.
+        output_failures: invalid final results (or text answers) in this run.
+        output_retries: how many of them are sent back before the run fails.
+        compaction: automatic compaction is on (``Agent(compaction=...)``).
+        compacted: the history was compacted since the last response (no second compaction
+            before the next request).
+        overflow_retried: a "prompt is too long" answer already led to a compaction and a retry
+            of this request.
+        compaction_reason: why the machine is entering ``compacting`` (for its events).
     """
 
     response: AssistantMessage | None = None
@@ -98,6 +122,19 @@ class LoopData:
     final_result: ToolResultMessage | None = None
     hook_error: str | None = None
     pending: bool = False
+    limits: UsageLimits | None = None
+    requests: int = 0
+    tool_calls: int = 0
+    usage: Usage = field(default_factory=Usage)
+    final_turn: bool = False
+    winding_down: bool = False
+    output_expected: bool = False
+    output_failures: int = 0
+    output_retries: int = 1
+    compaction: bool = False
+    compacted: bool = False
+    overflow_retried: bool = False
+    compaction_reason: str | None = None
 
 
 Guard = Callable[[LoopData], bool]
@@ -205,6 +242,56 @@ def result_ends_run(data: LoopData) -> bool:
     return data.final_result is not None and not data.terminate
 
 
+def usage_limit_before_request(data: LoopData) -> bool:
+    """A usage limit keeps the next request from being sent: ``max_requests`` is reached, or a
+    token limit is exceeded (`UsageLimits.request_hit`)."""
+    limits = data.limits
+    return limits is not None and limits.request_hit(data.requests, data.usage) is not None
+
+
+def usage_limit_on_reply(data: LoopData) -> bool:
+    """A usage limit stops the run after this response: its tool batch would take the run past
+    ``max_tool_calls`` or a token limit is exceeded (the batch is not run), or the response would
+    lead to another request that a limit forbids (a continuation or queued input). A final
+    answer is never stopped: the run ends ``done``."""
+    limits, response = data.limits, data.response
+    if limits is None or response is None:
+        return False
+    if has_tool_calls(data):
+        wanted = len(response.tool_calls)
+        return limits.calls_hit(data.tool_calls, data.usage, wanted) is not None
+    if can_continue_pause_turn(data) or can_continue_max_tokens(data) or has_queued_input(data):
+        return usage_limit_before_request(data)
+    return False
+
+
+def final_turn_wanted(data: LoopData) -> bool:
+    """``final_turn`` is on, no final turn was made yet, and ``should_continue`` did not say
+    stop: before ending at a limit, the run asks the model once more with tools disabled."""
+    return data.final_turn and not data.winding_down and data.keep_going
+
+
+def is_final_turn(data: LoopData) -> bool:
+    """The response answers the final turn (tools disabled): the run ends at its limit."""
+    return data.winding_down
+
+
+def output_retries_exhausted(data: LoopData) -> bool:
+    """More invalid final results (or text answers) than ``output_retries``."""
+    return data.output_expected and data.output_failures > data.output_retries
+
+
+def output_missing(data: LoopData) -> bool:
+    """A typed result is expected but the model answered in text (no tool call)."""
+    return data.output_expected and data.response is not None and not data.response.tool_calls
+
+
+def can_retry_output(data: LoopData) -> bool:
+    """The model answered in text instead of calling the final result tool, and a retry is
+    left: it is asked again."""
+    return output_missing(data) and data.output_failures < data.output_retries
+
+
 def hook_failed(data: LoopData) -> bool:
     """The ``should_continue`` hook raised."""
     return data.hook_error is not None
@@ -270,7 +357,7 @@ class TransitionSpec:
 
 _S = State
 _START_FROM = (_S.IDLE, *sorted(TERMINAL_STATES))
-_ACTIVE = (_S.AWAITING_MODEL, _S.EXECUTING_TOOLS)
+_ACTIVE = (_S.AWAITING_MODEL, _S.EXECUTING_TOOLS, _S.COMPACTING)
 _APPROVAL = (_S.AWAITING_APPROVAL,)
 _T = TransitionSpec
 
@@ -279,6 +366,7 @@ STATES: tuple[StateSpec, ...] = (
     StateSpec(_S.AWAITING_MODEL, fx.request_model),
     StateSpec(_S.EXECUTING_TOOLS, fx.run_tools),
     StateSpec(_S.AWAITING_APPROVAL, fx.await_decisions, stops_run=True),
+    StateSpec(_S.COMPACTING, cx.compact_context),
     StateSpec(_S.DONE, fx.settle, terminal=True),
     StateSpec(_S.ABORTED, fx.settle, terminal=True),
     StateSpec(_S.MAX_TURNS, fx.settle, terminal=True),
@@ -288,23 +376,38 @@ STATES: tuple[StateSpec, ...] = (
 # fmt: off
 TRANSITIONS: tuple[TransitionSpec, ...] = (
     # trigger              sources                dest                 guards                             label             action
+    _T(Trigger.START,          _START_FROM,           _S.MAX_TURNS,        (usage_limit_before_request,),     "usage_limit",    fx.note_usage_limit),
     _T(Trigger.START,          _START_FROM,           _S.AWAITING_MODEL,   (),                                "start"),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (is_final_turn,),                  "final_answer_at_limit", fx.note_final_turn),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (is_refusal,),                     "refusal",        fx.answer_refused),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (unknown_stop_reason,),            "unknown_stop_reason", fx.answer_unknown_stop_reason),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (final_turn_wanted, usage_limit_on_reply), "final_turn", fx.final_turn_at_usage_limit),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (usage_limit_on_reply,),           "usage_limit",    fx.note_usage_limit),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.COMPACTING,       (cx.context_window_exceeded, cx.compaction_on, cx.turns_left), "context_window_compact", cx.answer_window_cut),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (cx.context_window_exceeded,),     "context_window", cx.note_context_window),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.EXECUTING_TOOLS,  (has_tool_calls,),                 "tool_calls"),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (final_turn_wanted, turn_limit_before_continuing), "final_turn", fx.final_turn_at_turn_limit),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (turn_limit_before_continuing,),   "turn_limit",     fx.note_turn_limit),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (can_continue_pause_turn,),        "pause_turn",     fx.continue_paused),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (continuations_exhausted,),        "continuation_limit", fx.note_continuation_limit),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (can_continue_max_tokens,),        "max_tokens",     fx.continue_truncated),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (has_queued_input,),               "queued_input",   fx.deliver_queued),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (can_retry_output,),               "output_missing", fx.ask_for_output),
+    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.FAILED,           (output_missing,),                 "output_invalid", fx.note_output_invalid),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (),                                "final_answer",   fx.note_final_answer),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_APPROVAL,(calls_pending,),                  "deferred"),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.DONE,             (result_ends_run,),                "terminating_result", fx.note_terminating_result),
+    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.FAILED,           (output_retries_exhausted,),       "output_invalid", fx.note_output_invalid),
+    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_MODEL,   (final_turn_wanted, turn_limit_reached), "final_turn", fx.final_turn_at_turn_limit),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.MAX_TURNS,        (turn_limit_reached,),             "turn_limit",     fx.note_turn_limit),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.ABORTED,          (terminate_requested,),            "terminated",     fx.note_terminated),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.FAILED,           (hook_failed,),                    "hook_failed",    fx.note_hook_failed),
+    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_MODEL,   (final_turn_wanted, usage_limit_before_request), "final_turn", fx.final_turn_at_usage_limit),
+    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.MAX_TURNS,        (usage_limit_before_request,),     "usage_limit",    fx.note_usage_limit),
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_MODEL,   (),                                "next_turn",      fx.deliver_steering),
     _T(Trigger.DECIDED,        _APPROVAL,             _S.EXECUTING_TOOLS,  (),                                "decided"),
+    _T(Trigger.COMPACT,        (_S.AWAITING_MODEL,),  _S.COMPACTING,       (cx.compaction_on,),               "compact"),
+    _T(Trigger.COMPACTED,      (_S.COMPACTING,),      _S.AWAITING_MODEL,   (),                                "compacted"),
     _T(Trigger.ABORT,          _ACTIVE,               _S.ABORTED,          (),                                "abort",          fx.note_abort),
     _T(Trigger.ABORT,          _APPROVAL,             _S.ABORTED,          (),                                "abort_pending",  fx.answer_pending),
     _T(Trigger.FAIL,           _ACTIVE,               _S.FAILED,           (),                                "fail"),

@@ -64,9 +64,11 @@ class Partial:
 
 @dataclass(frozen=True, slots=True)
 class RequestFailed:
-    """The request failed for good; ``message`` is the run's error text."""
+    """The request failed for good; ``message`` is the run's error text; ``prompt_too_long``: the
+    provider said the request does not fit the context window."""
 
     message: str
+    prompt_too_long: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +135,8 @@ async def request_response(
             status = f", HTTP {error.status_code}" if error.status_code else ""
             return RequestFailed(
                 f"Model request failed ({error.kind}{status}) after {requests_made} attempt(s): "
-                f"{error.message}"
+                f"{error.message}",
+                prompt_too_long=_too_long(error),
             )
         logger.error("model %r raised", model, exc_info=error)
         return RequestFailed(f"Model request failed: {type(error).__name__}: {error}")
@@ -180,6 +183,11 @@ async def consume(
         "the response stream ended before its stop event (incomplete response)",
         kind="incomplete_stream",
     )
+
+
+def _too_long(error: ModelError) -> bool:
+    """The API's "prompt is too long" 400 (an ``invalid_request_error``)."""
+    return error.status_code in (400, 413, None) and "prompt is too long" in error.message.lower()
 
 
 def refusal_text(response: AssistantMessage) -> str:

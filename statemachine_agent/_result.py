@@ -37,6 +37,8 @@ class RunResult:
         final_text: the text of the tool result that ended the run (``terminate=True``), if one
             did; `text` returns it.
         run_id: the run's id (the ``run_id`` of its events; see `RunHandle`).
+        output: once ``done``: the validated instance of the agent's ``output_type``, or the
+            text answer (`text`) when it has none; None when the run did not finish.
     """
 
     state: State
@@ -50,6 +52,7 @@ class RunResult:
     pending: tuple[PendingCall, ...] = ()
     final_text: str | None = field(default=None, repr=False)
     run_id: str = ""
+    output: Any = field(default=None, repr=False)
 
     @property
     def text(self) -> str:

@@ -14,9 +14,10 @@ import inspect
 import uuid
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._cancel import AbortSignal, cancelling
+from ._compacting import overflowed
 from ._context import project
 from ._effects import request_model
 from ._errors import InvalidHistoryError, MachineDefinitionError
@@ -31,6 +32,7 @@ from ._events import (
     stamp,
 )
 from ._execution import BatchRun, resolve
+from ._limits import FINAL_TURN_PROMPT
 from ._machine import Fired, LoopData
 from ._messages import (
     AssistantMessage,
@@ -41,6 +43,7 @@ from ._messages import (
     Usage,
     UserMessage,
 )
+from ._output import OUTPUT_TOOL_NAME
 from ._protocol import INCOMPLETE_STOP_REASONS, answer_dangling, find_violations
 from ._responses import RequestAborted, RequestFailed, request_response
 from ._result import RunResult
@@ -66,7 +69,9 @@ class Run:
         fired: the last transition.
     """
 
-    def __init__(self, agent: Agent, *, turns: int = 0) -> None:
+    def __init__(
+        self, agent: Agent, *, turns: int = 0, counts: tuple[int, int, Usage] | None = None
+    ) -> None:
         self.id = uuid.uuid4().hex
         self._seq = 0
         self.agent = agent
@@ -77,7 +82,14 @@ class Run:
             max_turns=agent.max_turns,
             max_continuations=agent.max_continuations,
             max_tokens_policy=agent.max_tokens_policy,
+            limits=agent.limits,
+            final_turn=bool(agent.final_turn),
+            output_expected=agent.output_type is not None,
+            output_retries=agent.output_retries,
+            compaction=agent.compaction is not None,
         )
+        if counts is not None:  # a continued run keeps counting toward its usage limits
+            self.data.requests, self.data.tool_calls, self.data.usage = counts
         self.usage = Usage()
         self.error: str | None = None
         self.fired: Fired | None = None
@@ -142,7 +154,8 @@ class Run:
         if self.turn is not None:
             turn, self.turn = self.turn, None
             if self.agent._subscribers:
-                self.emit(TurnEnd(turn, self.turn_message, self.turn_results))
+                context = self.agent.context_usage
+                self.emit(TurnEnd(turn, self.turn_message, self.turn_results, context))
 
     # -- queued input -------------------------------------------------------------------------
 
@@ -190,6 +203,7 @@ class Run:
             MachineDefinitionError: no transition of ``trigger`` can leave the current state.
         """
         self.data.max_turns = self.agent.max_turns
+        self.data.limits = self.agent.limits
         fired = self.machine.fire(trigger, self.data)
         self.fired = fired
         if self.agent._subscribers:
@@ -282,7 +296,25 @@ class Run:
             refusal=refusal,
             final_text=self.final_text,
             run_id=self.id,
+            output=self._output(state, new),
         )
+
+    def _output(self, state: State | str, new: list[Message]) -> Any:
+        """The validated final result (``output_type``), or the text answer, once ``done``."""
+        if state != State.DONE:
+            return None
+        output_type = self.agent.output_type
+        if output_type is None:
+            return self.final_text if self.final_text is not None else _text_answer(new)
+        for message in reversed(new):
+            if (
+                isinstance(message, ToolResultMessage)
+                and message.tool_name == OUTPUT_TOOL_NAME
+                and not message.is_error
+                and message.details is not None
+            ):
+                return output_type.model_validate(message.details)
+        return None
 
     # -- model requests -----------------------------------------------------------------------
 
@@ -304,11 +336,15 @@ class Run:
             return self.fail(f"The transform_context hook failed: {type(exc).__name__}: {exc}")
         if self.signal.aborted:  # aborted while the request was built: do not send it
             return Trigger.ABORT
+        if not self.data.winding_down:  # the final turn does not count against the limits
+            self.data.requests += 1
         outcome = await self.send(request)
         if isinstance(outcome, RequestAborted):
             self.append(outcome.partial)
             return Trigger.ABORT
         if isinstance(outcome, RequestFailed):
+            if outcome.prompt_too_long:
+                return overflowed(self, outcome)  # compaction and one retry, or fail
             return self.fail(outcome.message)
         return outcome
 
@@ -366,6 +402,13 @@ class Run:
                 raise InvalidHistoryError(problems)
         else:
             projected = agent._projector.project(self.messages)
+        if self.data.winding_down:  # the final turn: tools disabled, an instruction to answer
+            instruction = (
+                agent.final_turn if isinstance(agent.final_turn, str) else FINAL_TURN_PROMPT
+            )
+            system = instruction if not agent.system else f"{agent.system}\n\n{instruction}"
+            settings = {**agent.model_settings, "tool_choice": {"type": "none"}}
+            return ModelRequest(projected, system, agent._tool_definitions, settings)
         return ModelRequest(projected, agent.system, agent._tool_definitions, agent.model_settings)
 
     def fail(self, error: str) -> str:
@@ -373,6 +416,11 @@ class Run:
         self.append(AssistantMessage(content=[], stop_reason=StopReason.ERROR, error=error))
         self.error = error
         return Trigger.FAIL
+
+
+def _text_answer(new: list[Message]) -> str:
+    """The run's text answer (as `RunResult.text` gives it)."""
+    return RunResult(State.DONE, [], new, 0, Usage()).text
 
 
 def _takes_signal(hook: object) -> bool:

@@ -12,10 +12,12 @@ class State(StrEnum):
     ``executing_tools`` (the tool calls of the last response are running) -> ``awaiting_model`` ...
     until a terminal state ends the run. ``awaiting_approval`` (deferred calls wait for a person's
     decision) ends a run without ending its work: ``agent.run(decisions=...)`` continues it, in this
-    process or another. Terminal states: ``done`` (the model answered and nothing is queued, a
-    result marked ``terminate=True`` ended the run, or tool calls came with an unknown stop
-    reason), ``aborted`` (an abort, a cancelled task, a ``KeyboardInterrupt`` in a tool, or a
-    terminating denial), ``max_turns`` (the turn cap, ``should_continue``, or the ``pause_turn``
+    process or another. ``compacting`` (automatic compaction) replaces the older history with a
+    summary before a request, then goes back to ``awaiting_model``. Terminal states: ``done`` (the
+    model answered and nothing is queued, a result marked ``terminate=True`` ended the run, tool
+    calls came with an unknown stop reason, or a response was cut by the context window with
+    compaction off), ``aborted`` (an abort, a cancelled task, a ``KeyboardInterrupt`` in a tool, or a
+    terminating denial), ``max_turns`` (the turn cap, a usage limit, ``should_continue``, or the ``pause_turn``
     continuation cap), ``failed`` (the provider failed for good, or a bug escaped). A terminal
     state ends a run, not the agent: ``start`` leaves each of them.
     """
@@ -24,6 +26,7 @@ class State(StrEnum):
     AWAITING_MODEL = "awaiting_model"
     EXECUTING_TOOLS = "executing_tools"
     AWAITING_APPROVAL = "awaiting_approval"
+    COMPACTING = "compacting"
     DONE = "done"
     ABORTED = "aborted"
     MAX_TURNS = "max_turns"
@@ -48,3 +51,5 @@ class Trigger(StrEnum):
     ABORT = "abort"
     FAIL = "fail"
     DECIDED = "decided"
+    COMPACT = "compact"
+    COMPACTED = "compacted"

@@ -77,7 +77,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 
 from . import __version__
 from ._agent import Agent
-from ._errors import UsageError
+from ._errors import ToolStepFailed, UsageError
 from ._execution import BatchRun, _Slot
 from ._messages import HISTORY_ADAPTER, AssistantMessage, Message, ToolResultMessage, Usage
 from ._messages import text_result as _text_result
@@ -123,7 +123,8 @@ def _load(text: str) -> Message:
 
 def _encode_outcome(outcome: AssistantMessage | RequestAborted | RequestFailed) -> dict[str, str]:
     if isinstance(outcome, RequestFailed):
-        return {"kind": "failed", "error": outcome.message}
+        too_long = {"prompt_too_long": "yes"} if outcome.prompt_too_long else {}
+        return {"kind": "failed", "error": outcome.message, **too_long}
     if isinstance(outcome, RequestAborted):
         return {"kind": "aborted", "message": _dump(outcome.partial)}
     return {"kind": "response", "message": _dump(outcome)}
@@ -131,7 +132,7 @@ def _encode_outcome(outcome: AssistantMessage | RequestAborted | RequestFailed) 
 
 def _decode_outcome(data: dict[str, str]) -> AssistantMessage | RequestAborted | RequestFailed:
     if data["kind"] == "failed":
-        return RequestFailed(data["error"])
+        return RequestFailed(data["error"], prompt_too_long="prompt_too_long" in data)
     message = _load(data["message"])
     assert isinstance(message, AssistantMessage)
     return RequestAborted(message) if data["kind"] == "aborted" else message
@@ -175,18 +176,6 @@ def decode_result(data: dict[str, Any]) -> RunResult:
 
 def _current_incarnation() -> str:
     return _incarnation
-
-
-class ToolStepFailed(Exception):
-    """A call of a tool with ``step_retries`` returned an error result: DBOS runs it again.
-
-    Args:
-        result: the error result as JSON text.
-    """
-
-    def __init__(self, result: str) -> None:
-        super().__init__(result)
-        self.result = result
 
 
 class DurableBatch(BatchRun):

@@ -168,7 +168,8 @@ def reviewing_agent(model: Any, **options: Any) -> Agent:
     return agent
 
 
-def add_reviewing(agent: Agent) -> None:
+def add_reviewing(agent: Agent, guards: tuple[Any, ...] = (has_todo,)) -> None:
+    """The user state ``reviewing``, entered after a batch when ``guards`` pass."""
     machine = agent.machine
     machine.add_state("reviewing", review)
     machine.add_transition(
@@ -176,7 +177,7 @@ def add_reviewing(agent: Agent) -> None:
             "tools_finished",
             (State.EXECUTING_TOOLS,),
             "reviewing",
-            (has_todo,),
+            guards,
             label="review",
             before="next_turn",
         )
@@ -314,28 +315,7 @@ def any_result(data: LoopData) -> bool:
 
 
 def add_reviewing_any(agent: Agent) -> None:
-    machine = agent.machine
-    machine.add_state("reviewing", review)
-    machine.add_transition(
-        TransitionSpec(
-            "tools_finished",
-            (State.EXECUTING_TOOLS,),
-            "reviewing",
-            (any_result, lambda data: data.turns < 2),
-            label="review",
-            before="next_turn",
-        )
-    )
-    machine.add_transition(
-        TransitionSpec(
-            "model_replied", ("reviewing",), State.EXECUTING_TOOLS, (has_calls,), "review_calls"
-        )
-    )
-    machine.add_transition(
-        TransitionSpec(
-            "model_replied", ("reviewing",), State.DONE, label="reviewed", after="review_calls"
-        )
-    )
+    add_reviewing(agent, (any_result, lambda data: data.turns < 2))
 
 
 def test_case4_kit_catches_an_effect_that_drops_a_result() -> None:
@@ -446,3 +426,38 @@ def test_core_does_not_import_session() -> None:
             line for line in text.splitlines() if re.match(r"^(from|import) .*session", line)
         ]
         assert top_level == [], (path.name, top_level)
+
+
+def test_a_log_through_a_user_state_passes_check(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    model = ScriptedModel(
+        [tool_response(call("read_notes", id="n1")), text_response("Reviewed: totals checked.")]
+    )
+    agent = Agent(model, tools=[read_notes, lookup], session=path)
+    add_reviewing(agent)
+    assert agent.run_sync("Read the notes").state is State.DONE
+    agent.close()
+    _data, problems = check_session(path)
+    assert problems == []
+    assert "reviewing" in path.read_text()
+
+
+def test_dot_output_is_named_after_the_loop() -> None:
+    assert str(render_diagram(format="dot")).startswith("digraph agent_loop {")
+
+
+def test_a_hook_returning_something_that_is_not_a_decision_does_not_run_the_call() -> None:
+    ran: list[str] = []
+
+    @tool
+    def act() -> str:
+        """Act."""
+        ran.append("ran")
+        return "done"
+
+    script = [tool_response(call("act", id="a1")), text_response("ok")]
+    agent = Agent(ScriptedModel(script), tools=[act], before_tool_call=lambda info: "yes")
+    result = agent.run_sync("go")
+    assert ran == []
+    assert result.messages[2].is_error
+    assert result.messages[2].text.startswith("The before_tool_call hook returned 'yes'")

@@ -565,6 +565,10 @@ def run_command(
         f"To decide: statemachine-agent approve {shlex.quote(str(session))} --call ID "
         f"[--deny ID:REASON] -w {shlex.quote(str(workspace))} -m {shlex.quote(model_spec)}"
     )
+    if model_spec.startswith("script:"):
+        approve_hint += (
+            "\n(a script plays from its first step again: give one holding the steps to come)"
+        )
     hint = continue_command(
         workspace=workspace,
         model_spec=model_spec,
@@ -673,7 +677,10 @@ def approve_command(
     if approve_all:
         from ..session import read_session
 
-        calls = [*calls, *(c.id for c in read_session(session).pending)]
+        pending = [c.id for c in read_session(session).pending]
+        if not pending:
+            raise click.UsageError(f"no call of {session} is awaiting approval: nothing to decide")
+        calls = [*calls, *pending]
     if not calls and not deny:
         raise click.UsageError("say what to decide: --call ID, --all, or --deny ID:REASON")
     ctx.invoke(

@@ -56,6 +56,8 @@ class ScriptedModel:
             ``input`` is a string is argument text, parsed as a provider stream would be.
         name: the model name reported.
         record_requests: keep every request in ``requests`` (turn off for long benchmarks).
+        context_window: the context window (tokens) the model claims, for context accounting
+            and automatic compaction (None: unknown).
 
     Running out of steps raises `ScriptExhaustedError` in the request, which ends the run in
     ``failed`` with a message saying how many steps the script holds.
@@ -67,8 +69,14 @@ class ScriptedModel:
     """
 
     def __init__(
-        self, steps: Sequence[Step], *, name: str = "scripted", record_requests: bool = True
+        self,
+        steps: Sequence[Step],
+        *,
+        name: str = "scripted",
+        record_requests: bool = True,
+        context_window: int | None = None,
     ) -> None:
+        self.context_window = context_window
         self._steps = [_checked_step(number, step) for number, step in enumerate(steps, 1)]
         self._name = name
         self._record = record_requests
@@ -179,9 +187,14 @@ class FunctionModel:
         function: ``function(messages, request)``, sync or async, returning an `AssistantMessage`,
             an Anthropic-shaped response dict, or a string (a final text answer).
         name: the model name reported.
+        context_window: the context window (tokens) the model claims, for context accounting
+            and automatic compaction (None: unknown).
     """
 
-    def __init__(self, function: ModelFunction, *, name: str = "function") -> None:
+    def __init__(
+        self, function: ModelFunction, *, name: str = "function", context_window: int | None = None
+    ) -> None:
+        self.context_window = context_window
         self._function = function
         self._name = name
 

@@ -77,6 +77,9 @@ class AnthropicModel:
             digits, ``_`` or ``-``) and be unique across both.
         extra_body: more request fields, sent verbatim. ``Agent(model_settings=...)`` values are
             merged over all of these for each request.
+        context_window: the model's context window in tokens (what a request may hold, input
+            and output). Default: `default_context_window` of the model's family (200,000 for
+            every current Claude model). Automatic compaction's fractional threshold is taken of it.
 
     Close it when done: ``await model.aclose()``, or ``async with AnthropicModel(...) as model:``.
     This closes the HTTP client the model created itself; a ``client`` passed in is left open
@@ -116,7 +119,13 @@ class AnthropicModel:
         temperature: float | None = None,
         server_tools: Sequence[Mapping[str, Any]] = (),
         extra_body: Mapping[str, Any] | None = None,
+        context_window: int | None = None,
     ) -> None:
+        if context_window is not None and context_window <= 0:
+            raise UsageError(
+                f"context_window must be a positive number of tokens, got {context_window}"
+            )
+        self.context_window = context_window or default_context_window(model)
         if client is not None and (api_key is not None or base_url is not None):
             raise UsageError("pass either client= or api_key= / base_url=, not both")
         self._owns_client = client is None
@@ -142,6 +151,9 @@ class AnthropicModel:
             options["temperature"] = temperature
         options.update(extra_body or {})
         self._options = options
+
+    provider_name = "anthropic"
+    """The provider's name in traces (``gen_ai.provider.name``)."""
 
     @property
     def name(self) -> str:
@@ -236,6 +248,29 @@ class AnthropicModel:
             if isinstance(message, AssistantMessage):
                 return not same_model(message.model, self._model)
         return False
+
+    async def count_tokens(self, request: ModelRequest) -> int:
+        """The input tokens ``request`` would use, counted by the API's token-counting endpoint
+        (``messages.count_tokens``: messages, system prompt, tools and thinking; free, but rate
+        limited like requests).
+
+        Raises:
+            ModelAuthError: the key is missing, wrong or lacks permission (401 / 403).
+            ModelError: the count failed (the status's message; a connection error).
+        """
+        body = self.body(request)
+        fields = {k: body[k] for k in ("system", "tools", "thinking") if k in body}
+        try:
+            counted = await self._client.messages.count_tokens(
+                model=body["model"], messages=cast(Any, body["messages"]), extra_body=fields
+            )
+        except anthropic.APIStatusError as exc:
+            raise _status_error(exc) from None
+        except anthropic.APIConnectionError as exc:
+            raise _connection_error(
+                exc, self._client.timeout, retried=True, url=str(self._client.base_url)
+            ) from None
+        return int(counted.input_tokens)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Stream the response to ``request``; the last item is `ResponseComplete`.
@@ -366,6 +401,22 @@ def _attempts(exc: anthropic.APIStatusError) -> int:
         return int(exc.response.request.headers.get("x-stainless-retry-count", "0")) + 1
     except (ValueError, RuntimeError):
         return 1
+
+
+_CONTEXT_WINDOWS: tuple[tuple[str, int], ...] = (("claude-", 200_000),)
+"""Context windows by model-name prefix (first match wins): every current Claude model has
+200,000 tokens (a larger beta window is opt-in: pass ``context_window=``)."""
+
+DEFAULT_CONTEXT_WINDOW = 200_000
+"""The context window assumed for a model name no prefix matches."""
+
+
+def default_context_window(model: str) -> int:
+    """The context window (tokens) of the ``model`` family (see ``_CONTEXT_WINDOWS``)."""
+    for prefix, window in _CONTEXT_WINDOWS:
+        if model.startswith(prefix):
+            return window
+    return DEFAULT_CONTEXT_WINDOW
 
 
 def _status_error(exc: anthropic.APIStatusError) -> ModelError:

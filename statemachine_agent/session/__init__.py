@@ -16,6 +16,7 @@ from ._compaction import (
     compact,
     compact_history,
     find_cut_points,
+    kept_tokens_start,
     kept_window_start,
 )
 from ._html import page_model, render_html, write_html
@@ -46,6 +47,7 @@ __all__ = [
     "compact",
     "compact_history",
     "find_cut_points",
+    "kept_tokens_start",
     "kept_window_start",
     "load_history",
     "page_model",

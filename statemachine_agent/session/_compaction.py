@@ -1,9 +1,14 @@
 """Compaction at turn boundaries: replace old history with a summary without breaking a tool call
 from its results.
 
-A cut point is an index ``i`` where ``messages[i:]`` may be kept on its own: ``messages[i]`` is a
-user message (never a tool result, never an assistant message), so every kept result still follows
-its call, and no kept window opens with the model speaking.
+A cut point is an index ``i`` where ``messages[i:]`` may be kept after a summary (a user message):
+``messages[i]`` is a user message, or a response that follows a tool batch's results (the turn
+boundary inside one long task). A tool result never starts a kept window, so every kept result
+still follows its call; a response continuing another response (``pause_turn``, ``max_tokens``) is
+never separated from it. One prompt followed by 40 tool turns therefore has 40 cut points, not one.
+
+The same functions serve `compact` (by hand, between runs) and the ``compacting`` state of the
+loop (automatic compaction, `statemachine_agent.Compaction`).
 """
 
 from __future__ import annotations
@@ -11,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
+from .._accounting import estimate_tokens
 from .._errors import UsageError
 from .._execution import resolve
-from .._messages import Message, UserMessage
+from .._messages import AssistantMessage, Message, ToolResultMessage, UserMessage
 from .._protocol import assert_valid_history
 
 if TYPE_CHECKING:
@@ -27,20 +33,31 @@ history as it is. Sync or async."""
 
 
 def find_cut_points(messages: Sequence[Message]) -> list[int]:
-    """Indices where the history may be cut (``messages[i:]`` kept), ascending.
+    """Indices where the history may be cut (``messages[i:]`` kept after a summary), ascending.
 
-    Every index holding a user message qualifies; ``0`` is always included when the history
-    starts with one. Tool results and assistant messages never start a kept window.
+    An index qualifies when it holds a user message, or a response right after a tool result
+    (the next turn of a task: the batch before it is complete, as results follow their response
+    and are never interleaved with other messages). ``0`` is included when the history starts
+    with a user message. Tool results never start a kept window.
     """
-    return [i for i, m in enumerate(messages) if isinstance(m, UserMessage)]
+    return [
+        i
+        for i, m in enumerate(messages)
+        if isinstance(m, UserMessage)
+        or (
+            isinstance(m, AssistantMessage)
+            and i > 0
+            and isinstance(messages[i - 1], ToolResultMessage)
+        )
+    ]
 
 
 def kept_window_start(messages: Sequence[Message], keep_last: int) -> int:
     """Where the kept window of at most ``keep_last`` messages starts.
 
     The window ``messages[len - keep_last:]`` moves forward to the first cut point inside it, so
-    it never starts with a tool result or an assistant message; when no user message lies inside
-    it, nothing is kept (the returned index is ``len(messages)``).
+    it never starts with a tool result or inside a turn (see `find_cut_points`); when no cut point
+    lies inside it, nothing is kept (the returned index is ``len(messages)``).
 
     Raises:
         UsageError: ``keep_last`` is negative.
@@ -51,14 +68,51 @@ def kept_window_start(messages: Sequence[Message], keep_last: int) -> int:
     return next((i for i in find_cut_points(messages) if i >= earliest), len(messages))
 
 
-def compact_history(messages: Sequence[Message], summary: str, *, keep_last: int) -> list[Message]:
-    """``[summary as a user message] + kept window`` (see `kept_window_start`).
+def kept_tokens_start(messages: Sequence[Message], keep_tokens: int) -> int:
+    """Where a kept window of at most ``keep_tokens`` estimated tokens starts (automatic
+    compaction's ``keep_recent``): the earliest cut point after 0 whose window fits; when even
+    the last turn is larger, the last cut point after 0 (the newest turn is kept whole); 0 when
+    there is no cut point after 0 (nothing can be compacted). Tokens are `estimate_tokens`.
+
+    Raises:
+        UsageError: ``keep_tokens`` is negative.
+    """
+    if keep_tokens < 0:
+        raise UsageError("keep_recent must be 0 or more tokens")
+    points = [i for i in find_cut_points(messages) if i > 0]
+    if not points:
+        return 0
+    suffix = 0
+    fits = points[-1]
+    position = len(messages)
+    for point in reversed(points):
+        suffix += estimate_tokens(messages[point:position])
+        position = point
+        if suffix > keep_tokens:
+            break
+        fits = point
+    return fits
+
+
+def compact_history(
+    messages: Sequence[Message],
+    summary: str,
+    *,
+    keep_last: int | None = None,
+    start: int | None = None,
+) -> list[Message]:
+    """``[summary as a user message] + kept window``: the window starts at ``start`` (a cut
+    point) or at `kept_window_start` of ``keep_last`` messages.
 
     Raises:
         InvalidHistoryError: the result breaks the protocol (then so did the kept window of
             ``messages``).
+        UsageError: neither ``keep_last`` nor ``start`` was given.
     """
-    start = kept_window_start(messages, keep_last)
+    if start is None:
+        if keep_last is None:
+            raise UsageError("compact_history needs keep_last= or start=")
+        start = kept_window_start(messages, keep_last)
     compacted: list[Message] = [UserMessage(SUMMARY_PREFIX + summary), *messages[start:]]
     assert_valid_history(compacted)
     return compacted
@@ -85,8 +139,8 @@ async def compact(agent: Agent, summarize: Summarize, *, keep_last: int = 20) ->
     summary = await resolve(summarize(messages[:start]))
     if summary is None or not str(summary).strip():
         return False
-    compacted = compact_history(messages, str(summary), keep_last=keep_last)
-    agent.messages = compacted
+    compacted = compact_history(messages, str(summary), start=start)
+    agent.messages = compacted  # the context meter restarts: the new list is estimated whole
     session = getattr(agent, "session", None)
     if session is not None:
         session.record_history(compacted, reason="compaction", summary=str(summary))

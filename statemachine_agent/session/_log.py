@@ -141,11 +141,11 @@ class SessionLog:
             log._write({"type": "run_end", "state": data.state.value, "error": None})
             data.run_open = False
         elif data.run_open:
-            source = data.state or State.IDLE
+            source = data.state_name or (data.state or State.IDLE).value
             log._write(
                 {
                     "type": "state",
-                    "source": source.value,
+                    "source": source,
                     "dest": State.ABORTED.value,
                     "trigger": "resume",
                     "label": "recovered",

@@ -41,6 +41,8 @@ VERSION = 1
 # text the context projection gives any call without a result.
 NO_RESULT_RECORDED = NO_RESULT
 
+_BUILTIN_STATES = {state.value: state for state in State}
+
 RECORD_TYPES = frozenset(
     {
         "header",
@@ -82,7 +84,9 @@ class SessionData:
         history: the rebuilt history in protocol order, without repairs (dangling calls unanswered).
         repairs: the error results the dangling calls need, in history order.
         messages: ``history`` with ``repairs`` in place: what a resumed agent starts from.
-        state: the last state recorded (None when none was).
+        state: the last state recorded (None when none was); a state a user added counts as a
+            mid-run state (see ``state_name``).
+        state_name: the name of the last state recorded, as written.
         run_open: a run started and never ended (the process died during it).
         corrupt: ``(line, reason)`` of unreadable complete lines (corruption; kept in the file).
         torn_tail: ``(line, reason)`` of an unreadable last line without its newline (a crash
@@ -107,6 +111,7 @@ class SessionData:
     torn_tail: list[tuple[int, str]] = field(default_factory=list)
     valid_bytes: int = 0
     notes: list[str] = field(default_factory=list)
+    state_name: str | None = None
     pending: list[PendingCall] = field(default_factory=list)
     pending_results: list[ToolResultMessage] = field(default_factory=list)
 
@@ -323,10 +328,11 @@ def _rebuild(data: SessionData) -> None:
         elif message is not None:
             spine.append(message)
         elif record.type == "state":
-            try:
-                data.state = State(str(record.body.get("dest")))
-            except ValueError:
-                data.notes.append(f"line {record.line}: unknown state {record.body.get('dest')!r}")
+            dest = str(record.body.get("dest"))
+            # A state a user added to the machine (`LoopMachine.add_state`) is a mid-run state:
+            # a run is never at rest in one.
+            data.state = _BUILTIN_STATES.get(dest, State.EXECUTING_TOOLS)
+            data.state_name = dest
         elif record.type == "run_start":
             data.run_open = True
         elif record.type == "run_end":

@@ -26,6 +26,8 @@ from ._kit import (
     check_run,
     drive_run,
     kit_before_tool_call,
+    kit_compaction,
+    kit_summarize,
     prefix_ids,
 )
 from ._oracle import (
@@ -96,6 +98,8 @@ __all__ = [
     "exhaustive_scenarios",
     "find_violations",
     "kit_before_tool_call",
+    "kit_compaction",
+    "kit_summarize",
     "play",
     "predict_resume",
     "prefix_ids",

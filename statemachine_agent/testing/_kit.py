@@ -16,8 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._agent import Agent
+from .._compacting import Compaction
 from .._errors import ToolError, UsageError
 from .._events import (
+    CompactionEnd,
+    CompactionStart,
     Event,
     RunEnd,
     RunStart,
@@ -107,6 +110,17 @@ def _chain(first: BeforeToolCall, then: BeforeToolCall | None) -> BeforeToolCall
     return chained
 
 
+def kit_summarize(old: Sequence[Message]) -> str:
+    """The kit's scripted summarizer: names how many messages it replaced."""
+    return f"kit summary of {len(old)} message(s)"
+
+
+def kit_compaction(threshold: int = 40, keep_recent: int = 30) -> Compaction:
+    """Automatic compaction for the kit: a tiny threshold (estimated tokens) so that short
+    scripted runs compact, often more than once, with the scripted `kit_summarize`."""
+    return Compaction(threshold=threshold, keep_recent=keep_recent, summarize=kit_summarize)
+
+
 class ScriptPlayer:
     """A `Model` that plays the script loaded last (a `ScriptedModel` per run) and keeps every
     request it received."""
@@ -154,6 +168,8 @@ class AgentKit:
             every call they do not handle on to the hooks given to `agent`.
         steering_mode: how queued steering is delivered (drawn per example).
         follow_up_mode: how queued follow-ups are delivered (drawn per example).
+        compaction: automatic compaction for the agents it builds (e.g. `kit_compaction`);
+            `drive_run` checks the history after every compaction.
     """
 
     model: ScriptPlayer
@@ -163,6 +179,7 @@ class AgentKit:
     hooks: ScenarioHooks = field(default_factory=ScenarioHooks)
     steering_mode: DeliveryMode = "all"
     follow_up_mode: DeliveryMode = "one_at_a_time"
+    compaction: Compaction | None = None
 
     def agent(
         self,
@@ -183,6 +200,7 @@ class AgentKit:
         options.setdefault("retry_backoff_seconds", 0.001)
         self.hooks.user_before = before_tool_call
         self.hooks.user_after = options.pop("after_tool_call", None)
+        options.setdefault("compaction", self.compaction)
         return Agent(
             self.model,
             tools=[*self.tools, *tools],
@@ -203,6 +221,9 @@ class RunReport:
         events: every event of the run, in order.
         requests: the requests the model received in the run.
         history_before: the history's length before the run.
+        compactions: compactions that replaced history during the run.
+        compaction_problems: what broke at a compaction (invariants 1-4 on the compacted
+            history; a kept window that is not the old history's tail from a turn boundary).
     """
 
     started: bool = True
@@ -211,6 +232,8 @@ class RunReport:
     events: list[Event] = field(default_factory=list)
     requests: list[ModelRequest] = field(default_factory=list)
     history_before: int = 0
+    compactions: int = 0
+    compaction_problems: list[str] = field(default_factory=list)
 
 
 def prefix_ids(script: Sequence[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
@@ -253,8 +276,17 @@ async def drive_run(
         if item.after_events == 0:
             _queue(agent, item)
 
+    before_compaction: list[Message] = []
+
     def on_event(event: Event) -> None:
         report.events.append(event)
+        if isinstance(event, CompactionStart):
+            before_compaction[:] = agent.messages
+        elif isinstance(event, CompactionEnd) and event.messages_cut:
+            report.compactions += 1
+            report.compaction_problems += _check_compaction(
+                before_compaction, agent.messages, event.messages_cut, report.compactions
+            )
         count = len(report.events)
         for item in inputs:
             if item.after_events == count:
@@ -287,6 +319,24 @@ async def drive_run(
     return report
 
 
+def _check_compaction(
+    old: Sequence[Message], new: Sequence[Message], cut: int, number: int
+) -> list[str]:
+    """What compaction ``number`` broke: the history's rules 1-4, the kept window (``new[1:]``
+    must be ``old[cut:]``), and the cut (a user message, or a response right after a result)."""
+    where = f"compaction {number}"
+    problems = [f"{where}: {p}" for p in find_violations(new)]
+    if list(new[1:]) != list(old[cut:]):
+        problems.append(f"{where}: the kept window is not the old history's tail from {cut}")
+    boundary = 0 < cut < len(old) and (
+        old[cut].role == "user"
+        or (old[cut].role == "assistant" and old[cut - 1].role == "tool_result")
+    )
+    if not boundary:
+        problems.append(f"{where}: cut at {cut} is not a turn boundary")
+    return problems
+
+
 def _queue(agent: Agent, item: QueuedInput) -> None:
     message = UserMessage(item.text)
     if item.kind == "steer":
@@ -314,7 +364,7 @@ def check_run(agent: Agent, report: RunReport) -> list[str]:
     agent's state and terminal; 6: tool-execution starts and ends pair up by call id, turn starts
     and ends alternate with matching numbers.
     """
-    problems = check_history(agent)
+    problems = check_history(agent) + report.compaction_problems
     if not report.started:
         return problems
     for n, request in enumerate(report.requests, 1):

@@ -7,9 +7,9 @@ script reads as what happened: which call raised, slept, ignored the abort or wa
 
 Building blocks: `text_blocks`, `thinking_blocks`, `provider_blocks`, `tool_behaviours`,
 `tool_arguments`, `tool_use_blocks`, `stop_reasons`, `responses`, `error_steps`, `scripts`,
-`abort_points`, `queued_inputs`, `delivery_modes`, `histories`, `deferring_responses`,
-`decisions`; for the oracle: `oracle_calls`, `oracle_steps`, `oracle_anchors`, `oracle_inputs`,
-`oracle_runs`, `scenarios`.
+`abort_points`, `queued_inputs`, `delivery_modes`, `histories`, `final_results` (typed results),
+`deferring_responses`, `decisions`; for the oracle: `oracle_calls`, `oracle_steps`,
+`oracle_anchors`, `oracle_inputs`, `oracle_runs`, `scenarios`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 from .._messages import (
     AssistantMessage,
@@ -572,3 +573,36 @@ def decisions(call_ids: Sequence[str]) -> st.SearchStrategy[dict[str, Any]]:
     return st.lists(st.sampled_from(list(call_ids)), min_size=1, unique=True).flatmap(
         lambda chosen: st.fixed_dictionaries({call_id: one for call_id in chosen})
     )
+
+
+@st.composite
+def final_results(
+    draw: st.DrawFn,
+    output_type: type[BaseModel],
+    *,
+    valid: bool | None = None,
+    call_id: str = "final",
+) -> dict[str, Any]:
+    """A response calling the final result tool of ``Agent(output_type=output_type)``: with
+    arguments the type accepts (``valid=True``), with arguments it rejects (``valid=False``: a
+    required field missing, or one field given a value of the wrong shape), or either (None).
+    Valid arguments are built with ``st.builds(output_type)`` (register strategies for field
+    types Hypothesis cannot build)."""
+    from .._output import OUTPUT_TOOL_NAME
+
+    is_valid = draw(st.booleans()) if valid is None else valid
+    instance = draw(st.builds(output_type))
+    arguments = instance.model_dump(mode="json")
+    if not is_valid:
+        required = [name for name, f in output_type.model_fields.items() if f.is_required()]
+        name = draw(st.sampled_from(required or list(output_type.model_fields)))
+        if draw(st.booleans()) and required:
+            arguments.pop(name)
+        else:
+            arguments[name] = {"not": ["a", "valid", "value"]}
+    return {
+        "content": [
+            {"type": "tool_use", "id": call_id, "name": OUTPUT_TOOL_NAME, "input": arguments}
+        ],
+        "stop_reason": "tool_use",
+    }

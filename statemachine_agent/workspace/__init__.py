@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+from .._errors import SandboxUnavailableError
 from .._tools import Tool
 from ._command import DEFAULT_TIMEOUT_SECONDS, MAX_OUTPUT_CHARS, command_tool, run_shell
 from ._files import MAX_READ_CHARS, MAX_READ_LINES, file_tools
@@ -26,7 +27,6 @@ from ._sandbox import (
     Sandbox,
     SandboxMode,
     SandboxStatus,
-    SandboxUnavailableError,
     check_sandbox,
 )
 

@@ -39,7 +39,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from .._errors import UsageError
+from .._errors import SandboxUnavailableError, UsageError
 
 logger = logging.getLogger("statemachine_agent.workspace")
 
@@ -98,10 +98,6 @@ class Sandbox(BaseModel):
     writable: tuple[Path, ...] = ()
     hidden: tuple[Path, ...] = tuple(Path(p) for p in DEFAULT_HIDDEN)
     env: tuple[str, ...] = DEFAULT_ENV
-
-
-class SandboxUnavailableError(UsageError):
-    """``mode="require"`` and bubblewrap is missing or cannot create namespaces here."""
 
 
 @dataclass(frozen=True)

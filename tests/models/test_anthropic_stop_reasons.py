@@ -12,6 +12,7 @@ import pytest
 from statemachine_agent import (
     Agent,
     AssistantMessage,
+    Compaction,
     Event,
     ModelRetry,
     State,
@@ -22,13 +23,22 @@ from statemachine_agent import (
     UserMessage,
     tool,
 )
+from statemachine_agent._compacting import CUT_BY_WINDOW
 from statemachine_agent._errors import ModelError, ModelRetryableError
-from statemachine_agent._messages import CONTINUE_PROMPT
 from statemachine_agent.models import AnthropicModel, ModelRequest
 from statemachine_agent.models._anthropic_response import StreamAccumulator
 from statemachine_agent.models._base import ResponseComplete
+from statemachine_agent.session import SUMMARY_PREFIX
 
-from .replay_server import ReplayServer, Reply, load_cassette, load_sse, message_to_sse, sse_reply
+from .replay_server import (
+    ReplayServer,
+    Reply,
+    json_reply,
+    load_cassette,
+    load_sse,
+    message_to_sse,
+    sse_reply,
+)
 
 MODEL = "claude-replay-test"
 CONTEXT_EXCEEDED = "model_context_window_exceeded"
@@ -64,29 +74,21 @@ def text(value: str) -> dict[str, Any]:
 # -- model_context_window_exceeded: a truncated response ------------------------------------------
 
 
-async def test_context_window_exceeded_text_is_continued_by_default(server: ReplayServer) -> None:
-    server.add(
-        reply([text("The first half of the answer")], CONTEXT_EXCEEDED),
-        reply([text(" and the rest.")], "end_turn"),
-    )
+async def test_context_window_exceeded_text_is_kept_and_not_continued(server: ReplayServer) -> None:
+    """Issue 13: a continuation cannot fit, so none is sent; the run ends with the cut text and
+    an error that names the context window and compaction."""
+    server.add(reply([text("The first half of the answer")], CONTEXT_EXCEEDED))
     result = await Agent(model(server)).run("Explain everything.")
 
+    assert len(server.requests) == 1
     assert result.state is State.DONE
-    assert result.error is None
-    assert result.stop_reason == StopReason.END_TURN
-    truncated = result.messages[1]
-    assert isinstance(truncated, AssistantMessage)
-    assert truncated.stop_reason == StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED
-    assert truncated.text == "The first half of the answer"
-    # Continued as after max_tokens: the cut answer, then the continue prompt, were sent back.
-    assert len(server.requests) == 2
-    sent = server.requests[1].body["messages"]
-    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
-    assert sent[1]["content"][0]["text"] == "The first half of the answer"
-    assert sent[2]["content"][0]["text"] == CONTINUE_PROMPT
+    assert result.stop_reason == StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED
+    assert result.text == "The first half of the answer"
+    assert result.error is not None
+    assert "context window" in result.error and "Compaction()" in result.error
 
 
-async def test_context_window_exceeded_with_policy_stop_ends_done_with_the_truncation(
+async def test_context_window_exceeded_with_policy_stop_ends_done_naming_the_window(
     server: ReplayServer,
 ) -> None:
     server.add(reply([text("Cut off here")], CONTEXT_EXCEEDED))
@@ -95,12 +97,12 @@ async def test_context_window_exceeded_with_policy_stop_ends_done_with_the_trunc
     assert result.state is State.DONE
     assert result.stop_reason == StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED
     assert result.error is not None
-    assert "truncated" in result.error and CONTEXT_EXCEEDED in result.error
+    assert "context window" in result.error and CONTEXT_EXCEEDED in result.error
     assert result.text == "Cut off here"
     assert len(server.requests) == 1
 
 
-async def test_context_window_exceeded_trailing_tool_call_is_truncated_and_never_run(
+async def test_context_window_exceeded_trailing_tool_call_is_answered_as_cut_and_never_run(
     server: ReplayServer,
 ) -> None:
     ran: list[str] = []
@@ -112,13 +114,11 @@ async def test_context_window_exceeded_trailing_tool_call_is_truncated_and_never
         return "written"
 
     call = {"type": "tool_use", "id": "toolu_cw", "name": "write_file", "input": {"path": "a"}}
-    server.add(
-        reply([text("Writing it."), call], CONTEXT_EXCEEDED),
-        reply([text("The context is full; stopping.")], "end_turn"),
-    )
+    server.add(reply([text("Writing it."), call], CONTEXT_EXCEEDED))
     result = await Agent(model(server), tools=[write_file]).run("Write a.")
 
     assert ran == []
+    assert len(server.requests) == 1
     response = result.messages[1]
     assert isinstance(response, AssistantMessage)
     assert response.stop_reason == StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED
@@ -127,11 +127,56 @@ async def test_context_window_exceeded_trailing_tool_call_is_truncated_and_never
     answer = result.messages[2]
     assert isinstance(answer, ToolResultMessage)
     assert answer.tool_call_id == "toolu_cw" and answer.is_error
-    assert "truncated" in answer.text
+    assert answer.text == CUT_BY_WINDOW
+    assert "max_tokens" not in answer.text
+    assert result.state is State.DONE and result.text == "Writing it."
+    assert result.error is not None and "context window" in result.error
+
+
+PROMPT_TOO_LONG = {
+    "type": "error",
+    "error": {
+        "type": "invalid_request_error",
+        "message": "prompt is too long: 210000 tokens > 200000 maximum",
+    },
+}
+
+
+async def test_prompt_too_long_from_the_api_fails_naming_compaction(server: ReplayServer) -> None:
+    server.add(json_reply(400, PROMPT_TOO_LONG))
+    result = await Agent(model(server)).run("Explain everything.")
+
+    assert len(server.requests) == 1
+    assert result.state is State.FAILED
+    assert result.error is not None
+    assert "prompt is too long" in result.error and "compaction" in result.error
+
+
+async def test_prompt_too_long_from_the_api_compacts_once_and_retries(server: ReplayServer) -> None:
+    server.add(
+        json_reply(400, PROMPT_TOO_LONG),
+        reply([text("Answered from the summary.")], "end_turn"),
+    )
+    history = [
+        UserMessage("an old question"),
+        AssistantMessage(content=[TextBlock(text="an old answer")], stop_reason="end_turn"),
+    ]
+    agent = Agent(
+        model(server),
+        messages=history,
+        compaction=Compaction(threshold=10**9, keep_recent=0, summarize=lambda old: "earlier"),
+    )
+    result = await agent.run("Explain everything.")
+
+    assert len(server.requests) == 2
+    assert result.state is State.DONE and result.text == "Answered from the summary."
     sent = server.requests[1].body["messages"]
-    assert sent[-1]["content"][0]["type"] == "tool_result"
-    assert sent[-1]["content"][0]["is_error"] is True
-    assert result.state is State.DONE and result.text == "The context is full; stopping."
+    assert sent[0]["content"][0]["text"] == SUMMARY_PREFIX + "earlier"
+    # the summary and the prompt (the kept window) go as one user turn
+    assert [b["text"] for b in sent[0]["content"]] == [
+        SUMMARY_PREFIX + "earlier",
+        "Explain everything.",
+    ]
 
 
 # -- a stop reason this library does not know ----------------------------------------------------
@@ -288,3 +333,21 @@ async def test_ping_through_the_adapter_changes_nothing(
     assert isinstance(final, ResponseComplete)
     assert final.message.content == EXPECTED_11
     assert final.message.stop_reason == StopReason.TOOL_USE
+
+
+async def test_count_context_uses_the_token_counting_endpoint(server: ReplayServer) -> None:
+    server.add(json_reply(200, {"input_tokens": 1234}))
+    history = [
+        UserMessage("a question"),
+        AssistantMessage(content=[TextBlock(text="an answer")], stop_reason="end_turn"),
+    ]
+    agent = Agent(model(server), system="be brief", messages=history)
+    context = await agent.count_context()
+
+    (request,) = server.requests
+    assert request.path.startswith("/v1/messages/count_tokens")
+    assert request.body["model"] == MODEL and request.body["system"][0]["text"] == "be brief"
+    assert [m["role"] for m in request.body["messages"]] == ["user", "assistant"]
+    assert context.reported == 1234 and context.estimated == 0 and context.tokens == 1234
+    assert context.window == 200_000
+    assert agent.context_usage == context

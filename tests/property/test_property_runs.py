@@ -25,6 +25,7 @@ from statemachine_agent.testing import (
     assert_valid_history,
     check_run,
     drive_run,
+    kit_compaction,
 )
 from statemachine_agent.testing.strategies import (
     abort_points,
@@ -175,3 +176,54 @@ def test_a_terminating_result_ends_the_run_done_with_its_text(
     # the batch kept every result and nothing was requested after it
     assert len(agent.messages) == index + 1 + len(calls)
     assert len(report.requests) == sum(isinstance(m, AssistantMessage) for m in agent.messages)
+
+
+@given(
+    script=scripts(),
+    abort=abort_points(),
+    inputs=queued_inputs(),
+    mode=MODES,
+    history=st.one_of(st.none(), histories()),
+)
+def test_with_compaction_on_any_script_leaves_a_valid_run_after_every_compaction(
+    script: list[dict[str, Any]],
+    abort: AbortPoint | None,
+    inputs: list[QueuedInput],
+    mode: str,
+    history: list[Any] | None,
+) -> None:
+    """Issue 13: the kit with a tiny threshold and a scripted summarizer; `drive_run` checks
+    rules 1-4, the kept window and the cut after every compaction (`check_run` reports them)."""
+    kit = AgentKit(
+        ScriptPlayer(),
+        tool_execution="parallel" if mode == "parallel" else "sequential",
+        compaction=kit_compaction(),
+    )
+    agent = kit.agent()
+    if history:
+        agent.messages = history
+    kit.model.load(script)
+    report = asyncio.run(drive_run(agent, "do the task", abort=abort, inputs=inputs))
+    assert check_run(agent, report) == []
+    assert_valid_history(agent.messages)
+    assert agent.state in TERMINAL_STATES
+
+
+def test_the_kit_with_compaction_compacts_a_long_scripted_task() -> None:
+    """The kit's compaction really happens (the property above is not vacuous)."""
+    kit = AgentKit(ScriptPlayer(), compaction=kit_compaction())
+    agent = kit.agent()
+    calls = [
+        {
+            "content": [{"type": "tool_use", "id": f"c{n}", "name": "act", "input": {}}],
+            "stop_reason": "tool_use",
+        }
+        for n in range(6)
+    ]
+    kit.model.load(
+        [*calls, {"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"}]
+    )
+    report = asyncio.run(drive_run(agent, "do the task"))
+    assert check_run(agent, report) == []
+    assert report.compactions >= 2
+    assert report.result is not None and report.result.state is State.DONE

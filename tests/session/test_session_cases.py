@@ -282,7 +282,7 @@ async def test_case2_in_process_variant_logs_results_in_completion_order(tmp_pat
     assert read_session(log).repairs == []
 
 
-def test_case3_compaction_window_moves_to_a_user_message(tmp_path: Path) -> None:
+def test_case3_compaction_window_moves_to_a_turn_boundary(tmp_path: Path) -> None:
     t1 = ToolCallBlock(id="t1", name="t", input={})
     t2 = ToolCallBlock(id="t2", name="t", input={})
     history: list[Message] = [
@@ -295,10 +295,14 @@ def test_case3_compaction_window_moves_to_a_user_message(tmp_path: Path) -> None
         UserMessage("next"),
     ]
     assert_valid_history(history)
-    start = kept_window_start(history, keep_last=4)
-    assert isinstance(history[start], UserMessage) and history[start].text == "next"
-    compacted = compact_history(history, "asked q; ran t twice; done", keep_last=4)
-    assert [m.role for m in compacted] == ["user", "user"]
-    assert compacted[-1] == UserMessage("next")
+    # The window of 4 would open on t2's call (a response right after t1's result: a turn
+    # boundary, issue 13); a window of 3 would open on t2's result, so it moves to "done".
+    assert kept_window_start(history, keep_last=4) == 3
+    assert kept_window_start(history, keep_last=3) == 5
+    compacted = compact_history(history, "asked q; ran t twice; done", keep_last=3)
+    assert [m.role for m in compacted] == ["user", "assistant", "user"]
+    assert compacted[1:] == history[5:]
     assert not any(isinstance(m, ToolResultMessage) for m in compacted)  # no orphan result
+    kept = compact_history(history, "asked q; ran t once", keep_last=4)
+    assert kept[1:] == history[3:]  # t2's call and its result stay together
     assert_valid_history(compacted, request=True)

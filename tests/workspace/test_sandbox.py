@@ -32,6 +32,8 @@ from statemachine_agent.workspace import (
 from ._procs import cmdline, descendants, pids_running, still_alive_after_settling
 from .conftest import needs_bwrap, run_calls, script_for
 
+BASE_PYTHON = str(Path(sys.base_prefix) / "bin" / "python3")
+
 SANDBOXED = Sandbox(mode="require")
 API_KEY = "sk-ant-test-0123456789abcdefSECRET"
 
@@ -73,7 +75,9 @@ def received(server: socket.socket) -> bytes | None:
 
 def connect_command(port: int) -> str:
     code = f"import socket; socket.create_connection(('127.0.0.1', {port}), 5).sendall(b'hello')"
-    return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
+    # The base interpreter, not the venv's: a checkout (and its venv) under /tmp is hidden by the
+    # sandbox's private /tmp; the snippet needs only the standard library.
+    return f"{shlex.quote(BASE_PYTHON)} -c {shlex.quote(code)}"
 
 
 # -- case 1: writes -------------------------------------------------------------------------------

@@ -1,0 +1,148 @@
+"""Context accounting: how much of the model's context window the history uses.
+
+After each response the agent knows what the provider counted for that request (the response's
+input + cache read + cache write tokens); what the history gained since (the response itself, tool
+results, queued input) is estimated from its size. With no count yet (a fresh or compacted
+history, or a model that reports no usage), the whole history is estimated.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ._messages import (
+    ImageBlock,
+    Message,
+    ProviderBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolCallBlock,
+    Usage,
+)
+
+CHARS_PER_TOKEN = 4
+"""The estimate's ratio: about 4 characters per token (English text, code and JSON under
+Claude's tokenizer; an estimate, never a count)."""
+
+MESSAGE_OVERHEAD_CHARS = 16
+"""Characters counted for each message and each tool call besides their text (role, ids, framing)."""
+
+IMAGE_TOKENS = 1_600
+"""Tokens counted for an image (about what a 1,092 x 1,092 px image costs)."""
+
+
+def estimate_tokens(messages: Sequence[Message]) -> int:
+    """Estimated tokens of ``messages``, each rounded up: the characters of its text (text and
+    thinking blocks, a tool call's name and arguments (as streamed, else ``str()`` of the parsed
+    ones: about their JSON's length), a result's text, a provider block's JSON) plus `MESSAGE_OVERHEAD_CHARS` per message and per tool call, divided by
+    `CHARS_PER_TOKEN`; an image counts `IMAGE_TOKENS`."""
+    return sum(_estimate(m) for m in messages)
+
+
+def _estimate(message: Message) -> int:
+    chars = MESSAGE_OVERHEAD_CHARS
+    images = 0
+    for block in message.content:
+        if isinstance(block, TextBlock):
+            chars += len(block.text)
+        elif isinstance(block, ToolCallBlock):
+            arguments = block.raw_arguments
+            # str() of the parsed arguments: about their JSON's length, and several times faster
+            size = len(arguments) if arguments is not None else len(str(block.input))
+            chars += MESSAGE_OVERHEAD_CHARS + len(block.name) + size
+        elif isinstance(block, ThinkingBlock):
+            chars += len(block.thinking)
+        elif isinstance(block, ImageBlock):
+            images += 1
+        elif isinstance(block, ProviderBlock):
+            chars += len(json.dumps(block.data, default=str))
+    return -(-chars // CHARS_PER_TOKEN) + images * IMAGE_TOKENS
+
+
+def reported_context(usage: Usage) -> int:
+    """The context a response's request used: input + cache read + cache write tokens."""
+    return usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class ContextUsage:
+    """How much context the history uses (``agent.context_usage``, ``TurnEnd.context``).
+
+    Attributes:
+        tokens: ``reported + estimated``: what the next request would hold (system prompt and
+            tool definitions are in ``reported`` once a response came back).
+        reported: tokens the provider counted for the last request (input + cache read + cache
+            write); 0 when nothing was counted since the history was set or compacted.
+        estimated: tokens estimated for the messages added since (`estimate_tokens`), or for
+            the whole history when ``reported`` is 0.
+        window: the model's context window in tokens (``model.context_window``), None if unknown.
+    """
+
+    tokens: int
+    reported: int
+    estimated: int
+    window: int | None = None
+
+    @property
+    def fraction(self) -> float | None:
+        """``tokens / window`` (None when the window is unknown)."""
+        return None if not self.window else self.tokens / self.window
+
+
+class ContextMeter:
+    """The agent's running account: the last reported count, where the estimate starts, and
+    the running estimate of each prefix of the history (each message is estimated once).
+
+    ``mark`` is the index of the first message after the last counted request (the response to
+    it included); ``reported`` is 0 when nothing counts (then the whole history is estimated).
+    """
+
+    __slots__ = ("_last", "_prefix", "_source", "mark", "reported")
+
+    def __init__(self) -> None:
+        self.reported = 0
+        self.mark = 0
+        self._source: object = None  # the history list the counts and prefix sums belong to
+        self._prefix: list[int] = [0]  # _prefix[i]: estimated tokens of messages[:i]
+        self._last: Message | None = None  # the message the last prefix sum ends with
+
+    def counted(self, messages: Sequence[Message], usage: Usage) -> None:
+        """A response to a request over ``messages`` (before the response was appended) came
+        back with ``usage``. Nothing is estimated here: `usage` does it when asked."""
+        if messages is not self._source:
+            self._source, self._prefix, self._last = messages, [0], None
+        self.reported = reported_context(usage)
+        self.mark = len(messages)
+
+    def reset(self) -> None:
+        """The history was replaced (compacted, or set): estimate all of it until the next count."""
+        self.reported, self.mark, self._source = 0, 0, None
+        self._prefix, self._last = [0], None
+
+    def _follow(self, messages: Sequence[Message]) -> None:
+        """Bring the prefix sums up to date with ``messages`` (appended to since the last call,
+        or a new list: then start over)."""
+        done = len(self._prefix) - 1
+        if (
+            messages is not self._source
+            or done > len(messages)
+            or (done and messages[done - 1] is not self._last)
+        ):
+            self.reported, self.mark, self._source = 0, 0, messages
+            self._prefix, self._last, done = [0], None, 0
+        prefix = self._prefix
+        for message in messages[done:]:
+            prefix.append(prefix[-1] + _estimate(message))
+        if messages:
+            self._last = messages[-1]
+
+    def usage(self, messages: Sequence[Message], window: int | None) -> ContextUsage:
+        """The `ContextUsage` of ``messages`` (the history the meter has been following)."""
+        self._follow(messages)
+        total = self._prefix[-1]
+        if self.reported:
+            estimated = total - self._prefix[self.mark]
+            return ContextUsage(self.reported + estimated, self.reported, estimated, window)
+        return ContextUsage(total, 0, total, window)

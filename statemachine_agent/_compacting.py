@@ -1,0 +1,342 @@
+"""Automatic compaction and context-window stops: the ``compacting`` state, its guards and actions.
+
+`Compaction` configures it (``Agent(compaction=Compaction(...))``). The machine enters
+``compacting`` (see `statemachine_agent._machine`):
+
+- ``compact``: ``request_model`` found, before building a request, that the history's context
+  (`ContextUsage.tokens`) reached the threshold (`compaction_due`), or the provider answered the
+  request with "prompt is too long" (one compaction and one retry per request, `overflowed`);
+- ``model_replied [context_window_exceeded, compaction_on]``: a response was cut by the context
+  window (`answer_window_cut`).
+
+Its effect (`compact_context`) replaces the older history with one summary message, cut at a turn
+boundary (`statemachine_agent.session.kept_tokens_start`), logs it to the session (a ``history``
+line, which resume restores) and fires ``compacted`` (back to ``awaiting_model``). A summarizer that
+raises or returns nothing ends the run ``failed`` with its error and the history as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ._accounting import ContextUsage
+from ._cancel import cancelling
+from ._errors import ModelError, UsageError
+from ._events import CompactionEnd, CompactionStart
+from ._execution import resolve
+from ._messages import (
+    AssistantMessage,
+    Message,
+    StopReason,
+    ToolResultMessage,
+    UserMessage,
+    text_result,
+)
+from ._responses import RequestAborted, RequestFailed
+from ._states import Trigger
+from .models._base import ModelRequest
+
+if TYPE_CHECKING:
+    from ._machine import LoopData
+    from ._run import Run
+
+Summarizer = Callable[[Sequence[Message]], "str | Awaitable[str | None] | None"]
+"""``summarize(old_messages)``, sync or async: the summary text of the messages being cut."""
+
+CUT_BY_WINDOW = (
+    "Not run: the call was cut off by the model's context window (stop reason "
+    "model_context_window_exceeded); its arguments are incomplete."
+)
+"""The result of a trailing tool call cut by the context window."""
+
+NOT_RUN_WINDOW = (
+    "Not run: the response was cut off by the model's context window (stop reason "
+    "model_context_window_exceeded) before the model finished it."
+)
+"""The result of a complete call in a response cut by the context window."""
+
+CONTINUE_AFTER_COMPACTION = (
+    "Your response was cut off by the context window; the older conversation has been "
+    "summarized to make room. Continue where you stopped."
+)
+"""The user message after a response cut by the context window (no tool call), then compacted."""
+
+SUMMARY_INSTRUCTIONS = (
+    "Summarize the conversation below so that the work can go on from the summary alone: the "
+    "user's goal and requests, decisions made, what the tools returned that still matters "
+    "(file names, values, errors), what is done and what remains. Be concise and factual; "
+    "write the summary only."
+)
+"""The prompt of the default summarizer (a request to the agent's own model)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """Automatic compaction: ``Agent(compaction=Compaction(...))``.
+
+    Args:
+        threshold: compact before a request whose context (`ContextUsage.tokens`) reaches this:
+            a fraction of the model's context window (``0 < threshold <= 1``, needs
+            ``model.context_window``) or a number of tokens (an int above 1).
+        keep_recent: estimated tokens of recent history kept verbatim after the summary (the
+            newest whole turns that fit; the newest turn is kept even when larger).
+        summarize: ``summarize(old_messages)`` (sync or async) returning the summary text; None
+            asks the agent's own model (`SUMMARY_INSTRUCTIONS`, through ``Run.send``).
+
+    Raises:
+        UsageError: a threshold that is neither a fraction in (0, 1] nor a positive token
+            count, or a negative ``keep_recent``.
+    """
+
+    threshold: float | int = 0.8
+    keep_recent: int = 20_000
+    summarize: Summarizer | None = None
+
+    def __post_init__(self) -> None:
+        t = self.threshold
+        if isinstance(t, bool) or not isinstance(t, int | float) or t <= 0:
+            raise UsageError(
+                f"Compaction threshold must be a fraction of the context window (0 < t <= 1) "
+                f"or a number of tokens, got {t!r}"
+            )
+        if self.keep_recent < 0:
+            raise UsageError(
+                f"Compaction keep_recent must be 0 or more tokens, got {self.keep_recent}"
+            )
+
+    def limit(self, window: int | None) -> int:
+        """The threshold in tokens for a model with ``window`` tokens.
+
+        Raises:
+            UsageError: a fractional threshold and an unknown window.
+        """
+        if isinstance(self.threshold, int) or self.threshold > 1:
+            return int(self.threshold)
+        if not window:
+            raise UsageError(
+                "Compaction(threshold=fraction) needs the model's context window: give the model "
+                "context_window=..., or give the threshold in tokens (an int)"
+            )
+        return int(self.threshold * window)
+
+
+def context_window(model: object) -> int | None:
+    """``model``'s context window in tokens (its ``context_window``), None if it does not say."""
+    window = getattr(model, "context_window", None)
+    return window if isinstance(window, int) and window > 0 else None
+
+
+# -- guards ------------------------------------------------------------------------------------
+
+
+def context_window_exceeded(data: LoopData) -> bool:
+    """The response was cut by the context window (stop reason
+    ``model_context_window_exceeded``): it is not continued like ``max_tokens`` (a continuation
+    cannot fit)."""
+    return (
+        data.response is not None
+        and data.response.stop_reason == StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED
+    )
+
+
+def compaction_on(data: LoopData) -> bool:
+    """Automatic compaction is configured (``Agent(compaction=...)``)."""
+    return data.compaction
+
+
+def turns_left(data: LoopData) -> bool:
+    """The turn this response completes leaves the run under its turn cap: going on after a
+    context-window stop is bounded like every other way a run goes on."""
+    return data.turns + 1 < data.max_turns
+
+
+# -- the check before a request ----------------------------------------------------------------
+
+
+def compaction_due(run: Run) -> bool:
+    """Compaction is on, the history has not just been compacted, and its context reached the
+    threshold: ``request_model`` fires ``compact`` instead of sending."""
+    agent, data = run.agent, run.data
+    config = agent.compaction
+    if config is None or data.compacted:
+        return False
+    usage = agent.context_usage
+    if usage.tokens < config.limit(usage.window):
+        return False
+    data.compaction_reason = "threshold"
+    return True
+
+
+def overflowed(run: Run, failure: RequestFailed) -> str:
+    """The provider said the prompt is too long. With compaction on and no retry used for this
+    request: ``compact`` (then the request is sent again). Otherwise the run fails with an error
+    that says how to go on."""
+    data = run.data
+    if data.compaction and not data.overflow_retried:
+        data.overflow_retried = True
+        data.compaction_reason = "prompt_too_long"
+        return Trigger.COMPACT
+    if data.compaction:
+        how = "even after automatic compaction; lower Compaction(threshold=..., keep_recent=...)."
+    else:
+        how = (
+            "automatic compaction is off: turn it on with Agent(compaction=Compaction()) "
+            "(statemachine_agent.Compaction), or compact between runs with "
+            "statemachine_agent.session.compact(agent, summarize)."
+        )
+    return run.fail(f"{failure.message}. The history does not fit the model's context window {how}")
+
+
+# -- actions -----------------------------------------------------------------------------------
+
+
+def _answer_cut_calls(run: Run) -> int:
+    response = run.data.response
+    assert response is not None
+    answered = tuple(
+        text_result(c, CUT_BY_WINDOW if c.truncated else NOT_RUN_WINDOW, is_error=True)
+        for c in response.tool_calls
+    )
+    for result in answered:
+        run.append(result)
+    run.turn_results = answered
+    run.complete_turn()
+    return len(answered)
+
+
+def note_context_window(run: Run) -> None:
+    """A response cut by the context window, compaction off: its text is kept, its calls are
+    answered as not run (a trailing cut one as cut by the context window), and the run ends with
+    an error that says how to go on."""
+    _answer_cut_calls(run)
+    usage = run.agent.context_usage
+    window = f" of {usage.window:,}" if usage.window else ""
+    run.error = (
+        "The response was cut off by the model's context window (stop reason "
+        f"model_context_window_exceeded; about {usage.tokens:,}{window} tokens in use), so it was "
+        "not continued. To go on, make room: turn on automatic compaction with "
+        "Agent(compaction=Compaction()), or call statemachine_agent.session.compact(agent, "
+        "summarize) between runs, then run() again without a prompt."
+    )
+
+
+def answer_window_cut(run: Run) -> None:
+    """A response cut by the context window, compaction on: its calls are answered as not run
+    (a cut one as cut by the context window), or, with none, the model is asked to continue
+    after the compaction that follows."""
+    if not _answer_cut_calls(run):
+        run.append(UserMessage(CONTINUE_AFTER_COMPACTION))
+    run.data.compaction_reason = "context_window"
+
+
+# -- the effect --------------------------------------------------------------------------------
+
+
+async def compact_context(run: Run) -> str:
+    """``compacting``: replace the older history with a summary message (see the module).
+
+    Returns ``compacted`` (also when nothing could be cut: the request goes ahead as it is),
+    ``fail`` when the summarizer raised or returned nothing (the history as it was), or
+    ``abort`` when the run was aborted meanwhile.
+    """
+    from .session._compaction import SUMMARY_PREFIX, compact_history, kept_tokens_start
+
+    agent, data = run.agent, run.data
+    config = agent.compaction
+    assert config is not None  # guarded by compaction_on
+    reason, data.compaction_reason = data.compaction_reason or "threshold", None
+    data.compacted = True
+    if run.signal.aborted:
+        return Trigger.ABORT
+    messages = list(run.messages)
+    before = agent.context_usage.tokens
+    start = kept_tokens_start(messages, config.keep_recent)
+    if start == 1 and _is_summary(messages[0], SUMMARY_PREFIX):
+        start = 0  # only the last summary lies before the kept window: nothing to gain
+    if start == 0:
+        run.emit(CompactionEnd(reason, before, before, 0))
+        if reason == "context_window":  # the response cannot fit, and nothing is left to cut
+            run.error = (
+                "The response was cut off by the model's context window and compaction found "
+                "nothing left to cut (the newest turn alone fills the window): lower "
+                "Compaction(keep_recent=...), or shorten what the tools return."
+            )
+            return Trigger.FAIL
+        return Trigger.COMPACTED
+    run.emit(CompactionStart(reason, before, start))
+    old = messages[:start]
+    try:
+        if config.summarize is None:
+            summary = await _model_summary(run, old)
+        else:
+            summary = await resolve(config.summarize(old))
+    except (Exception, asyncio.CancelledError) as exc:
+        if isinstance(exc, asyncio.CancelledError) and cancelling():
+            raise
+        if isinstance(exc, _Aborted):
+            return Trigger.ABORT
+        run.error = f"Compaction failed: the summarizer raised {type(exc).__name__}: {exc}"
+        return Trigger.FAIL
+    if run.signal.aborted:
+        return Trigger.ABORT
+    if summary is None or not str(summary).strip():
+        run.error = (
+            "Compaction failed: the summarizer returned no summary; the history was kept as it was"
+        )
+        return Trigger.FAIL
+    compacted = compact_history(messages, str(summary), start=start)
+    agent._messages = compacted  # mid-run: the run's own replacement (the setter refuses it)
+    agent._context.reset()
+    run.start = max(1, run.start - start + 1)
+    session = agent.session
+    if session is not None:
+        session.record_history(compacted, reason="compaction", summary=str(summary))
+    after = agent.context_usage.tokens
+    run.emit(CompactionEnd(reason, before, after, start))
+    return Trigger.COMPACTED
+
+
+def _is_summary(message: Message, prefix: str) -> bool:
+    return isinstance(message, UserMessage) and message.text.startswith(prefix)
+
+
+class _Aborted(Exception):
+    """The default summarizer's request was aborted."""
+
+
+async def _model_summary(run: Run, old: Sequence[Message]) -> str | None:
+    """The default summarizer: one request to the agent's own model, through ``Run.send``."""
+    agent = run.agent
+    prompt = f"{SUMMARY_INSTRUCTIONS}\n\n<conversation>\n{transcript(old)}\n</conversation>"
+    request = ModelRequest([UserMessage(prompt)], None, [], agent.model_settings)
+    outcome = await run.send(request)
+    if isinstance(outcome, RequestAborted):
+        raise _Aborted()
+    if isinstance(outcome, RequestFailed):
+        raise ModelError(outcome.message, kind="summarizer")
+    run.usage = run.usage + outcome.usage
+    return outcome.text
+
+
+def transcript(messages: Sequence[Message]) -> str:
+    """``messages`` as plain text for a summarizer: one paragraph per message, tool calls with
+    their JSON arguments, results with their text."""
+    lines: list[str] = []
+    for message in messages:
+        if isinstance(message, UserMessage):
+            lines.append(f"User: {message.text}")
+        elif isinstance(message, AssistantMessage):
+            if message.text:
+                lines.append(f"Assistant: {message.text}")
+            for call in message.tool_calls:
+                lines.append(f"Assistant called {call.name}({json.dumps(call.input)})")
+        elif isinstance(message, ToolResultMessage):
+            lines.append(f"Tool result: {message.text}")
+    return "\n\n".join(lines)
+
+
+__all__ = ["Compaction", "ContextUsage"]

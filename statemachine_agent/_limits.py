@@ -1,0 +1,117 @@
+"""`UsageLimits`: budgets a run checks before each model request and after each response.
+
+The machine reads them through guards (``usage_limit`` branches of ``start``, ``model_replied``
+and ``tools_finished`` in `statemachine_agent._machine`); reaching one ends the run in
+``max_turns`` with every call answered, and `RunResult.error` names the limit, its value and the
+amount used. Counts are per run and carry over when a run is continued without a prompt (as turns
+do), so raising a limit and calling ``run()`` again goes on where the run stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from ._errors import UsageError
+from ._messages import Usage
+
+FINAL_TURN_PROMPT = (
+    "This is the final turn of this run: a limit was reached and tools are disabled. Answer now "
+    "with what you have: what was done, what you found, and what is left to do."
+)
+"""The instruction added to the system prompt of the final turn (``Agent(final_turn=True)``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LimitHit:
+    """A usage limit that stops the run.
+
+    Attributes:
+        name: the limit's name (``max_requests``, ``max_tool_calls``, ...).
+        value: the limit's value.
+        used: the amount used so far in the run (requests sent, tool calls made, tokens).
+        wanted: how many more the run was about to use (the next request, the response's tool
+            calls; 0 for tokens, which are counted after each response).
+    """
+
+    name: str
+    value: int
+    used: int
+    wanted: int = 0
+
+    def describe(self) -> str:
+        """A sentence naming the limit, its value and the amount used."""
+        text = f"the usage limit {self.name}={self.value} was reached: {self.used} used"
+        if self.wanted:
+            text += f", {self.wanted} more wanted"
+        return text
+
+    def call_text(self) -> str:
+        """The result of a tool call the limit kept from running."""
+        return f"Not run: {self.describe()}."
+
+
+@dataclass(frozen=True, slots=True)
+class UsageLimits:
+    """Budgets for one run (None: no limit).
+
+    Args:
+        max_requests: model requests sent (a request retried after a transient failure counts
+            once). Checked before each request: a request that would exceed it is not sent.
+        max_input_tokens: input tokens of the run's responses, prompt-cache reads and writes
+            included. Checked after each response.
+        max_output_tokens: generated tokens. Checked after each response.
+        max_total_tokens: input plus output tokens. Checked after each response.
+        max_tool_calls: tool calls run. Checked after each response: a batch that would take
+            the count past the limit is not run (each of its calls is answered with the limit's
+            text).
+
+    Raises:
+        UsageError: a limit is not a non-negative integer.
+    """
+
+    max_requests: int | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_total_tokens: int | None = None
+    max_tool_calls: int | None = None
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
+                raise UsageError(
+                    f"UsageLimits({f.name}=...) must be a non-negative integer or None, got "
+                    f"{value!r}"
+                )
+
+    def token_hit(self, usage: Usage) -> LimitHit | None:
+        """The first token limit ``usage`` exceeds, if any."""
+        input_tokens = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+        for name, used in (
+            ("max_input_tokens", input_tokens),
+            ("max_output_tokens", usage.output_tokens),
+            ("max_total_tokens", input_tokens + usage.output_tokens),
+        ):
+            value = getattr(self, name)
+            if value is not None and used > value:
+                return LimitHit(name, value, used)
+        return None
+
+    def request_hit(self, requests: int, usage: Usage) -> LimitHit | None:
+        """The limit that keeps the next request from being sent, if any: ``max_requests``
+        reached, or a token limit already exceeded."""
+        if self.max_requests is not None and requests + 1 > self.max_requests:
+            return LimitHit("max_requests", self.max_requests, requests, 1)
+        return self.token_hit(usage)
+
+    def calls_hit(self, tool_calls: int, usage: Usage, wanted: int) -> LimitHit | None:
+        """The limit that keeps a batch of ``wanted`` calls from running, if any: a token limit
+        already exceeded, or ``max_tool_calls`` that the batch would exceed."""
+        hit = self.token_hit(usage)
+        if hit is not None:
+            return hit
+        if self.max_tool_calls is not None and tool_calls + wanted > self.max_tool_calls:
+            return LimitHit("max_tool_calls", self.max_tool_calls, tool_calls, wanted)
+        return None

@@ -1,0 +1,296 @@
+"""OpenTelemetry tracing of an agent's runs (the optional extra: ``pip install
+'statemachine-agent[otel]'``).
+
+`instrument` subscribes to an agent's events and turns them into spans that follow the
+OpenTelemetry GenAI semantic conventions: one ``invoke_agent`` span per run, one ``chat {model}``
+span per model request and one ``execute_tool {name}`` span per tool call, both children of the
+run's span. The machine's transitions are events of the run's span (``transition``, with source,
+destination, trigger and label). An aborted, cancelled or failed run ends every span still open
+with an error status naming why. Prompt, response and tool contents are recorded only with
+``include_content=True``.
+
+Nothing is traced, and no event is built, for an agent that is not instrumented.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+try:
+    from opentelemetry import trace
+    from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "statemachine_agent.otel needs OpenTelemetry: pip install 'statemachine-agent[otel]'"
+    ) from exc
+
+from ._events import (
+    Event,
+    MessageEnd,
+    MessageStart,
+    ModelRetry,
+    RunEnd,
+    RunStart,
+    StateChanged,
+    ToolExecutionEnd,
+    ToolExecutionStart,
+    TurnStart,
+)
+from ._messages import AssistantMessage, Usage
+from ._states import State
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+    from ._agent import Agent
+
+__all__ = ["Instrumentation", "instrument"]
+
+_ENDED_BADLY = {State.ABORTED.value, State.FAILED.value}
+
+
+@dataclass
+class _RunSpans:
+    run: Span
+    chat: Span | None = None
+    tools: dict[str, Span] = field(default_factory=dict)
+
+
+class Instrumentation:
+    """Spans for the runs of one agent (made by `instrument`).
+
+    Args:
+        agent: the agent to trace.
+        tracer_provider: where the spans go; the global provider when None.
+        include_content: record prompts, responses, tool arguments and results (off by
+            default: they may hold personal or secret data).
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        tracer_provider: TracerProvider | None = None,
+        include_content: bool = False,
+    ) -> None:
+        from . import __version__
+
+        self._tracer = trace.get_tracer(
+            "statemachine_agent", __version__, tracer_provider=tracer_provider
+        )
+        self._agent = agent
+        self._content = include_content
+        self._runs: dict[str, _RunSpans] = {}
+        model = agent.model
+        self._provider = str(getattr(model, "provider_name", type(model).__name__.lower()))
+        self._unsubscribe: Callable[[], None] | None = agent.subscribe(self._on_event)
+
+    def close(self) -> None:
+        """Stop tracing the agent (spans of a run in progress are ended first)."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        for spans in list(self._runs.values()):
+            self._end_all(spans, "tracing was stopped")
+        self._runs.clear()
+
+    # -- events -------------------------------------------------------------------------------
+
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, RunStart):
+            self._run_start(event)
+            return
+        spans = self._runs.get(event.run_id)
+        if spans is None:
+            return
+        if isinstance(event, StateChanged):
+            spans.run.add_event(
+                "transition",
+                {
+                    "statemachine_agent.transition.source": str(event.source),
+                    "statemachine_agent.transition.destination": str(event.dest),
+                    "statemachine_agent.transition.trigger": str(event.trigger),
+                    "statemachine_agent.transition.label": event.label,
+                },
+            )
+        elif isinstance(event, TurnStart):
+            self._chat_start(spans, event.turn)
+        elif isinstance(event, MessageStart) and spans.chat is not None:
+            if event.model:
+                spans.chat.set_attribute("gen_ai.response.model", event.model)
+        elif isinstance(event, ModelRetry) and spans.chat is not None:
+            spans.chat.add_event(
+                "retry",
+                {
+                    "statemachine_agent.retry.attempt": event.attempt,
+                    "statemachine_agent.retry.delay_seconds": event.delay_seconds,
+                    "error.type": event.error,
+                },
+            )
+        elif isinstance(event, MessageEnd) and isinstance(event.message, AssistantMessage):
+            self._chat_end(spans, event.message)
+        elif isinstance(event, ToolExecutionStart):
+            self._tool_start(spans, event)
+        elif isinstance(event, ToolExecutionEnd):
+            self._tool_end(spans, event)
+        elif isinstance(event, RunEnd):
+            self._run_end(event)
+
+    def _run_start(self, event: RunStart) -> None:
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.provider.name": self._provider,
+            "gen_ai.request.model": self._agent.model.name,
+            "statemachine_agent.run_id": event.run_id,
+        }
+        if self._content and event.prompt is not None:
+            attributes["gen_ai.input.messages"] = _json([event.prompt])
+        span = self._tracer.start_span(
+            "invoke_agent", kind=SpanKind.INTERNAL, attributes=attributes
+        )
+        self._runs[event.run_id] = _RunSpans(span)
+
+    def _chat_start(self, spans: _RunSpans, turn: int) -> None:
+        if spans.chat is not None:  # a request that never answered (not expected)
+            spans.chat.end()
+        model = self._agent.model.name
+        spans.chat = self._tracer.start_span(
+            f"chat {model}",
+            context=trace.set_span_in_context(spans.run),
+            kind=SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": self._provider,
+                "gen_ai.request.model": model,
+                "statemachine_agent.turn": turn,
+            },
+        )
+
+    def _chat_end(self, spans: _RunSpans, message: AssistantMessage) -> None:
+        span, spans.chat = spans.chat, None
+        if span is None:
+            return
+        if message.model:
+            span.set_attribute("gen_ai.response.model", message.model)
+        if message.stop_reason is not None:
+            span.set_attribute("gen_ai.response.finish_reasons", [str(message.stop_reason)])
+        for name, value in _usage_attributes(message.usage).items():
+            span.set_attribute(name, value)
+        if self._content:
+            span.set_attribute("gen_ai.output.messages", _json([message]))
+        if message.stop_reason in ("error", "aborted"):
+            span.set_attribute("error.type", str(message.stop_reason))
+            span.set_status(Status(StatusCode.ERROR, message.error or str(message.stop_reason)))
+        span.end()
+
+    def _tool_start(self, spans: _RunSpans, event: ToolExecutionStart) -> None:
+        call = event.call
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.name,
+            "gen_ai.tool.call.id": call.id,
+            "gen_ai.tool.type": "function",
+        }
+        if self._content:
+            attributes["gen_ai.tool.call.arguments"] = json.dumps(call.input, default=str)
+        spans.tools[call.id] = self._tracer.start_span(
+            f"execute_tool {call.name}",
+            context=trace.set_span_in_context(spans.run),
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+        )
+
+    def _tool_end(self, spans: _RunSpans, event: ToolExecutionEnd) -> None:
+        span = spans.tools.pop(event.call.id, None)
+        if span is None:
+            return
+        result = event.result
+        if self._content:
+            span.set_attribute("gen_ai.tool.call.result", result.text)
+        if result.is_error:
+            aborted = self._abort_reason(event.run_id)
+            span.set_attribute("error.type", "aborted" if aborted else "tool_error")
+            span.set_status(
+                Status(
+                    StatusCode.ERROR, f"the run was aborted: {aborted}" if aborted else result.text
+                )
+            )
+        span.end()
+
+    def _abort_reason(self, run_id: str) -> str | None:
+        """The abort reason of the agent's run ``run_id`` if it was aborted, else None."""
+        run = self._agent._run
+        if run is None or run.id != run_id or not run.signal.aborted:
+            return None
+        return run.signal.reason or "aborted"
+
+    def _run_end(self, event: RunEnd) -> None:
+        spans = self._runs.pop(event.run_id, None)
+        if spans is None:
+            return
+        result = event.result
+        state = result.state.value
+        run = spans.run
+        run.set_attribute("statemachine_agent.state", state)
+        run.set_attribute("statemachine_agent.turns", result.turns)
+        for name, value in _usage_attributes(result.usage).items():
+            run.set_attribute(name, value)
+        if self._content and result.state is State.DONE:
+            run.set_attribute("gen_ai.output.messages", _json([result.text]))
+        if state in _ENDED_BADLY:
+            run.set_attribute("error.type", state)
+            self._end_all(spans, result.error or state)
+        else:
+            self._end_all(spans, f"the run ended in {state}", run_too=False)
+            run.end()
+
+    def _end_all(self, spans: _RunSpans, reason: str, *, run_too: bool = True) -> None:
+        """End every open span with an error status naming ``reason`` (the run's span last)."""
+        for span in (spans.chat, *spans.tools.values(), spans.run if run_too else None):
+            if span is not None and span.is_recording():
+                span.set_status(Status(StatusCode.ERROR, reason))
+                span.end()
+        spans.chat = None
+        spans.tools.clear()
+
+
+def instrument(
+    agent: Agent,
+    *,
+    tracer_provider: TracerProvider | None = None,
+    include_content: bool = False,
+) -> Instrumentation:
+    """Trace ``agent``'s runs with OpenTelemetry (see the module's docstring for the spans).
+
+    Args:
+        agent: the agent to trace.
+        tracer_provider: where the spans go; the global provider (``opentelemetry.trace.
+            set_tracer_provider``) when None.
+        include_content: also record prompts, responses, tool arguments and tool results.
+
+    Returns:
+        The `Instrumentation`; ``close()`` stops tracing.
+    """
+    return Instrumentation(agent, tracer_provider=tracer_provider, include_content=include_content)
+
+
+def _usage_attributes(usage: Usage) -> dict[str, int]:
+    return {
+        "gen_ai.usage.input_tokens": usage.input_tokens
+        + usage.cache_read_tokens
+        + usage.cache_write_tokens,
+        "gen_ai.usage.output_tokens": usage.output_tokens,
+        "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
+        "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
+    }
+
+
+def _json(items: list[Any]) -> str:
+    out = []
+    for item in items:
+        dump = getattr(item, "model_dump", None)
+        out.append(dump(mode="json", exclude_none=True) if dump is not None else item)
+    return json.dumps(out, default=str)
