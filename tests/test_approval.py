@@ -439,3 +439,63 @@ def test_the_kit_exercises_deferrals_decisions_and_resumes() -> None:
     )
     assert seen["awaiting"] >= 5, seen
     assert seen["approved"] >= 3 and seen["denied"] >= 2, seen
+
+
+def test_restore_refuses_pending_calls_that_are_not_in_the_last_message() -> None:
+    agent = Agent(
+        ScriptedModel(case1_script()), tools=make_tools([]), before_tool_call=review_writes
+    )
+    agent.run_sync("go")
+    fresh = Agent(ScriptedModel([]), tools=make_tools([]))
+    with pytest.raises(UsageError, match="not calls of the last message"):
+        fresh.restore(
+            agent.messages,
+            State.AWAITING_APPROVAL,
+            pending=([PendingCall("zzz", "write", {}, "x")], []),
+        )
+    assert fresh.pending == []
+
+
+def test_abort_while_pending_is_a_whole_run_in_events_and_in_the_log(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    agent = Agent(
+        ScriptedModel(case1_script()),
+        tools=make_tools([]),
+        before_tool_call=review_writes,
+        session=path,
+    )
+    agent.run_sync("go")
+    events: list[Any] = []
+    agent.subscribe(events.append)
+    assert agent.abort("the user left")
+    assert events[0].type == "run_start"
+    assert events[-1].type == "run_end" and events[-1].result.state is State.ABORTED
+    agent.close()
+    _data, problems = check_session(path)
+    assert problems == []
+
+
+def test_case6_approve_all_decides_every_pending_call(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    session = tmp_path / "run.jsonl"
+    calls = [
+        {
+            "type": "tool_use",
+            "id": f"c{i}",
+            "name": "write_file",
+            "input": {"path": f"{n}.txt", "content": n},
+        }
+        for i, n in ((1, "a"), (2, "b"))
+    ]
+    first = tmp_path / "first.json"
+    first.write_text(json.dumps([{"content": calls, "stop_reason": "tool_use"}]))
+    done = cli("run", "Write", "-w", str(ws), "-m", f"script:{first}", "--session", str(session))
+    assert done.returncode == 4, done.stdout + done.stderr
+    second = tmp_path / "second.json"
+    second.write_text(
+        json.dumps([{"content": [{"type": "text", "text": "Both."}], "stop_reason": "end_turn"}])
+    )
+    done = cli("approve", str(session), "--all", "-w", str(ws), "-m", f"script:{second}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (ws / "a.txt").read_text() == "a" and (ws / "b.txt").read_text() == "b"

@@ -16,6 +16,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 import statemachine_agent
 from statemachine_agent import (
+    AbortSignal,
     Agent,
     LoopData,
     MachineDefinitionError,
@@ -461,3 +462,75 @@ def test_a_hook_returning_something_that_is_not_a_decision_does_not_run_the_call
     assert ran == []
     assert result.messages[2].is_error
     assert result.messages[2].text.startswith("The before_tool_call hook returned 'yes'")
+
+
+# -- checks a mutation review found untested -----------------------------------------------------
+
+
+async def test_abort_scope_re_raises_a_block_s_own_timeout() -> None:
+    from statemachine_agent._cancel import abort_scope
+
+    with pytest.raises(TimeoutError, match="own"):
+        async with abort_scope(AbortSignal()):
+            raise TimeoutError("own")
+
+
+def test_a_model_s_own_timeout_fails_the_run_rather_than_aborting_it() -> None:
+    class TimingOut:
+        name = "timing-out"
+
+        async def stream(self, request: Any) -> Any:
+            raise TimeoutError("read timed out")
+            yield  # pragma: no cover  (an async generator)
+
+    result = Agent(TimingOut(), model_retries=0).run_sync("go")  # type: ignore[arg-type]
+    assert result.state is State.FAILED
+    assert "TimeoutError" in (result.error or "")
+
+
+def test_an_effect_returning_no_trigger_in_a_non_terminal_state_is_a_definition_error() -> None:
+    async def nothing(run: Run) -> None:
+        return None
+
+    agent = Agent(ScriptedModel([text_response("hi")]))
+    agent.machine.add_state("stuck", nothing)  # type: ignore[arg-type]
+    agent.machine.add_transition(
+        TransitionSpec(
+            "model_replied", (State.AWAITING_MODEL,), "stuck", (lambda data: True,), "into_stuck"
+        )
+    )
+    agent.machine.add_transition(TransitionSpec("go_on", ("stuck",), State.DONE))
+    with pytest.raises(MachineDefinitionError, match="returned no trigger"):
+        agent.run_sync("go")
+    assert agent.state is State.FAILED
+
+
+def test_answer_dangling_answers_every_call_after_the_first_result() -> None:
+    from statemachine_agent import AssistantMessage, ToolCallBlock
+    from statemachine_agent._messages import text_result
+    from statemachine_agent._protocol import answer_dangling
+
+    calls = [ToolCallBlock(id=i, name="x", input={}) for i in ("r_a", "w_b", "r_c")]
+    history = [
+        UserMessage("go"),
+        AssistantMessage(content=calls, stop_reason="tool_use"),
+        text_result(calls[0], "done"),
+    ]
+    assert [r.tool_call_id for r in answer_dangling(history)] == ["w_b", "r_c"]
+
+
+def test_check_reports_a_run_that_ended_in_another_state_than_the_machine(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    agent = Agent(ScriptedModel([text_response("hi")]), session=path)
+    agent.run_sync("go")
+    agent.close()
+    lines = path.read_text().splitlines()
+    last = json.loads(lines[-1])
+    assert last["type"] == "run_end" and last["state"] == "done"
+    last["state"] = "max_turns"
+    lines[-1] = json.dumps(last)
+    path.write_text("\n".join(lines) + "\n")
+    _data, problems = check_session(path)
+    assert any("ended in 'max_turns' but the machine was in 'done'" in p for p in problems), (
+        problems
+    )
