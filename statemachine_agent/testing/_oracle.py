@@ -215,6 +215,9 @@ _PREFIXES: tuple[tuple[str, str], ...] = (
     ("not run: the arguments of this call were truncated", "truncated"),
     ("not run: the response was cut off by the output token limit", "stopped_not_run"),
     ("not run: the response's stop reason", "unknown_stop"),
+    # The safety net of a terminal state: no built-in path leaves a call for it to answer, so a
+    # result of this kind is an engine fault the oracle must see, not another "not run".
+    ("not run: the run ended in state", "ended_by_transition"),
     ("not run", "not_run"),
     ("interrupted while running", "interrupted"),
     ("not executed: the model's response was a refusal", "refused"),
@@ -237,7 +240,8 @@ def classify(result: ToolResultMessage) -> str:
     ``before_failed``, ``after_failed``, ``rewritten``, ``unknown_tool``, ``invalid``,
     ``truncated``, ``stopped_not_run`` (a cut response under ``max_tokens_policy="stop"``),
     ``unknown_stop`` (calls of a response with an unknown stop reason), ``refused``,
-    ``not_run``, ``interrupted``, ``own_cancel`` (a tool's own `asyncio.CancelledError`), ``stopped``, ``no_result``.
+    ``not_run``, ``ended_by_transition`` (never predicted: the terminal states' safety net),
+    ``interrupted``, ``own_cancel`` (a tool's own `asyncio.CancelledError`), ``stopped``, ``no_result``.
     The tag is the ``out-...`` text the call was given, so a result sent to the wrong call shows."""
     text = result.text.strip()
     low = text.lower()
