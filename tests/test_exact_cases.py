@@ -523,12 +523,18 @@ async def test_case5_denial_end_event_carries_the_denied_result() -> None:
         return "written"
 
     def guard(info: ToolCallInfo) -> Deny | None:
-        return Deny("do not touch /etc") if info.arguments["path"].startswith("/etc") else None
+        return (
+            Deny("do not touch /srv/private")
+            if info.arguments["path"].startswith("/srv/private")
+            else None
+        )
 
     model = ScriptedModel(
         [
-            tool_response(call("write_file", {"path": "/etc/hosts", "content": "x"}, id="w")),
-            text_response("I will not touch /etc."),
+            tool_response(
+                call("write_file", {"path": "/srv/private/hosts", "content": "x"}, id="w")
+            ),
+            text_response("I will not touch /srv/private."),
         ]
     )
     agent = Agent(model, tools=[write_file], before_tool_call=guard)
@@ -540,10 +546,10 @@ async def test_case5_denial_end_event_carries_the_denied_result() -> None:
     assert (end.result.tool_call_id, end.result.is_error, end.result.text) == (
         "w",
         True,
-        "Denied: do not touch /etc",
+        "Denied: do not touch /srv/private",
     )
     assert results_of(result.messages) == [end.result]
-    assert (result.state, result.text) == (State.DONE, "I will not touch /etc.")
+    assert (result.state, result.text) == (State.DONE, "I will not touch /srv/private.")
 
 
 async def test_case5_next_request_after_an_empty_refusal() -> None:
