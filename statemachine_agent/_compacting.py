@@ -34,7 +34,6 @@ from ._messages import (
     StopReason,
     ToolResultMessage,
     UserMessage,
-    text_result,
 )
 from ._responses import RequestAborted, RequestFailed
 from ._states import Trigger
@@ -195,15 +194,7 @@ def overflowed(run: Run, failure: RequestFailed) -> str:
 
 
 def _answer_cut_calls(run: Run) -> int:
-    response = run.data.response
-    assert response is not None
-    answered = tuple(
-        text_result(c, CUT_BY_WINDOW if c.truncated else NOT_RUN_WINDOW, is_error=True)
-        for c in response.tool_calls
-    )
-    for result in answered:
-        run.append(result)
-    run.turn_results = answered
+    answered = run.answer_calls(lambda call: CUT_BY_WINDOW if call.truncated else NOT_RUN_WINDOW)
     run.complete_turn()
     return len(answered)
 

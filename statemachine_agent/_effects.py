@@ -258,13 +258,9 @@ def answer_pending(run: Run) -> None:
 
 def answer_refused(run: Run) -> None:
     """A refusal: its calls are never run (each answered as refused); the error says why."""
-    response = run.data.response
-    assert response is not None
-    refused = tuple(text_result(c, REFUSED, is_error=True) for c in response.tool_calls)
-    for result in refused:
-        run.append(result)
-    run.turn_results = refused
-    run.error = refusal_text(response)
+    run.answer_calls(lambda _call: REFUSED)
+    assert run.data.response is not None
+    run.error = refusal_text(run.data.response)
 
 
 def answer_unknown_stop_reason(run: Run) -> None:
@@ -273,10 +269,7 @@ def answer_unknown_stop_reason(run: Run) -> None:
     response = run.data.response
     assert response is not None
     text = unknown_stop_reason_text(str(response.stop_reason))
-    answered = tuple(text_result(c, text, is_error=True) for c in response.tool_calls)
-    for result in answered:
-        run.append(result)
-    run.turn_results = answered
+    answered = run.answer_calls(lambda _call: text)
     run.error = (
         f"The model stopped with the unknown stop reason {response.stop_reason!r}; its "
         f"{len(answered)} tool call(s) were not run."
@@ -384,12 +377,8 @@ def note_usage_limit(run: Run) -> None:
     ):
         hit = limits.calls_hit(data.tool_calls, data.usage, len(response.tool_calls))
         if hit is not None:
-            answered = tuple(
-                text_result(c, hit.call_text(), is_error=True) for c in response.tool_calls
-            )
-            for result in answered:
-                run.append(result)
-            run.turn_results = answered
+            text = hit.call_text()
+            run.answer_calls(lambda _call: text)
     hit = hit or limits.request_hit(data.requests, data.usage)
     assert hit is not None  # the guard saw it
     run.complete_turn()
@@ -470,13 +459,7 @@ def _answer_stopped_calls(run: Run) -> None:
         or run.messages[-1] is not response  # its batch ran (or was answered) already
     ):
         return
-    results = tuple(
-        text_result(c, TRUNCATED if c.truncated else STOPPED_NOT_RUN, is_error=True)
-        for c in response.tool_calls
-    )
-    for result in results:
-        run.append(result)
-    run.turn_results = results
+    run.answer_calls(lambda call: TRUNCATED if call.truncated else STOPPED_NOT_RUN)
 
 
 def _with_hook_error(run: Run, text: str) -> str:

@@ -13,7 +13,7 @@ import asyncio
 import inspect
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._cancel import AbortSignal, cancelling
@@ -42,6 +42,7 @@ from ._messages import (
     ToolResultMessage,
     Usage,
     UserMessage,
+    text_result,
 )
 from ._output import OUTPUT_TOOL_NAME
 from ._protocol import INCOMPLETE_STOP_REASONS, answer_dangling, find_violations
@@ -127,6 +128,17 @@ class Run:
         self.agent._append(message)
         if announce and self.agent._subscribers:
             self.emit(MessageEnd(message))
+
+    def answer_calls(self, text: Callable[[ToolCallBlock], str]) -> tuple[ToolResultMessage, ...]:
+        """Answer every call of the current response with an error result saying ``text(call)``,
+        in declaration order, as the turn's results: calls the run will not execute."""
+        response = self.data.response
+        assert response is not None
+        answered = tuple(text_result(c, text(c), is_error=True) for c in response.tool_calls)
+        for result in answered:
+            self.append(result)
+        self.turn_results = answered
+        return answered
 
     def record_result(self, result: ToolResultMessage) -> None:
         """A call's result is final (completion order): announce it now, append it later in
