@@ -264,13 +264,20 @@ class AnthropicModel:
             counted = await self._client.messages.count_tokens(
                 model=body["model"], messages=cast(Any, body["messages"]), extra_body=fields
             )
-        except anthropic.APIStatusError as exc:
-            raise _status_error(exc) from None
-        except anthropic.APIConnectionError as exc:
-            raise _connection_error(
-                exc, self._client.timeout, retried=True, url=str(self._client.base_url)
-            ) from None
+        except (anthropic.APIStatusError, anthropic.APIConnectionError) as exc:
+            raise self._request_error(exc) from None
         return int(counted.input_tokens)
+
+    def _request_error(
+        self, exc: anthropic.APIStatusError | anthropic.APIConnectionError
+    ) -> ModelError:
+        """The `ModelError` of a request the SDK gave up on. A connection error has been retried
+        by the SDK (max_retries) already: the engine must not multiply it."""
+        if isinstance(exc, anthropic.APIStatusError):
+            return _status_error(exc)
+        return _connection_error(
+            exc, self._client.timeout, retried=True, url=str(self._client.base_url)
+        )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Stream the response to ``request``; the last item is `ResponseComplete`.
@@ -296,13 +303,8 @@ class AnthropicModel:
                 stream=True,
                 extra_body=body,
             )
-        except anthropic.APIStatusError as exc:
-            raise _status_error(exc) from None
-        except anthropic.APIConnectionError as exc:
-            # The SDK has retried this (max_retries) already: the engine must not multiply it.
-            raise _connection_error(
-                exc, self._client.timeout, retried=True, url=str(self._client.base_url)
-            ) from None
+        except (anthropic.APIStatusError, anthropic.APIConnectionError) as exc:
+            raise self._request_error(exc) from None
         accumulator = StreamAccumulator()
         async with events:
             iterator = events.__aiter__()

@@ -132,14 +132,28 @@ class AgentStateMachine(RuleBasedStateMachine):
         abort: AbortPoint | None,
         inputs: list[QueuedInput],
     ) -> None:
+        self.input_pending = self.input_pending or bool(inputs)
+        self._play(prompt, script, abort, inputs=inputs)
+
+    def _play(
+        self,
+        prompt: str | None,
+        script: list[dict[str, Any]],
+        abort: AbortPoint | None,
+        *,
+        inputs: list[QueuedInput] | None = None,
+        decisions: dict[str, Any] | None = None,
+    ) -> None:
+        """One run of the agent under ``script`` (ids made unique per run), checked."""
         agent = self.agent
         assert agent is not None
         self.runs += 1
-        self.input_pending = self.input_pending or bool(inputs)
         model = agent.model
         if isinstance(model, ScriptPlayer):
             model.load(prefix_ids(script, f"r{self.runs}_"))
-        self.last = self.runner.run(drive_run(agent, prompt, abort=abort, inputs=inputs))
+        self.last = self.runner.run(
+            drive_run(agent, prompt, abort=abort, inputs=inputs or [], decisions=decisions)
+        )
         problems = check_run(agent, self.last)
         assert not problems, _explain(problems, agent)
 
@@ -248,13 +262,7 @@ class AgentStateMachine(RuleBasedStateMachine):
             assert not problems, _explain(problems, agent)
             return
         chosen = data.draw(decisions(ids), label="decisions")
-        self.runs += 1
-        model = agent.model
-        if isinstance(model, ScriptPlayer):
-            model.load(prefix_ids(script, f"r{self.runs}_"))
-        self.last = self.runner.run(drive_run(agent, None, abort=abort, decisions=chosen))
-        problems = check_run(agent, self.last)
-        assert not problems, _explain(problems, agent)
+        self._play(None, script, abort, decisions=chosen)
 
     @precondition(lambda self: self.agent is not None and bool(self.agent.pending))
     @rule()
