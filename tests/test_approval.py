@@ -185,15 +185,19 @@ def test_case2_another_process_denies(tmp_path: Path) -> None:
     assert log_path.read_text().count("\n") == lines  # resuming again adds nothing
 
 
-def test_check_accepts_a_log_that_ends_awaiting_approval(tmp_path: Path) -> None:
-    path = tmp_path / "run.jsonl"
-    log: list[str] = []
-    agent = Agent(
+def logged_case1_agent(path: Path) -> Agent:
+    """The agent of case 1, deferring writes, logging to ``path``."""
+    return Agent(
         ScriptedModel(case1_script()),
-        tools=make_tools(log),
+        tools=make_tools([]),
         before_tool_call=review_writes,
         session=path,
     )
+
+
+def test_check_accepts_a_log_that_ends_awaiting_approval(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    agent = logged_case1_agent(path)
     assert agent.run_sync("go").state is State.AWAITING_APPROVAL
     agent.close()
     data, problems = check_session(path)
@@ -305,12 +309,7 @@ def test_a_tool_that_requires_approval_is_deferred_unless_allowed() -> None:
 
 def test_pending_event_and_state_in_json(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
-    agent = Agent(
-        ScriptedModel(case1_script()),
-        tools=make_tools([]),
-        before_tool_call=review_writes,
-        session=path,
-    )
+    agent = logged_case1_agent(path)
     agent.run_sync("go")
     agent.close()
     records = [json.loads(line) for line in path.read_text().splitlines()]
@@ -458,12 +457,7 @@ def test_restore_refuses_pending_calls_that_are_not_in_the_last_message() -> Non
 
 def test_abort_while_pending_is_a_whole_run_in_events_and_in_the_log(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
-    agent = Agent(
-        ScriptedModel(case1_script()),
-        tools=make_tools([]),
-        before_tool_call=review_writes,
-        session=path,
-    )
+    agent = logged_case1_agent(path)
     agent.run_sync("go")
     events: list[Any] = []
     agent.subscribe(events.append)

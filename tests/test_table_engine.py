@@ -86,8 +86,9 @@ def over_budget(data: LoopData) -> bool:
     return data.turns >= 2
 
 
-def budget_agent(model: Any, **options: Any) -> Agent:
-    agent = Agent(model, tools=[lookup], **options)
+def add_budget(agent: Agent) -> Agent:
+    """The user transition of case 2: ``model_replied -> done`` when over budget, before
+    ``tool_calls``."""
     agent.machine.add_transition(
         TransitionSpec(
             "model_replied",
@@ -98,6 +99,10 @@ def budget_agent(model: Any, **options: Any) -> Agent:
         )
     )
     return agent
+
+
+def budget_agent(model: Any, **options: Any) -> Agent:
+    return add_budget(Agent(model, tools=[lookup], **options))
 
 
 def test_case2_user_transition_to_done_answers_every_call() -> None:
@@ -286,17 +291,7 @@ FIND = settings(
 
 def test_case4_kit_passes_the_budget_agent() -> None:
     def build(kit: AgentKit) -> Agent:
-        agent = kit.agent()
-        agent.machine.add_transition(
-            TransitionSpec(
-                "model_replied",
-                (State.AWAITING_MODEL,),
-                State.DONE,
-                (over_budget,),
-                before="tool_calls",
-            )
-        )
-        return agent
+        return add_budget(kit.agent())
 
     run_state_machine_as_test(agent_state_machine(build), settings=FIND)
 
