@@ -37,12 +37,10 @@ from ._protocol import (
     without_blank_text,
 )
 
-_INCOMPLETE = INCOMPLETE_STOP_REASONS
-
 
 def _clean_assistant(message: AssistantMessage) -> AssistantMessage | None:
     content = message.content
-    if message.stop_reason in _INCOMPLETE:
+    if message.stop_reason in INCOMPLETE_STOP_REASONS:
         content = without_blank_text([b for b in content if isinstance(b, TextBlock)])
     elif any(is_blank(b) for b in content):
         content = without_blank_text(content)
@@ -92,14 +90,16 @@ def project(messages: Sequence[Message], start: int = 0) -> list[Message]:
         cleaned = _clean_assistant(message)
         if cleaned is None:
             continue
-        if message.stop_reason in _INCOMPLETE and (
+        if message.stop_reason in INCOMPLETE_STOP_REASONS and (
             i == n or isinstance(messages[i], AssistantMessage)
         ):
             continue  # cut off and then replaced by what follows: never joined to a response
         if out and isinstance(out[-1], AssistantMessage):
             previous = out.pop()
             assert isinstance(previous, AssistantMessage)
-            if previous.stop_reason not in _INCOMPLETE:  # a pause_turn continuation is joined
+            if (
+                previous.stop_reason not in INCOMPLETE_STOP_REASONS
+            ):  # a pause_turn continuation is joined
                 cleaned = _join(previous, cleaned)
         out.append(cleaned)
         calls = cleaned.tool_calls

@@ -39,7 +39,6 @@ from ._messages import (
 
 INCOMPLETE_STOP_REASONS = (StopReason.ABORTED, StopReason.ERROR)
 """Stop reasons of a partial assistant message (cut off by an abort or a failure)."""
-_INCOMPLETE = INCOMPLETE_STOP_REASONS
 _B = TypeVar("_B")
 
 # -- the results of calls that did not run (or did not finish) -------------------------------
@@ -99,9 +98,6 @@ def is_blank(block: object) -> bool:
     return isinstance(block, TextBlock) and not block.text.strip()
 
 
-is_blank_text = is_blank
-
-
 def without_blank_text(blocks: Sequence[_B], placeholder: str | None = None) -> list[_B]:
     """``blocks`` without whitespace-only text blocks; when nothing is left and ``placeholder``
     is given, one text block holding it (a tool result must not be empty)."""
@@ -123,7 +119,7 @@ def answer_dangling(messages: Sequence[Message], text: str = NO_RESULT) -> list[
         if isinstance(message, ToolResultMessage):
             answered.add(message.tool_call_id)
         elif isinstance(message, AssistantMessage):
-            if message.stop_reason in _INCOMPLETE:
+            if message.stop_reason in INCOMPLETE_STOP_REASONS:
                 return []
             return [
                 text_result(call, text, is_error=True)
@@ -195,11 +191,11 @@ def find_violations(
             paused = None
         elif message.stop_reason == StopReason.PAUSE_TURN and not message.tool_calls:
             paused = i
-        elif message.stop_reason not in _INCOMPLETE:
+        elif message.stop_reason not in INCOMPLETE_STOP_REASONS:
             paused = None
         if isinstance(message, AssistantMessage):
             calls = message.tool_calls
-            if calls and message.stop_reason in _INCOMPLETE:
+            if calls and message.stop_reason in INCOMPLETE_STOP_REASONS:
                 problems.append(
                     f"message {i}: {message.stop_reason} assistant message holds tool calls (a "
                     "partial response must not be replayed as complete)"

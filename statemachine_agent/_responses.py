@@ -50,7 +50,7 @@ class Partial:
 
     def message(self, reason: str) -> AssistantMessage:
         """The aborted assistant message: the streamed text blocks as streamed, never a partial
-        tool call (blank ones are dropped when a request is built, see `is_blank_text`)."""
+        tool call (blank ones are dropped when a request is built, see `is_blank`)."""
         blocks: list[ContentBlock] = [
             TextBlock(text="".join(parts)) for _, parts in sorted(self.texts.items())
         ]
@@ -201,7 +201,7 @@ def normalize(message: AssistantMessage, used_ids: set[str]) -> AssistantMessage
     """Make a response safe to act on: mark a trailing tool call cut off by the token limit as
     truncated. Every other block is kept as the model sent it, whitespace-only text included (the
     stored response is what the model said; blank text is removed only when a request is built,
-    see ``_protocol.is_blank_text``).
+    see ``_protocol.is_blank``).
 
     Raises:
         ModelError: the response reuses a tool-call id (invariant 3); acting on it would corrupt

@@ -11,7 +11,7 @@ the JSON ``messages`` list, the ``system`` blocks and the ``tools`` list of a re
 - thinking and redacted thinking signed by another model (the message's ``model`` is not the
   request's, see `same_model`) are not sent: the API checks each signature against the model it
   is sent to; the text and tool blocks of those messages stay;
-- blank text blocks (``_protocol.is_blank_text``) and messages left empty are never sent;
+- blank text blocks (``_protocol.is_blank``) and messages left empty are never sent;
 - every string is valid UTF-8: a lone surrogate (``os.fsdecode`` of a name that is not UTF-8, a
   cut emoji) is replaced by U+FFFD, a surrogate pair joined into its character (`valid_text`).
 
@@ -38,7 +38,7 @@ from .._messages import (
     ToolResultMessage,
     UserMessage,
 )
-from .._protocol import is_blank_text
+from .._protocol import is_blank
 from ._base import ToolDefinition
 
 CACHE_CONTROL: dict[str, str] = {"type": "ephemeral"}
@@ -132,7 +132,7 @@ def _text(block: TextBlock) -> JSONDict:
 
 def _user_block(block: TextBlock | ImageBlock) -> JSONDict | None:
     if isinstance(block, TextBlock):
-        return None if is_blank_text(block) else _text(block)
+        return None if is_blank(block) else _text(block)
     return _image(block)
 
 
@@ -168,7 +168,7 @@ def encode_blocks(message: Message, model: str | None = None) -> list[JSONDict]:
         if foreign and is_thinking(block):
             continue  # signed by another model: that model's signature fails on this one
         if isinstance(block, TextBlock):
-            if not is_blank_text(block):
+            if not is_blank(block):
                 out.append(_text(block))
         elif isinstance(block, ToolCallBlock):
             out.append(

@@ -25,12 +25,11 @@ from .._messages import (
     MESSAGE_ADAPTER,
     AssistantMessage,
     Message,
-    StopReason,
     ToolResultMessage,
     Usage,
     text_result,
 )
-from .._protocol import NO_RESULT
+from .._protocol import INCOMPLETE_STOP_REASONS, NO_RESULT
 
 logger = logging.getLogger("statemachine_agent.session")
 
@@ -57,7 +56,6 @@ RECORD_TYPES = frozenset(
         "decision",
     }
 )
-_INCOMPLETE = (StopReason.ABORTED, StopReason.ERROR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,7 +342,10 @@ def _rebuild(data: SessionData) -> None:
     for index, message in enumerate(spine):
         data.history.append(message)
         data.messages.append(message)
-        if not isinstance(message, AssistantMessage) or message.stop_reason in _INCOMPLETE:
+        if (
+            not isinstance(message, AssistantMessage)
+            or message.stop_reason in INCOMPLETE_STOP_REASONS
+        ):
             continue
         if waiting and index == len(spine) - 1 and message.tool_calls:
             # The batch waits for decisions: its results are held, its deferred calls pending.
