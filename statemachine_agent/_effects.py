@@ -215,7 +215,6 @@ async def _after_batch(
     run.terminate_reason = terminate_reason
     data.terminate = terminate_reason is not None
     data.final_result = final_result
-    data.max_turns = agent.max_turns
     return Trigger.TOOLS_FINISHED
 
 
