@@ -1,12 +1,13 @@
 """Per-turn cost in instructions (valgrind's callgrind): a figure that does not move with the
 machine's load, for before/after comparisons of the engine.
 
-Two runs are counted, 20 and 220 turns (one no-op tool call each, a subscriber attached); the
-difference over 200 is the instructions one turn costs, start-up and import cancelled out. Needs
+Two runs are counted, 20 and 220 turns (the realistic set-up of `bench_turn_cpu`: responses built
+per turn, a subscriber attached; one no-op call per turn, or BATCH); the difference over 200 is
+the instructions one turn costs, start-up and import cancelled out. Needs
 ``valgrind`` (Debian package ``valgrind``); an older checkout is measured with ``PYTHONPATH``
 pointing at it.
 
-Usage: ``python benchmarks/bench_instructions.py``
+Usage: ``python benchmarks/bench_instructions.py [BATCH]``
 """
 
 from __future__ import annotations
@@ -21,18 +22,14 @@ from pathlib import Path
 ONE_RUN = """
 import asyncio, sys
 sys.path.insert(0, {here!r})
-from bench_turn_cpu import NOOP, steps
-from statemachine_agent import Agent
-from statemachine_agent.models import ScriptedModel
-n = int(sys.argv[1])
-agent = Agent(ScriptedModel(steps(n), record_requests=False), tools=[NOOP], max_turns=n + 5)
-seen = []
-agent.subscribe(seen.append)
+from bench_turn_cpu import build
+n, batch = int(sys.argv[1]), int(sys.argv[2])
+agent, seen = build(n, batch)
 asyncio.run(agent.run("go"))
 """
 
 
-def instructions(script: Path, turns: int, folder: Path) -> int:
+def instructions(script: Path, turns: int, folder: Path, batch: int = 1) -> int:
     """Instructions callgrind counted for one run of ``turns`` turns."""
     done = subprocess.run(
         [
@@ -42,6 +39,7 @@ def instructions(script: Path, turns: int, folder: Path) -> int:
             sys.executable,
             str(script),
             str(turns),
+            str(batch),
         ],
         capture_output=True,
         text=True,
@@ -61,8 +59,10 @@ def main() -> None:
         folder = Path(tmp)
         script = folder / "one_run.py"
         script.write_text(ONE_RUN.format(here=str(Path(__file__).resolve().parent)))
-        short, long = instructions(script, 20, folder), instructions(script, 220, folder)
-    print(f"{(long - short) / 200 / 1000:.0f}k instructions per turn (20 vs 220 turns)")
+        batch = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+        short = instructions(script, 20, folder, batch)
+        long = instructions(script, 220, folder, batch)
+    print(f"{(long - short) / 200 / 1000:.0f}k instructions per turn (20 vs 220 turns, batch {batch})")
 
 
 if __name__ == "__main__":

@@ -1,24 +1,35 @@
-"""Per-turn CPU cost with a subscriber attached (the realistic set-up), median of several runs.
+"""The headline per-turn figure: CPU time per turn in the realistic set-up (issue 17).
 
-One process per measurement, so an older checkout can be measured the same way for a before/after
-figure: ``PYTHONPATH=/path/to/old/checkout python benchmarks/bench_turn_cpu.py``. A run is N turns
-of one no-op tool call each (responses built per turn by `ScriptedModel`) and a final answer; the
-figure is the process CPU time of the run over its N + 1 turns, so it holds up on a loaded machine
-better than wall time does.
+A run is N turns, each a response of ``batch`` parallel calls of a no-op tool, then a final answer.
+The model is a `FunctionModel` that builds each response when it is asked (as a real provider's
+adapter builds its message from the wire), one event subscriber is attached (as every UI and log
+is), and the figure is the process CPU time of the run (``time.process_time``, measured inside
+the running event loop: the loop's creation is not a turn's cost) over its N + 1 turns, beside the
+wall time of the same runs. Each cell is the median of several runs; the spread (min-max) is
+printed with it.
 
-Usage: ``python benchmarks/bench_turn_cpu.py [N] [REPEATS]`` (defaults 200 and 7).
+Before/after comparisons of the engine run this file against an older checkout:
+``PYTHONPATH=/path/to/old/checkout python benchmarks/bench_turn_cpu.py``.
+
+Usage: ``python benchmarks/bench_turn_cpu.py [--quick]`` (all cells), or
+``python benchmarks/bench_turn_cpu.py N BATCH [REPEATS]`` (one cell, a line of text).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import statistics
 import sys
 import time
 from typing import Any
 
 from statemachine_agent import Agent, AssistantMessage, TextBlock, ToolCallBlock, tool
-from statemachine_agent.models import ScriptedModel
+from statemachine_agent.models import FunctionModel
+
+TARGET_US = 50.0
+SIZES = (20, 2000)
+BATCHES = (1, 2, 4)
 
 
 async def noop() -> str:
@@ -29,40 +40,116 @@ async def noop() -> str:
 NOOP = tool(noop)
 
 
-def steps(n: int) -> list[AssistantMessage]:
-    """N tool-call responses, then a final answer."""
-    calls = [
-        AssistantMessage(
-            content=[ToolCallBlock(id=f"c{i}", name="noop", input={})], stop_reason="tool_use"
+def responder(n: int, batch: int) -> Any:
+    """A model function answering N responses of ``batch`` calls each, then ``done``, building
+    each response when asked."""
+    asked = 0
+
+    def respond(_messages: Any, _request: Any) -> AssistantMessage:
+        nonlocal asked
+        asked += 1
+        if asked > n:
+            return AssistantMessage(content=[TextBlock(text="done")], stop_reason="end_turn")
+        calls = [
+            ToolCallBlock(id=f"call_{asked}_{k}", name="noop", input={}) for k in range(batch)
+        ]
+        return AssistantMessage(content=calls, stop_reason="tool_use")
+
+    return respond
+
+
+def build(n: int, batch: int) -> tuple[Agent, list[Any]]:
+    """A fresh agent for one run, with a subscriber attached."""
+    agent = Agent(FunctionModel(responder(n, batch)), tools=[NOOP], max_turns=n + 5)
+    seen: list[Any] = []
+    agent.subscribe(seen.append)
+    return agent, seen
+
+
+def one_run(n: int, batch: int) -> tuple[float, float]:
+    """CPU and wall microseconds per turn of one run."""
+    agent, _seen = build(n, batch)
+
+    async def timed() -> tuple[float, float]:
+        cpu, wall = time.process_time(), time.perf_counter()
+        result = await agent.run("go")
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        assert result.state == "done", (result.state, result.error)
+        return cpu / (n + 1) * 1e6, wall / (n + 1) * 1e6
+
+    gc.collect()
+    return asyncio.run(timed())
+
+
+def repeats_for(n: int, quick: bool) -> int:
+    if quick:
+        return 2
+    return 21 if n < 200 else 5
+
+
+def measure(n: int, batch: int, repeats: int) -> dict[str, float]:
+    """Median and spread of CPU and wall µs per turn over ``repeats`` runs (one warm-up first)."""
+    one_run(20, batch)
+    runs = [one_run(n, batch) for _ in range(repeats)]
+    cpu = [c for c, _ in runs]
+    wall = [w for _, w in runs]
+    return {
+        "cpu_us": statistics.median(cpu),
+        "cpu_min": min(cpu),
+        "cpu_max": max(cpu),
+        "wall_us": statistics.median(wall),
+        "wall_min": min(wall),
+        "wall_max": max(wall),
+        "runs": repeats,
+    }
+
+
+def main() -> dict[str, Any]:
+    from _common import emit, quick, table
+
+    results = {
+        f"n{n}_batch{b}": measure(n, b, repeats_for(n, quick()))
+        for n in SIZES
+        for b in BATCHES
+    }
+    rows = []
+    for key, r in results.items():
+        n, b = key[1:].split("_batch")
+        rows.append(
+            [
+                n,
+                b,
+                r["cpu_us"],
+                f"{r['cpu_min']:.1f}-{r['cpu_max']:.1f}",
+                r["wall_us"],
+                f"{r['wall_min']:.1f}-{r['wall_max']:.1f}",
+                int(r["runs"]),
+            ]
         )
-        for i in range(n)
-    ]
-    return [*calls, AssistantMessage(content=[TextBlock(text="done")], stop_reason="end_turn")]
-
-
-def measure(n: int, repeats: int) -> list[float]:
-    """CPU microseconds per turn of each of ``repeats`` runs."""
-    out = []
-    for _ in range(repeats):
-        agent = Agent(ScriptedModel(steps(n), record_requests=False), tools=[NOOP], max_turns=n + 5)
-        seen: list[Any] = []
-        agent.subscribe(seen.append)
-        started = time.process_time()
-        result = asyncio.run(agent.run("go"))
-        out.append((time.process_time() - started) / (n + 1) * 1e6)
-        assert result.state == "done", result.state
+    print(
+        table(
+            ["N turns", "calls/turn", "CPU µs/turn", "CPU spread", "wall µs/turn", "wall spread", "runs"],
+            rows,
+            "Headline: per-turn cost, subscriber attached, responses built per turn (median)",
+        )
+    )
+    worst = max(r["cpu_us"] for k, r in results.items() if k.endswith("_batch1"))
+    targets = {f"cpu_us_per_turn_single_call_le_{TARGET_US:g}": worst <= TARGET_US}
+    print(f"targets: {', '.join(f'{k}: {v}' for k, v in targets.items())}")
+    out = {"cells": results, "targets": targets}
+    emit("turn_cpu", out)
     return out
 
 
-def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-    repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 7
-    figures = measure(n, repeats)
-    print(
-        f"N={n}: median {statistics.median(figures):.1f} µs CPU/turn "
-        f"(min {min(figures):.1f}, max {max(figures):.1f}, {repeats} runs, subscriber attached)"
-    )
-
-
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 2:
+        size, width = int(sys.argv[1]), int(sys.argv[2])
+        count = int(sys.argv[3]) if len(sys.argv) > 3 else 7
+        r = measure(size, width, count)
+        print(
+            f"N={size} batch={width}: median {r['cpu_us']:.1f} µs CPU/turn "
+            f"({r['cpu_min']:.1f}-{r['cpu_max']:.1f}), wall {r['wall_us']:.1f} µs/turn, "
+            f"{count} runs, subscriber attached"
+        )
+    else:
+        main()

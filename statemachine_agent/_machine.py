@@ -135,6 +135,7 @@ class LoopData:
     compacted: bool = False
     overflow_retried: bool = False
     compaction_reason: str | None = None
+    _fired: TransitionSpec | None = field(default=None, init=False, repr=False, compare=False)
 
 
 Guard = Callable[[LoopData], bool]
@@ -500,11 +501,12 @@ def _as_state_spec(state: StateSpec | State | str) -> StateSpec:
 
 
 class _Holder:
-    """The object `transitions` drives; its ``state`` attribute is the agent's state."""
+    """The object `transitions` drives (its model): ``state`` is the agent's state."""
+
+    __slots__ = ("state",)
 
     def __init__(self, state: str = State.IDLE.value) -> None:
         self.state = state
-        self.fired: TransitionSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -518,41 +520,40 @@ class Fired:
     spec: TransitionSpec = field(repr=False, compare=False)
 
 
-class LoopMachine:
-    """The agent loop's state machine: a synchronous `transitions.Machine` over a definition
-    (`STATES` and `TRANSITIONS` plus what a user added).
+_Callbacks = dict[str, tuple[tuple[Callable[[LoopData], None], ...], tuple[Any, ...]]]
+_Compiled = dict[tuple[str, str], tuple[tuple[tuple[Guard, ...], TransitionSpec, str], ...]]
 
-    Args:
-        extra_transitions: transitions to add, each placed as `add_transition` places it.
 
-    Raises:
-        MachineDefinitionError: the definition is invalid (see `validate_definition`).
+class _Definition:
+    """A validated definition and the `transitions.Machine` built from it, never changed after.
+
+    Every `LoopMachine` that has not changed the definition shares one (`_shared_definition`):
+    `transitions` drives many models on one machine, each agent's `_Holder` being one of them
+    (through ``Event.trigger(model, ...)``; holders are not registered with ``add_model``, which
+    would bind about thirty convenience methods to each and keep every agent alive in
+    ``machine.models``). A change builds a new definition for that `LoopMachine` only.
     """
 
-    def __init__(self, extra_transitions: Iterable[TransitionSpec] = ()) -> None:
-        self.states: dict[str, StateSpec] = {str(s.name): s for s in STATES}
-        self.specs: list[TransitionSpec] = list(TRANSITIONS)
-        self._callbacks: dict[str, tuple[list[Callable[[LoopData], None]], list[Any]]] = {}
-        self._holder = _Holder()
-        self._machine: Machine | None = None
-        self._compiled: _Compiled | None = None
-        for spec in extra_transitions:
-            self.specs = _placed(self.specs, spec)
-        validate_definition(self.states.values(), self.specs)
-        self._build()
+    __slots__ = ("callbacks", "compiled", "machine", "specs", "states")
 
-    def _build(self) -> None:
-        current = self._holder.state
-        self._holder = _Holder(current)  # a fresh model: `transitions` binds methods onto it
+    def __init__(
+        self,
+        states: dict[str, StateSpec],
+        specs: tuple[TransitionSpec, ...],
+        callbacks: _Callbacks | None = None,
+    ) -> None:
+        self.states = states
+        self.specs = specs
+        self.callbacks: _Callbacks = callbacks or {}
         machine = Machine(
-            model=self._holder,
-            states=[str(name) for name in self.states],
-            initial=current,
+            model=None,
+            states=[str(name) for name in states],
+            initial=State.IDLE.value,
             auto_transitions=False,
             ignore_invalid_triggers=False,
         )
-        for spec in self.specs:
-            note = _noter(self._holder, spec)
+        for spec in specs:
+            note = _noter(spec)
             for source in spec.sources:
                 machine.add_transition(
                     str(spec.trigger),
@@ -561,18 +562,88 @@ class LoopMachine:
                     conditions=list(spec.guards),
                     after=[note],
                 )
-        for name, (enter, exit_) in self._callbacks.items():
-            name = str(name)
+        for name, (enter, exit_) in self.callbacks.items():
             for callback in enter:
                 machine.get_state(name).add_callback("enter", callback)
             for callback in exit_:
                 machine.get_state(name).add_callback("exit", callback)
-        self._machine = machine
-        self._compiled = (
-            _compile(machine)
-            if not any(enter or exit_ for enter, exit_ in self._callbacks.values())
-            else None
+        self.machine = machine
+        self.compiled: _Compiled | None = (
+            None
+            if any(enter or exit_ for enter, exit_ in self.callbacks.values())
+            else _compile(machine)
         )
+
+    def changed(
+        self,
+        *,
+        states: dict[str, StateSpec] | None = None,
+        specs: Sequence[TransitionSpec] | None = None,
+        callbacks: _Callbacks | None = None,
+    ) -> _Definition:
+        """A new definition with the given parts replaced (not validated here)."""
+        return _Definition(
+            self.states if states is None else states,
+            self.specs if specs is None else tuple(specs),
+            self.callbacks if callbacks is None else callbacks,
+        )
+
+
+_SHARED: list[_Definition] = []
+
+
+def _shared_definition() -> _Definition:
+    """The built-in definition, built and validated once per process."""
+    if not _SHARED:
+        states = {str(s.name): s for s in STATES}
+        validate_definition(states.values(), TRANSITIONS)
+        _SHARED.append(_Definition(states, TRANSITIONS))
+    return _SHARED[0]
+
+
+class LoopMachine:
+    """The agent loop's state machine: a synchronous `transitions.Machine` over a definition
+    (`STATES` and `TRANSITIONS` plus what a user added).
+
+    Machines that keep the built-in definition share one `transitions.Machine` (an agent holds
+    only its state); the first change (`add_transition`, `add_state`, `add_guard`, `on_enter`,
+    `on_exit`) gives this machine a definition of its own, validated as it is made.
+
+    Args:
+        extra_transitions: transitions to add, each placed as `add_transition` places it.
+
+    Raises:
+        MachineDefinitionError: the definition is invalid (see `validate_definition`).
+    """
+
+    __slots__ = ("_definition", "_holder")
+
+    def __init__(self, extra_transitions: Iterable[TransitionSpec] = ()) -> None:
+        self._holder = _Holder()
+        self._definition = _shared_definition()
+        extra = tuple(extra_transitions)
+        if extra:
+            specs = list(TRANSITIONS)
+            for spec in extra:
+                specs = _placed(specs, spec)
+            validate_definition(self.states.values(), specs)
+            self._definition = self._definition.changed(specs=specs)
+
+    @property
+    def states(self) -> dict[str, StateSpec]:
+        """The states by name (read only: change them with `add_state`)."""
+        return self._definition.states
+
+    @property
+    def specs(self) -> list[TransitionSpec]:
+        """The transitions, in the order they are tried (a copy: change them with
+        `add_transition`)."""
+        return list(self._definition.specs)
+
+    @property
+    def shared(self) -> bool:
+        """The built-in definition, shared with every other machine that has not changed it."""
+        return self._definition is _shared_definition()
 
     @property
     def state(self) -> State | str:
@@ -582,11 +653,11 @@ class LoopMachine:
 
     def is_terminal(self, state: str) -> bool:
         """``state`` ends a run."""
-        return self.states[state].terminal
+        return self._definition.states[state].terminal
 
     def stops_run(self, state: str) -> bool:
         """``run()`` returns in ``state`` (a terminal state, or ``awaiting_approval``)."""
-        spec = self.states[state]
+        spec = self._definition.states[state]
         return spec.terminal or spec.stops_run
 
     def fire(self, trigger: str, data: LoopData) -> Fired:
@@ -602,7 +673,7 @@ class LoopMachine:
             MachineDefinitionError: no transition of ``trigger`` leaves the current state, or none of
                 their guards passed (a hole in the definition, i.e. a bug).
         """
-        compiled = self._compiled
+        compiled = self._definition.compiled
         if compiled is not None:
             source = self._holder.state
             branches = compiled.get((trigger, source))
@@ -631,23 +702,22 @@ class LoopMachine:
         Raises:
             MachineDefinitionError: as `fire`.
         """
-        assert self._machine is not None
         source = self._holder.state
-        event = self._machine.events.get(str(trigger))
+        event = self._definition.machine.events.get(str(trigger))
         if event is None:
             raise MachineDefinitionError(f"unknown trigger {trigger!r}")
+        data._fired = None
         try:
             moved = event.trigger(self._holder, data)
         except MachineError as exc:
             raise MachineDefinitionError(
                 f"trigger {trigger!r} cannot leave state {source!r}"
             ) from exc
-        spec = self._holder.fired
+        spec, data._fired = data._fired, None
         if not moved or spec is None:
             raise MachineDefinitionError(
                 f"no guard of trigger {trigger!r} passed in state {source!r}"
             )
-        self._holder.fired = None
         dest = str(spec.dest)
         return Fired(
             str(trigger), _BUILTIN.get(source, source), _BUILTIN.get(dest, dest), spec.name, spec
@@ -665,14 +735,16 @@ class LoopMachine:
             raise MachineDefinitionError(f"a state named {name!r} already exists")
         if not callable(effect):
             raise MachineDefinitionError(f"state {name!r} needs an effect (an async function)")
-        self.states[name] = StateSpec(name, effect)
-        self.specs = [
+        specs = [
             replace(s, sources=(*s.sources, name))
             if s.trigger in _ESCAPES and s.label in _ESCAPES
             else s
             for s in self.specs
         ]
-        self._build()  # not validated yet: a new state has no way in until a transition enters it
+        # Not validated yet: a new state has no way in until a transition enters it.
+        self._definition = self._definition.changed(
+            states={**self.states, name: StateSpec(name, effect)}, specs=specs
+        )
 
     def add_transition(self, spec: TransitionSpec) -> None:
         """Add a transition. It goes before the branch labelled ``spec.before`` or after the one
@@ -686,8 +758,7 @@ class LoopMachine:
         """
         specs = _placed(self.specs, spec)
         validate_definition(self.states.values(), specs)
-        self.specs = specs
-        self._build()
+        self._definition = self._definition.changed(specs=specs)
 
     def add_guard(self, trigger: str, dest: str, guard: Guard) -> None:
         """Add ``guard`` to every transition of ``trigger`` into ``dest``.
@@ -697,11 +768,11 @@ class LoopMachine:
         """
         if not any(s.trigger == trigger and s.dest == dest for s in self.specs):
             raise MachineDefinitionError(f"no transition {trigger!r} -> {dest!r}")
-        self.specs = [
+        specs = [
             replace(s, guards=(*s.guards, guard)) if s.trigger == trigger and s.dest == dest else s
             for s in self.specs
         ]
-        self._build()
+        self._definition = self._definition.changed(specs=specs)
 
     def restore(self, state: str) -> None:
         """Put the machine in ``state`` without a transition (resuming a saved session).
@@ -713,43 +784,46 @@ class LoopMachine:
         spec = self.states.get(state, StateSpec(state))
         if state != State.IDLE and not (spec.terminal or spec.stops_run):
             raise MachineDefinitionError(f"cannot restore the mid-run state {state!r}")
-        assert self._machine is not None
-        self._machine.set_state(str(state), model=self._holder)
+        self._definition.machine.set_state(str(state), model=self._holder)
 
     def on_enter(self, state: str, callback: Callable[[LoopData], None]) -> None:
         """Call ``callback(data)`` each time ``state`` is entered (synchronously; no I/O)."""
-        self._callbacks.setdefault(str(state), ([], []))[0].append(callback)
-        self._build()
+        self._add_callback(str(state), callback, 0)
 
     def on_exit(self, state: str, callback: Callable[[LoopData], None]) -> None:
         """Call ``callback(data)`` each time ``state`` is left (synchronously; no I/O)."""
-        self._callbacks.setdefault(str(state), ([], []))[1].append(callback)
-        self._build()
+        self._add_callback(str(state), callback, 1)
+
+    def _add_callback(self, state: str, callback: Callable[[LoopData], None], which: int) -> None:
+        callbacks = dict(self._definition.callbacks)
+        pair = list(callbacks.get(state, ((), ())))
+        pair[which] = (*pair[which], callback)
+        callbacks[state] = (pair[0], pair[1])
+        self._definition = self._definition.changed(callbacks=callbacks)
 
     def state_callbacks(self, state: str) -> tuple[list[Any], list[Any]]:
         """The callbacks added with `on_enter` and `on_exit` for ``state``: ``(enter, exit)``."""
-        enter, exit_ = self._callbacks.get(str(state), ([], []))
+        enter, exit_ = self._definition.callbacks.get(str(state), ((), ()))
         return list(enter), list(exit_)
 
 
 _BUILTIN: dict[str, State] = {state.value: state for state in State}
 
 
-def _noter(holder: _Holder, spec: TransitionSpec) -> Callable[..., None]:
-    def note(*_args: Any) -> None:
-        holder.fired = spec
+def _noter(spec: TransitionSpec) -> Callable[..., None]:
+    """The ``after`` callback that tells `LoopMachine.fire_library` which spec fired."""
+
+    def note(data: LoopData, *_args: Any) -> None:
+        data._fired = spec
 
     note.spec = spec  # type: ignore[attr-defined]  # read by `_compile`
     return note
 
 
-_Compiled = dict[tuple[str, str], list[tuple[tuple[Guard, ...], TransitionSpec, str]]]
-
-
 def _compile(machine: Machine) -> _Compiled:
     """The branches of each (trigger, source) in `transitions`' order: each one's guards (its
     conditions, all of which must be true), its spec and its destination."""
-    table: _Compiled = {}
+    table: dict[tuple[str, str], list[tuple[tuple[Guard, ...], TransitionSpec, str]]] = {}
     for trigger, event in machine.events.items():
         for source, transitions in event.transitions.items():
             branches = table.setdefault((trigger, source), [])
@@ -759,7 +833,7 @@ def _compile(machine: Machine) -> _Compiled:
                 spec = next(f.spec for f in transition.after if hasattr(f, "spec"))
                 guards = tuple(cast(Guard, c.func) for c in transition.conditions)
                 branches.append((guards, spec, str(transition.dest)))
-    return table
+    return {key: tuple(branches) for key, branches in table.items()}
 
 
 def _placed(specs: list[TransitionSpec], spec: TransitionSpec) -> list[TransitionSpec]:

@@ -183,7 +183,7 @@ def test_compiled_dispatch_takes_the_same_transition_as_the_library(
     """For every state, trigger and guard outcome, the table compiled from the `transitions`
     machine and the library's own ``trigger`` agree: the same branch, or the same refusal."""
     compiled, library = machine_at(state), machine_at(state)
-    assert compiled._compiled, "the fast path is in use"
+    assert compiled._definition.compiled, "the fast path is in use"
 
     def outcome(fire: Any) -> tuple[str, str] | str:
         try:
@@ -200,6 +200,28 @@ def test_callbacks_use_the_library_trigger() -> None:
     machine = LoopMachine()
     entered: list[str] = []
     machine.on_enter(State.AWAITING_MODEL, lambda data: entered.append("awaiting"))
-    assert machine._compiled is None
+    assert machine._definition.compiled is None
     machine.fire("start", LoopData())
     assert entered == ["awaiting"]
+
+
+def test_agents_share_one_definition_until_one_changes_its_own() -> None:
+    """Machines with the built-in definition share one `transitions.Machine`; a change (here a
+    callback and a guard) gives that machine its own, and the others neither see it nor move
+    with it."""
+    first, second, third = LoopMachine(), LoopMachine(), LoopMachine()
+    assert first._definition is second._definition is third._definition
+    assert first.shared and second.shared
+    entered: list[str] = []
+    second.on_enter(State.AWAITING_MODEL, lambda data: entered.append("second"))
+    third.add_guard("start", State.AWAITING_MODEL, lambda data: False)
+    assert first.shared and not second.shared and not third.shared
+    assert first._definition is not second._definition is not third._definition
+    first.fire("start", LoopData())
+    assert entered == []  # second's callback is not on the shared machine
+    assert first.state is State.AWAITING_MODEL and second.state is State.IDLE
+    second.fire("start", LoopData())
+    assert entered == ["second"] and second.state is State.AWAITING_MODEL
+    with pytest.raises(MachineDefinitionError):
+        third.fire("start", LoopData())  # its own guard refuses
+    assert LoopMachine().fire("start", LoopData()).dest is State.AWAITING_MODEL
