@@ -62,7 +62,9 @@ def main() -> None:
         batch = int(sys.argv[1]) if len(sys.argv) > 1 else 1
         short = instructions(script, 20, folder, batch)
         long = instructions(script, 220, folder, batch)
-    print(f"{(long - short) / 200 / 1000:.0f}k instructions per turn (20 vs 220 turns, batch {batch})")
+    print(
+        f"{(long - short) / 200 / 1000:.0f}k instructions per turn (20 vs 220 turns, batch {batch})"
+    )
 
 
 if __name__ == "__main__":

@@ -50,9 +50,7 @@ def responder(n: int, batch: int) -> Any:
         asked += 1
         if asked > n:
             return AssistantMessage(content=[TextBlock(text="done")], stop_reason="end_turn")
-        calls = [
-            ToolCallBlock(id=f"call_{asked}_{k}", name="noop", input={}) for k in range(batch)
-        ]
+        calls = [ToolCallBlock(id=f"call_{asked}_{k}", name="noop", input={}) for k in range(batch)]
         return AssistantMessage(content=calls, stop_reason="tool_use")
 
     return respond
@@ -108,9 +106,7 @@ def main() -> dict[str, Any]:
     from _common import emit, quick, table
 
     results = {
-        f"n{n}_batch{b}": measure(n, b, repeats_for(n, quick()))
-        for n in SIZES
-        for b in BATCHES
+        f"n{n}_batch{b}": measure(n, b, repeats_for(n, quick())) for n in SIZES for b in BATCHES
     }
     rows = []
     for key, r in results.items():
@@ -128,7 +124,15 @@ def main() -> dict[str, Any]:
         )
     print(
         table(
-            ["N turns", "calls/turn", "CPU µs/turn", "CPU spread", "wall µs/turn", "wall spread", "runs"],
+            [
+                "N turns",
+                "calls/turn",
+                "CPU µs/turn",
+                "CPU spread",
+                "wall µs/turn",
+                "wall spread",
+                "runs",
+            ],
             rows,
             "Headline: per-turn cost, subscriber attached, responses built per turn (median)",
         )

@@ -12,9 +12,10 @@ cancelled it): it is never swallowed, and `raise_if_cancelling` re-raises one th
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
+from functools import partial
+from types import TracebackType
+from typing import cast
 
 
 class AbortSignal:
@@ -26,8 +27,10 @@ class AbortSignal:
     def __init__(self) -> None:
         self._aborted = False
         self.reason: str | None = None
-        self._callbacks: list[Callable[[], None]] = []
-        self._lock = threading.Lock()
+        # Each change is one dict operation, atomic under the GIL: no lock (a lock per abort
+        # scope was a per-turn cost, and the loop's thread is the one that sets the signal).
+        self._callbacks: dict[int, Callable[[], None]] = {}
+        self._next = 0
 
     @property
     def aborted(self) -> bool:
@@ -40,22 +43,14 @@ class AbortSignal:
             return
         self._aborted = True
         self.reason = reason
-        with self._lock:
-            callbacks = list(self._callbacks)
-        for callback in callbacks:
+        for callback in list(self._callbacks.values()):
             callback()
 
     def add_callback(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback()`` on abort; returns a function that removes it."""
-        with self._lock:
-            self._callbacks.append(callback)
-
-        def remove() -> None:
-            with self._lock:
-                if callback in self._callbacks:
-                    self._callbacks.remove(callback)
-
-        return remove
+        key = self._next = self._next + 1
+        self._callbacks[key] = callback
+        return cast("Callable[[], None]", partial(self._callbacks.pop, key, None))
 
     def arm(self, scope: asyncio.Timeout, after_seconds: float = 0.0) -> Callable[[], None]:
         """Make ``scope`` (an ``asyncio.timeout(None)``) expire ``after_seconds`` after an abort,
@@ -109,31 +104,54 @@ class AbortScope:
         self.aborted = False
 
 
-@asynccontextmanager
-async def abort_scope(signal: AbortSignal, grace_seconds: float = 0.0) -> AsyncIterator[AbortScope]:
+class abort_scope:  # noqa: N801 (used like the function it was: ``async with abort_scope(...)``)
     """Run the block until it ends or until ``grace_seconds`` after ``signal`` is set, whichever
-    comes first; an abort that cuts it short is swallowed and reported as ``scope.aborted``.
+    comes first; an abort that cuts it short is swallowed and reported as ``scope.aborted``
+    (``async with abort_scope(signal) as scope:``).
 
     A `TimeoutError` the block raises itself (a tool's or a model's own timeout) propagates
     unchanged; so does a cancellation of the task (re-raised even when the block swallowed it).
+    The scope is an ``asyncio.timeout(None)`` that the signal reschedules; a class rather than
+    a generator-based context manager, since every model request and inline tool call enters one.
 
     Args:
         signal: the run's abort signal.
         grace_seconds: how long the block may go on after the abort (a tool cleaning up).
     """
-    outcome = AbortScope()
-    try:
-        async with asyncio.timeout(None) as scope:
-            disarm = signal.arm(scope, grace_seconds)
-            try:
-                yield outcome
-            finally:
-                disarm()
-    except TimeoutError:
-        if not scope.expired():
-            raise
-        outcome.aborted = True
-    raise_if_cancelling()
+
+    __slots__ = ("_disarm", "_grace", "_outcome", "_signal", "_timeout")
+
+    def __init__(self, signal: AbortSignal, grace_seconds: float = 0.0) -> None:
+        self._signal = signal
+        self._grace = grace_seconds
+        self._outcome = AbortScope()
+        self._timeout = asyncio.timeout(None)
+        self._disarm: Callable[[], None] | None = None
+
+    async def __aenter__(self) -> AbortScope:
+        await self._timeout.__aenter__()
+        self._disarm = self._signal.arm(self._timeout, self._grace)
+        return self._outcome
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        if self._disarm is not None:
+            self._disarm()
+        try:
+            await self._timeout.__aexit__(exc_type, exc, tb)
+        except TimeoutError:
+            if not self._timeout.expired():
+                raise
+            self._outcome.aborted = True
+            raise_if_cancelling()
+            return True  # the abort ended the block: swallowed, reported as ``aborted``
+        if exc_type is None:
+            raise_if_cancelling()  # a cancellation the block swallowed
+        return False
 
 
 def cancelling() -> bool:

@@ -35,8 +35,13 @@ class EventBase:
 
 def stamp(event: EventBase, run_id: str, seq: int) -> None:
     """Stamp ``event`` with its run and sequence number (once, before any subscriber sees it)."""
-    object.__setattr__(event, "run_id", run_id)  # frozen for subscribers, not for its emitter
-    object.__setattr__(event, "seq", seq)
+    # Frozen for subscribers, not for its emitter: the slots are written directly.
+    _SET_RUN_ID(event, run_id)
+    _SET_SEQ(event, seq)
+
+
+_SET_RUN_ID = EventBase.__dict__["run_id"].__set__
+_SET_SEQ = EventBase.__dict__["seq"].__set__
 
 
 @dataclass(frozen=True, slots=True)

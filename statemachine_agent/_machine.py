@@ -511,17 +511,26 @@ class _Holder:
 
 @dataclass(frozen=True, slots=True)
 class Fired:
-    """A transition that happened."""
+    """A transition that happened (one object per branch and source, made when the definition
+    is built: nothing is allocated per transition)."""
 
     trigger: str
     source: State | str
     dest: State | str
     label: str
     spec: TransitionSpec = field(repr=False, compare=False)
+    dest_name: str = field(default="", repr=False, compare=False)
+
+
+def _fired(trigger: str, source: str, spec: TransitionSpec) -> Fired:
+    dest = str(spec.dest)
+    return Fired(
+        trigger, _BUILTIN.get(source, source), _BUILTIN.get(dest, dest), spec.name, spec, dest
+    )
 
 
 _Callbacks = dict[str, tuple[tuple[Callable[[LoopData], None], ...], tuple[Any, ...]]]
-_Compiled = dict[tuple[str, str], tuple[tuple[tuple[Guard, ...], TransitionSpec, str], ...]]
+_Compiled = dict[tuple[str, str], tuple[tuple[tuple[Guard, ...], Fired], ...]]
 
 
 class _Definition:
@@ -678,19 +687,13 @@ class LoopMachine:
             source = self._holder.state
             branches = compiled.get((trigger, source))
             if branches is not None:
-                for guards, spec, dest in branches:
+                for guards, fired in branches:
                     for guard in guards:
                         if not guard(data):
                             break
                     else:
-                        self._holder.state = dest
-                        return Fired(
-                            str(trigger),
-                            _BUILTIN.get(source, source),
-                            _BUILTIN.get(dest, dest),
-                            spec.name,
-                            spec,
-                        )
+                        self._holder.state = fired.dest_name
+                        return fired
                 raise MachineDefinitionError(
                     f"no guard of trigger {trigger!r} passed in state {source!r}"
                 )
@@ -718,10 +721,7 @@ class LoopMachine:
             raise MachineDefinitionError(
                 f"no guard of trigger {trigger!r} passed in state {source!r}"
             )
-        dest = str(spec.dest)
-        return Fired(
-            str(trigger), _BUILTIN.get(source, source), _BUILTIN.get(dest, dest), spec.name, spec
-        )
+        return _fired(str(trigger), source, spec)
 
     def add_state(self, name: str, effect: Effect) -> None:
         """Add a non-terminal state whose ``effect`` (an async function of the `Run` returning
@@ -822,8 +822,8 @@ def _noter(spec: TransitionSpec) -> Callable[..., None]:
 
 def _compile(machine: Machine) -> _Compiled:
     """The branches of each (trigger, source) in `transitions`' order: each one's guards (its
-    conditions, all of which must be true), its spec and its destination."""
-    table: dict[tuple[str, str], list[tuple[tuple[Guard, ...], TransitionSpec, str]]] = {}
+    conditions, all of which must be true) and the `Fired` it returns."""
+    table: dict[tuple[str, str], list[tuple[tuple[Guard, ...], Fired]]] = {}
     for trigger, event in machine.events.items():
         for source, transitions in event.transitions.items():
             branches = table.setdefault((trigger, source), [])
@@ -831,8 +831,9 @@ def _compile(machine: Machine) -> _Compiled:
                 if not all(c.target for c in transition.conditions):
                     return {}  # a shape the table does not model: use the library's trigger
                 spec = next(f.spec for f in transition.after if hasattr(f, "spec"))
+                assert str(spec.dest) == str(transition.dest)
                 guards = tuple(cast(Guard, c.func) for c in transition.conditions)
-                branches.append((guards, spec, str(transition.dest)))
+                branches.append((guards, _fired(trigger, source, spec)))
     return {key: tuple(branches) for key, branches in table.items()}
 
 

@@ -106,4 +106,4 @@ async def test_abort_waiters_do_not_pile_up_over_a_run() -> None:
     run = coro.run  # the agent holds its run only while it is in progress
     result = await coro
     assert result.state is State.DONE and result.turns == 31
-    assert run.signal._callbacks == []  # abort waiters are callbacks too
+    assert not run.signal._callbacks  # abort waiters are callbacks too

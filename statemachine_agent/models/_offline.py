@@ -37,9 +37,9 @@ def _stream_message(message: AssistantMessage) -> Iterator[StreamEvent]:
         elif isinstance(block, ThinkingBlock):
             yield ThinkingDelta(index, block.thinking)
         elif isinstance(block, ToolCallBlock):
-            raw = (
-                block.raw_arguments if block.raw_arguments is not None else json.dumps(block.input)
-            )
+            raw = block.raw_arguments
+            if raw is None:
+                raw = json.dumps(block.input) if block.input else "{}"
             yield ToolCallDelta(index, block.id, block.name, raw)
     yield ResponseComplete(message)
 
