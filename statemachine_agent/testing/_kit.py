@@ -114,9 +114,21 @@ def kit_summarize(old: Sequence[Message]) -> str:
     return f"kit summary of {len(old)} message(s)"
 
 
-def kit_compaction(threshold: int = 40, keep_recent: int = 30) -> Compaction:
+def kit_compaction(
+    threshold: int = 40, keep_recent: int = 30, *, keep_recent_turns: int | None = None
+) -> Compaction:
     """Automatic compaction for the kit: a tiny threshold (estimated tokens) so that short
-    scripted runs compact, often more than once, with the scripted `kit_summarize`."""
+    scripted runs compact, often more than once, with the scripted `kit_summarize`.
+
+    Args:
+        threshold: compact before a request whose context reaches this many tokens.
+        keep_recent: estimated tokens of recent history kept (ignored with ``keep_recent_turns``).
+        keep_recent_turns: keep this many newest turns instead of ``keep_recent`` tokens.
+    """
+    if keep_recent_turns is not None:
+        return Compaction(
+            threshold=threshold, keep_recent_turns=keep_recent_turns, summarize=kit_summarize
+        )
     return Compaction(threshold=threshold, keep_recent=keep_recent, summarize=kit_summarize)
 
 

@@ -88,18 +88,20 @@ def declared_agent(kit: AgentKit) -> Agent:
 
 
 @pytest.mark.parametrize(
-    ("factory", "declared"),
+    ("factory", "declared", "compaction"),
     [
-        (users_agent, None),
+        (users_agent, None, kit_compaction()),
         (
             declared_agent,
             Declared(before=lambda name, args: "deny" if name == "write" else "allow"),
+            kit_compaction(),
         ),
+        (users_agent, None, kit_compaction(keep_recent_turns=1)),
     ],
-    ids=["hooks", "declared_to_the_oracle"],
+    ids=["hooks", "declared_to_the_oracle", "hooks_keeping_one_turn"],
 )
 def test_a_users_state_machine_with_compaction_on_compacts_and_keeps_every_invariant(
-    factory: Any, declared: Declared | None
+    factory: Any, declared: Declared | None, compaction: Compaction
 ) -> None:
     produced: list[int] = []
 
@@ -109,10 +111,10 @@ def test_a_users_state_machine_with_compaction_on_compacts_and_keeps_every_invar
         produced.append(len(messages))
 
     machine = agent_state_machine(
-        factory, check=check, declared=declared, compaction=kit_compaction(), name="Compacting"
+        factory, check=check, declared=declared, compaction=compaction, name="Compacting"
     )
     run_state_machine_as_test(machine, settings=FIND)
-    assert machine.compaction == kit_compaction()
+    assert machine.compaction == compaction
     assert machine.compactions > 0  # the runs compacted: the checks above were not vacuous
     assert produced
 
