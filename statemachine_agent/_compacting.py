@@ -10,7 +10,7 @@
   window (`answer_window_cut`).
 
 Its effect (`compact_context`) replaces the older history with one summary message, cut at a turn
-boundary (`statemachine_agent.session.kept_tokens_start`), logs it to the session (a ``history``
+boundary (`Compaction.kept_start`: the newest turns by tokens or by count), logs it to the session (a ``history``
 line, which resume restores) and fires ``compacted`` (back to ``awaiting_model``). A summarizer that
 raises or returns nothing ends the run ``failed`` with its error and the history as it was.
 """
@@ -72,28 +72,48 @@ SUMMARY_INSTRUCTIONS = (
 )
 """The prompt of the default summarizer (a request to the agent's own model)."""
 
+DEFAULT_KEEP_RECENT = 20_000
+"""`Compaction`'s default ``keep_recent``: estimated tokens of recent history kept verbatim."""
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
 
 @dataclass(frozen=True, slots=True)
 class Compaction:
     """Automatic compaction: ``Agent(compaction=Compaction(...))``.
 
+    How much recent history is kept verbatim after the summary is given in tokens
+    (``keep_recent``) or in turns (``keep_recent_turns``), not both. Either way the kept window
+    starts at a turn boundary (`statemachine_agent.session.find_cut_points`: a user message, or a
+    response right after the previous batch's results), never between a tool call and its
+    result; a turn is the messages from one boundary to the next (a response with its batch's
+    results; the first turn after a prompt or a summary includes it).
+
     Args:
         threshold: compact before a request whose context (`ContextUsage.tokens`) reaches this:
             a fraction of the model's context window (``0 < threshold <= 1``, needs
             ``model.context_window``) or a number of tokens (an int above 1).
-        keep_recent: estimated tokens of recent history kept verbatim after the summary (the
-            newest whole turns that fit; the newest turn is kept even when larger).
+        keep_recent: estimated tokens (`estimate_tokens`) of recent history kept verbatim: the
+            newest whole turns that fit (the newest turn is kept even when larger). Default
+            `DEFAULT_KEEP_RECENT` when ``keep_recent_turns`` is not given.
+        keep_recent_turns: the number of newest whole turns kept verbatim, whatever their size
+            (at least 1: the turn the next request continues). A history of that many turns or
+            fewer has nothing to cut.
         summarize: ``summarize(old_messages)`` (sync or async) returning the summary text; None
             asks the agent's own model (`SUMMARY_INSTRUCTIONS`, through ``Run.send``).
 
     Raises:
         UsageError: a threshold that is neither a fraction in (0, 1] nor a positive token
-            count, or a negative ``keep_recent``.
+            count, a ``keep_recent`` that is not 0 or more tokens, a ``keep_recent_turns`` that
+            is not 1 or more, or both ``keep_recent`` and ``keep_recent_turns``.
     """
 
     threshold: float | int = 0.8
-    keep_recent: int = 20_000
+    keep_recent: int | None = None
     summarize: Summarizer | None = None
+    keep_recent_turns: int | None = None
 
     def __post_init__(self) -> None:
         t = self.threshold
@@ -102,10 +122,39 @@ class Compaction:
                 f"Compaction threshold must be a fraction of the context window (0 < t <= 1) "
                 f"or a number of tokens, got {t!r}"
             )
-        if self.keep_recent < 0:
+        tokens, turns = self.keep_recent, self.keep_recent_turns
+        if tokens is not None and turns is not None:
             raise UsageError(
-                f"Compaction keep_recent must be 0 or more tokens, got {self.keep_recent}"
+                f"Compaction keeps recent history by tokens or by turns, not both: give "
+                f"keep_recent={tokens!r} (tokens) or keep_recent_turns={turns!r} (turns)"
             )
+        if tokens is not None and (not _is_int(tokens) or tokens < 0):
+            raise UsageError(f"Compaction keep_recent must be 0 or more tokens, got {tokens!r}")
+        if turns is not None and (not _is_int(turns) or turns < 1):
+            raise UsageError(
+                f"Compaction keep_recent_turns must be 1 or more turns (the newest turn is "
+                f"always kept), got {turns!r}"
+            )
+
+    @property
+    def keep_recent_tokens(self) -> int | None:
+        """The tokens kept (`DEFAULT_KEEP_RECENT` unless given), None when kept by turns."""
+        if self.keep_recent_turns is not None:
+            return None
+        return DEFAULT_KEEP_RECENT if self.keep_recent is None else self.keep_recent
+
+    def kept_start(self, messages: Sequence[Message]) -> int:
+        """Where the window kept after the summary starts in ``messages``: a turn boundary
+        after 0 (`statemachine_agent.session.kept_tokens_start` by tokens, the start of the
+        newest ``keep_recent_turns`` turns by turns), or 0 when there is nothing to cut."""
+        from .session._compaction import find_cut_points, kept_tokens_start
+
+        tokens = self.keep_recent_tokens
+        if tokens is not None:
+            return kept_tokens_start(messages, tokens)
+        assert self.keep_recent_turns is not None
+        points = [i for i in find_cut_points(messages) if i > 0]
+        return points[-self.keep_recent_turns] if self.keep_recent_turns <= len(points) else 0
 
     def limit(self, window: int | None) -> int:
         """The threshold in tokens for a model with ``window`` tokens.
@@ -180,7 +229,10 @@ def overflowed(run: Run, failure: RequestFailed) -> str:
         data.compaction_reason = "prompt_too_long"
         return Trigger.COMPACT
     if data.compaction:
-        how = "even after automatic compaction; lower Compaction(threshold=..., keep_recent=...)."
+        how = (
+            "even after automatic compaction; lower Compaction(threshold=...) and keep less "
+            "recent history (keep_recent=... tokens or keep_recent_turns=...)."
+        )
     else:
         how = (
             "automatic compaction is off: turn it on with Agent(compaction=Compaction()) "
@@ -234,7 +286,7 @@ async def compact_context(run: Run) -> str:
     ``fail`` when the summarizer raised or returned nothing (the history as it was), or
     ``abort`` when the run was aborted meanwhile.
     """
-    from .session._compaction import SUMMARY_PREFIX, compact_history, kept_tokens_start
+    from .session._compaction import SUMMARY_PREFIX, compact_history
 
     agent, data = run.agent, run.data
     config = agent.compaction
@@ -245,7 +297,7 @@ async def compact_context(run: Run) -> str:
         return Trigger.ABORT
     messages = list(run.messages)
     before = agent.context_usage.tokens
-    start = kept_tokens_start(messages, config.keep_recent)
+    start = config.kept_start(messages)
     if start == 1 and _is_summary(messages[0], SUMMARY_PREFIX):
         start = 0  # only the last summary lies before the kept window: nothing to gain
     if start == 0:
@@ -253,8 +305,9 @@ async def compact_context(run: Run) -> str:
         if reason == "context_window":  # the response cannot fit, and nothing is left to cut
             run.error = (
                 "The response was cut off by the model's context window and compaction found "
-                "nothing left to cut (the newest turn alone fills the window): lower "
-                "Compaction(keep_recent=...), or shorten what the tools return."
+                "nothing left to cut (the turns it keeps fill the window): keep less recent "
+                "history (Compaction(keep_recent=... tokens or keep_recent_turns=...)), or "
+                "shorten what the tools return."
             )
             return Trigger.FAIL
         return Trigger.COMPACTED

@@ -496,3 +496,141 @@ async def test_context_window_stop_with_nothing_left_to_compact_fails() -> None:
     assert result.state == State.FAILED
     assert result.error is not None and "nothing left to cut" in result.error
     assert result.text == CUT_TEXT
+
+
+# -- keeping recent context by turns -----------------------------------------------------------
+
+
+def _ten_tool_turns() -> list[Message]:
+    """One prompt, then 10 tool turns (a call and its result each): 21 messages."""
+    history: list[Message] = [UserMessage("one long task")]
+    for n in range(1, 11):
+        history.append(AssistantMessage(content=[_tool_block(f"c{n}")], stop_reason="tool_use"))
+        history.append(
+            ToolResultMessage(
+                tool_call_id=f"c{n}", tool_name="lookup", content=[_text(f"result {n}")]
+            )
+        )
+    return history
+
+
+async def test_keep_recent_turns_keeps_exactly_the_last_turns_after_the_summary() -> None:
+    history = _ten_tool_turns()
+    summarized: list[list[Message]] = []
+
+    def summarize(old: Sequence[Message]) -> str:
+        summarized.append(list(old))
+        return "seven calls ran"
+
+    model = ScriptedModel([text_response("all done")])
+    agent = Agent(
+        model,
+        tools=[lookup],
+        messages=history,
+        compaction=Compaction(threshold=50, keep_recent_turns=3, summarize=summarize),
+    )
+    ends: list[CompactionEnd] = []
+    agent.subscribe(lambda e: ends.append(e) if isinstance(e, CompactionEnd) else None)
+    result = await agent.run()  # continue: the next request follows turn 10's result
+    assert result.state == State.DONE
+    summary = UserMessage(SUMMARY_PREFIX + "seven calls ran")
+    # the last 3 turns are c8, c9 and c10 (each a call and its result), from index 15
+    assert summarized == [history[:15]]
+    assert [e.messages_cut for e in ends] == [15]
+    assert model.requests[0].messages == [summary, *history[15:]]
+    assert agent.messages[:7] == [summary, *history[15:]]
+    assert len(agent.messages) == 8 and agent.messages[7].text == "all done"
+    assert_valid_history(agent.messages)
+
+
+async def test_keep_recent_turns_during_one_long_task_compacts_to_the_last_three_turns() -> None:
+    steps = [tool_response(call("lookup", {"q": f"q{n}"}, id=f"c{n}")) for n in range(1, 11)]
+    model = ScriptedModel([*steps, text_response("all ten looked up")])
+    count = [0]
+
+    def summarize(old: Sequence[Message]) -> str:
+        count[0] += 1
+        return f"summary {count[0]}"
+
+    agent = Agent(
+        model,
+        tools=[lookup],
+        compaction=Compaction(threshold=2, keep_recent_turns=3, summarize=summarize),
+    )
+    cuts: list[int] = []
+    agent.subscribe(
+        lambda e: (
+            cuts.append(e.messages_cut) if isinstance(e, CompactionEnd) and e.messages_cut else None
+        )
+    )
+    result = await agent.run("look up ten things")
+    assert result.state == State.DONE and result.text == "all ten looked up"
+    # before requests 5..11 the history holds 4 turns: the oldest (the prompt's or the last
+    # summary's) is cut, three messages each time
+    assert cuts == [3] * 7
+    last = model.requests[-1].messages
+    assert last[0] == UserMessage(SUMMARY_PREFIX + "summary 7")
+    ids = [
+        m.tool_calls[0].id if isinstance(m, AssistantMessage) else getattr(m, "tool_call_id", "")
+        for m in last[1:]
+    ]
+    assert ids == ["c8", "c8", "c9", "c9", "c10", "c10"]
+    assert [type(m).__name__ for m in last[1:]] == ["AssistantMessage", "ToolResultMessage"] * 3
+    assert_valid_history(agent.messages)
+
+
+async def test_case3_long_task_with_keep_recent_turns_ends_done_under_the_limit() -> None:
+    sizes: list[int] = []
+    calls: list[int] = []
+    agent = Agent(
+        _long_task_model(sizes),
+        tools=[_read_chunk_tool(calls)],
+        max_turns=100,
+        compaction=Compaction(
+            threshold=12_000, keep_recent_turns=2, summarize=lambda old: f"{len(old)} messages"
+        ),
+    )
+    kept: list[list[Message]] = []
+    agent.subscribe(
+        lambda e: (
+            kept.append(list(agent.messages[1:]))
+            if isinstance(e, CompactionEnd) and e.messages_cut
+            else None
+        )
+    )
+    result = await agent.run("read the big file, chunk by chunk")
+    assert result.state == State.DONE, result.error
+    assert calls == list(range(1, TOOL_TURNS + 1))
+    assert max(sizes) <= LIMIT_CHARS
+    assert len(kept) >= 2
+    for window in kept:  # two whole turns after every summary: a call and its result each
+        assert [m.role for m in window] == ["assistant", "tool_result"] * 2
+    assert_valid_history(agent.messages)
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"keep_recent": 1_000, "keep_recent_turns": 3}, "by tokens or by turns, not both"),
+        ({"keep_recent_turns": 0}, "keep_recent_turns must be 1 or more"),
+        ({"keep_recent_turns": True}, "keep_recent_turns must be 1 or more"),
+        ({"keep_recent_turns": 2.5}, "keep_recent_turns must be 1 or more"),
+        ({"keep_recent": -1}, "keep_recent must be 0 or more tokens"),
+        ({"keep_recent": "many"}, "keep_recent must be 0 or more tokens"),
+    ],
+)
+def test_compaction_refuses_an_unclear_amount_of_recent_context(
+    options: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(UsageError, match=match):
+        Compaction(threshold=1_000, **options)
+
+
+def test_compaction_keeps_20000_tokens_unless_told_otherwise() -> None:
+    assert Compaction().keep_recent_tokens == 20_000
+    assert Compaction(keep_recent=500).keep_recent_tokens == 500
+    assert Compaction(keep_recent_turns=4).keep_recent_tokens is None
+    history = _ten_tool_turns()
+    assert Compaction(keep_recent_turns=3).kept_start(history) == 15
+    assert Compaction(keep_recent_turns=9).kept_start(history) == 3
+    assert Compaction(keep_recent_turns=10).kept_start(history) == 0  # all 10 turns: no cut

@@ -11,12 +11,16 @@
   compares (`strategies.scenarios` generates them).
 - `drive_run` / `check_run`: one run with aborts and queued input at chosen events, and the list
   of invariants (1-6) it broke, for your own ``@given`` tests.
+- `kit_compaction()`: automatic compaction with a tiny threshold and a scripted summarizer
+  (`kit_summarize`), for ``agent_state_machine(..., compaction=kit_compaction())`` or
+  ``AgentKit(compaction=...)``; `CompactionWatch` checks every compaction as it happens.
 """
 
 from __future__ import annotations
 
 from .._protocol import assert_valid_history, find_violations
 from . import strategies
+from ._compaction import CompactionWatch
 from ._kit import (
     KIT_TOOLS,
     AgentKit,
@@ -75,6 +79,7 @@ __all__ = [
     "AgentStateMachine",
     "Anchor",
     "Call",
+    "CompactionWatch",
     "Cut",
     "Declared",
     "Input",

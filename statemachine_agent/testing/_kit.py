@@ -19,8 +19,6 @@ from .._agent import Agent
 from .._compacting import Compaction
 from .._errors import ToolError, UsageError
 from .._events import (
-    CompactionEnd,
-    CompactionStart,
     Event,
     RunEnd,
     RunStart,
@@ -38,6 +36,7 @@ from .._states import RUN_STOPS
 from .._tools import Tool, ToolContext, ToolResult, tool
 from ..models._base import ModelRequest, StreamEvent
 from ..models._offline import ScriptedModel
+from ._compaction import CompactionWatch
 from ._oracle import ORACLE_TOOLS, ScenarioHooks, cut_stream
 from .strategies import AbortPoint, Behaviour, DeliveryMode, QueuedInput
 
@@ -115,9 +114,21 @@ def kit_summarize(old: Sequence[Message]) -> str:
     return f"kit summary of {len(old)} message(s)"
 
 
-def kit_compaction(threshold: int = 40, keep_recent: int = 30) -> Compaction:
+def kit_compaction(
+    threshold: int = 40, keep_recent: int = 30, *, keep_recent_turns: int | None = None
+) -> Compaction:
     """Automatic compaction for the kit: a tiny threshold (estimated tokens) so that short
-    scripted runs compact, often more than once, with the scripted `kit_summarize`."""
+    scripted runs compact, often more than once, with the scripted `kit_summarize`.
+
+    Args:
+        threshold: compact before a request whose context reaches this many tokens.
+        keep_recent: estimated tokens of recent history kept (ignored with ``keep_recent_turns``).
+        keep_recent_turns: keep this many newest turns instead of ``keep_recent`` tokens.
+    """
+    if keep_recent_turns is not None:
+        return Compaction(
+            threshold=threshold, keep_recent_turns=keep_recent_turns, summarize=kit_summarize
+        )
     return Compaction(threshold=threshold, keep_recent=keep_recent, summarize=kit_summarize)
 
 
@@ -221,9 +232,9 @@ class RunReport:
         events: every event of the run, in order.
         requests: the requests the model received in the run.
         history_before: the history's length before the run.
-        compactions: compactions that replaced history during the run.
-        compaction_problems: what broke at a compaction (invariants 1-4 on the compacted
-            history; a kept window that is not the old history's tail from a turn boundary).
+        compaction_cuts: how many messages each compaction of the run replaced, in order.
+        compaction_problems: what broke at a compaction (`CompactionWatch`: rules 1-4 on the
+            compacted history, the kept window, the cut at a turn boundary).
     """
 
     started: bool = True
@@ -232,8 +243,13 @@ class RunReport:
     events: list[Event] = field(default_factory=list)
     requests: list[ModelRequest] = field(default_factory=list)
     history_before: int = 0
-    compactions: int = 0
+    compaction_cuts: list[int] = field(default_factory=list)
     compaction_problems: list[str] = field(default_factory=list)
+
+    @property
+    def compactions(self) -> int:
+        """Compactions that replaced history during the run."""
+        return len(self.compaction_cuts)
 
 
 def prefix_ids(script: Sequence[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
@@ -276,17 +292,11 @@ async def drive_run(
         if item.after_events == 0:
             _queue(agent, item)
 
-    before_compaction: list[Message] = []
+    watch = CompactionWatch(agent, report.compaction_cuts, report.compaction_problems)
 
     def on_event(event: Event) -> None:
         report.events.append(event)
-        if isinstance(event, CompactionStart):
-            before_compaction[:] = agent.messages
-        elif isinstance(event, CompactionEnd) and event.messages_cut:
-            report.compactions += 1
-            report.compaction_problems += _check_compaction(
-                before_compaction, agent.messages, event.messages_cut, report.compactions
-            )
+        watch(event)
         count = len(report.events)
         for item in inputs:
             if item.after_events == count:
@@ -317,24 +327,6 @@ async def drive_run(
     if isinstance(model, ScriptPlayer):
         report.requests = model.requests[first_request:]
     return report
-
-
-def _check_compaction(
-    old: Sequence[Message], new: Sequence[Message], cut: int, number: int
-) -> list[str]:
-    """What compaction ``number`` broke: the history's rules 1-4, the kept window (``new[1:]``
-    must be ``old[cut:]``), and the cut (a user message, or a response right after a result)."""
-    where = f"compaction {number}"
-    problems = [f"{where}: {p}" for p in find_violations(new)]
-    if list(new[1:]) != list(old[cut:]):
-        problems.append(f"{where}: the kept window is not the old history's tail from {cut}")
-    boundary = 0 < cut < len(old) and (
-        old[cut].role == "user"
-        or (old[cut].role == "assistant" and old[cut - 1].role == "tool_result")
-    )
-    if not boundary:
-        problems.append(f"{where}: cut at {cut} is not a turn boundary")
-    return problems
 
 
 def _queue(agent: Agent, item: QueuedInput) -> None:

@@ -58,6 +58,7 @@ from .. import (
 from .._messages import StopReason
 from .._protocol import find_violations
 from ..models import ModelRequest, ResponseStart, ScriptedModel, StreamEvent, TextDelta
+from ._compaction import CompactionWatch
 
 # -- the scenario ------------------------------------------------------------------------------
 
@@ -1330,6 +1331,8 @@ class RunObservation:
     ran: list[str] = field(default_factory=list)
     users: int = 0
     new_messages: list[Message] = field(default_factory=list)
+    compaction_cuts: list[int] = field(default_factory=list)
+    compaction_problems: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -1464,7 +1467,9 @@ async def drive_scenario_run(
 
     hooks.agent = agent
     before = len(agent.messages)
+    watch = CompactionWatch(agent)
     unsubscribe = agent.subscribe(on_event)
+    unwatch = agent.subscribe(watch)
     try:
         result: RunResult | None = None
         try:  # run() claims the agent when called: a refusal raises here, not when awaited
@@ -1482,9 +1487,11 @@ async def drive_scenario_run(
                 obs.cancelled = True
                 result = end[-1] if end else None
     finally:
+        unwatch()
         unsubscribe()
         JOURNAL.reset(token)
     obs.ran = journal
+    obs.compaction_cuts, obs.compaction_problems = watch.cuts, watch.problems
     obs.requests = _requests(model) - first_request
     if result is not None:
         obs.state = result.state.value
@@ -1492,6 +1499,8 @@ async def drive_scenario_run(
         obs.new_messages = list(result.new_messages)
     else:
         obs.new_messages = list(agent.messages[before:])
+    if watch.cuts:  # what the run added, those messages its compactions replaced included
+        obs.new_messages = watch.added_since(before)
     for message in obs.new_messages:
         if isinstance(message, ToolResultMessage):
             obs.results.append((message.tool_call_id, classify(message)))

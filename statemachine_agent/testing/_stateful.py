@@ -18,7 +18,9 @@ a turn start), continuations and input queued between runs. After every step it 
 invariants 1-6 (`check_run`) plus your own ``check(agent)``; with ``declared=Declared(...)`` (your
 hooks described to the oracle) each oracle-scenario run is also compared with the `Oracle`'s
 prediction. Other steps defer calls for approval and then decide them, abort while they wait or
-hand them to a new agent. A failure shrinks to a short script.
+hand them to a new agent. With ``compaction=kit_compaction()`` the agents compact during the
+runs (a tiny threshold, a scripted summarizer) and every compaction is checked as it happens
+(`CompactionWatch`). A failure shrinks to a short script.
 """
 
 from __future__ import annotations
@@ -28,15 +30,25 @@ import weakref
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from hypothesis import Phase, settings
+from hypothesis import Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from .._agent import Agent
+from .._compacting import Compaction
 from .._machine import State
 from .._messages import Message
 from .._states import RUN_STOPS
-from ._kit import AgentKit, RunReport, ScriptPlayer, check_history, check_run, drive_run, prefix_ids
+from ._compaction import shift_past
+from ._kit import (
+    AgentKit,
+    RunReport,
+    ScriptPlayer,
+    check_history,
+    check_run,
+    drive_run,
+    prefix_ids,
+)
 from ._oracle import (
     Declared,
     Oracle,
@@ -74,17 +86,27 @@ _SEEDED: weakref.WeakKeyDictionary[Agent, int] = weakref.WeakKeyDictionary()
 def produced_messages(agent: Agent) -> list[Message]:
     """The messages of ``agent``'s history that its runs produced, without the random starting
     history the kit seeded it with (for a user's ``check``: "at most 3 successful lookups"
-    should count these, not the seed's)."""
+    should count these, not the seed's). With compaction on (``agent_state_machine(compaction=
+    ...)``) it is what is left of them after the last summary: the summaries and what they
+    replaced are left out."""
     return list(agent.messages[_SEEDED.get(agent, 0) :])
 
 
 class AgentStateMachine(RuleBasedStateMachine):
     """Runs an agent built by ``factory`` through random runs and checks invariants 1-6 after
-    every step. Use `agent_state_machine` to make one for your factory."""
+    every step (and after every compaction, with ``compaction`` on). Use `agent_state_machine`
+    to make one for your factory.
+
+    Attributes:
+        compaction: automatic compaction for the agents the kit builds (None: off).
+        compactions: compactions that replaced history in this class's examples so far.
+    """
 
     factory: ClassVar[AgentFactory] = staticmethod(lambda kit: kit.agent())
     check: ClassVar[AgentCheck | None] = None
     declared: ClassVar[Declared | None] = None
+    compaction: ClassVar[Compaction | None] = None
+    compactions: ClassVar[int] = 0
     max_responses: ClassVar[int] = 8
     seed_history: ClassVar[bool] = True
 
@@ -118,6 +140,7 @@ class AgentStateMachine(RuleBasedStateMachine):
             tool_execution="parallel" if mode == "parallel" else "sequential",
             steering_mode=steering,
             follow_up_mode=follow_ups,
+            compaction=type(self).compaction,
         )
         self.kit = kit
         self.agent = type(self).factory(kit)
@@ -154,8 +177,18 @@ class AgentStateMachine(RuleBasedStateMachine):
         self.last = self.runner.run(
             drive_run(agent, prompt, abort=abort, inputs=inputs or [], decisions=decisions)
         )
+        self._compacted(agent, self.last.compaction_cuts)
         problems = check_run(agent, self.last)
         assert not problems, _explain(problems, agent)
+
+    def _compacted(self, agent: Agent, cuts: list[int]) -> None:
+        """Count a step's compactions (``compactions``, a hypothesis event) and move the
+        seeded part of the history (`produced_messages`) past each one's summary."""
+        if not cuts:
+            return
+        type(self).compactions += len(cuts)
+        event("compacted")
+        _SEEDED[agent] = shift_past(_SEEDED.get(agent, 0), cuts)  # the seed's rest, if any
 
     @rule(
         script=scripts(),
@@ -206,7 +239,8 @@ class AgentStateMachine(RuleBasedStateMachine):
         observed = self.runner.run(
             drive_scenario_run(agent, agent.model, spec, run_steps(spec, ids), kit.hooks)
         )
-        problems = check_history(agent)
+        self._compacted(agent, observed.compaction_cuts)
+        problems = check_history(agent) + observed.compaction_problems
         if oracle is not None:
             prediction = oracle.predict_run(spec, ids)
             problems += [f"oracle: {p}" for p in compare_run(prediction, observed)]
@@ -280,6 +314,7 @@ class AgentStateMachine(RuleBasedStateMachine):
             tool_execution=old.tool_execution,
             steering_mode=old.steering_mode,
             follow_up_mode=old.follow_up_mode,
+            compaction=type(self).compaction,
         )
         new = type(self).factory(kit)
         new.restore(
@@ -334,6 +369,7 @@ def agent_state_machine(
     *,
     check: AgentCheck | None = None,
     declared: Declared | None = None,
+    compaction: Compaction | None = None,
     max_runs: int = 4,
     max_examples: int | None = None,
     name: str = "AgentMachine",
@@ -357,6 +393,14 @@ def agent_state_machine(
             ``transform_context``, added transitions or guards), they are checked by the invariants.
             Build the agent with ``kit.agent(...)``: it installs the scenarios' hooks in front of
             yours.
+        compaction: automatic compaction for the agents the kit builds (``kit.compaction``,
+            which ``kit.agent(...)`` passes to `Agent`): `kit_compaction()` (a tiny threshold
+            and the scripted `kit_summarize`) makes short scripted runs compact, often more than
+            once. Every compaction is then checked as it happens (`CompactionWatch`: rules 1-4
+            on the compacted history, the kept window is the old history's tail, the cut is a
+            turn boundary); the class's ``compactions`` counts them (and a hypothesis
+            ``event("compacted")`` marks each step that compacted), so a test can assert they
+            happened. `produced_messages` then leaves out the summaries too.
         max_runs: steps per example (each is a run, a continuation or queued input).
         max_examples: examples to try (default: the current hypothesis profile's).
         name: the class name (shown in reports).
@@ -370,6 +414,8 @@ def agent_state_machine(
         "check": None if check is None else staticmethod(check),
         "declared": declared,
         "seed_history": seed_history,
+        "compaction": compaction,
+        "compactions": 0,
     }
     if factory is not None:
         attrs["factory"] = staticmethod(factory)
