@@ -104,7 +104,7 @@ class AbortScope:
         self.aborted = False
 
 
-class abort_scope:  # noqa: N801 (used like the function it was: ``async with abort_scope(...)``)
+class abort_scope:  # named like the function it was: ``async with abort_scope(...)``
     """Run the block until it ends or until ``grace_seconds`` after ``signal`` is set, whichever
     comes first; an abort that cuts it short is swallowed and reported as ``scope.aborted``
     (``async with abort_scope(signal) as scope:``).
