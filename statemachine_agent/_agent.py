@@ -378,6 +378,10 @@ class Agent:
             raise AgentBusyError("cannot replace the history while a run is in progress")
         self._messages = list(messages)
         self._call_ids = call_ids(self._messages)
+        # The projection and the context account followed the old list: start over (and let
+        # the old messages go).
+        self._context.reset()
+        self._projector = ContextProjector()
 
     @property
     def context_usage(self) -> ContextUsage:

@@ -107,3 +107,23 @@ async def test_abort_waiters_do_not_pile_up_over_a_run() -> None:
     result = await coro
     assert result.state is State.DONE and result.turns == 31
     assert not run.signal._callbacks  # abort waiters are callbacks too
+
+
+async def test_replacing_the_history_lets_the_old_messages_go() -> None:
+    """The request projection and the context account follow the history list; replacing it
+    (``agent.messages = ...``) must not keep the old messages alive in them (an agent that
+    clears its history between tasks would otherwise hold every message it ever had)."""
+    import gc
+
+    script: list[Any] = [_call(i) for i in range(3)]
+    script.append({"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"})
+    agent = Agent(ScriptedModel(script, record_requests=False), tools=[noop])
+    agent.subscribe(lambda _event: None)  # the turn_end events ask for the context account
+    result = await agent.run("go")
+    assert result.state is State.DONE
+    watched = result.messages[2]  # a tool result the engine built
+    del result
+    agent.messages = []
+    gc.collect()
+    holders = [r for r in gc.get_referrers(watched) if r is not locals()]
+    assert not [h for h in holders if isinstance(h, list | dict) and h is not vars()], holders
