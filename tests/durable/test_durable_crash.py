@@ -1,5 +1,6 @@
-"""Case 1 of issue 12: a worker SIGKILLed mid-batch on SQLite, relaunched; the in-flight call is
-re-run only when its tool is idempotent."""
+"""Cases 1 and 3 of issue 12: a worker SIGKILLed mid-batch on SQLite, relaunched; the in-flight
+call is re-run only when its tool is idempotent. A worker SIGKILLed while its run waits in
+``awaiting_approval``, restarted; a decision sent from a third process continues the run."""
 
 from __future__ import annotations
 
@@ -149,14 +150,18 @@ def _stop(worker: subprocess.Popen[str], sig: int) -> None:
     worker.wait(timeout=SAFETY_SECONDS)
 
 
+@pytest.mark.parametrize("database", ["sqlite", "postgres"])
 def test_case3_killed_while_awaiting_approval_then_approved_from_a_third_process(
-    tmp_path: Path,
+    tmp_path: Path, database: str, request: pytest.FixtureRequest
 ) -> None:
     from durable_agents import DEPLOY_CALL
 
     from statemachine_agent.durable import Client
 
-    db = f"sqlite:///{tmp_path / 'runs.sqlite'}"
+    if database == "postgres":
+        db = request.getfixturevalue("postgres").url  # skipped, saying why, without binaries
+    else:
+        db = f"sqlite:///{tmp_path / 'runs.sqlite'}"
     side = tmp_path / "side-effects.txt"
     env = _env(side, idempotent=False, slow_seconds=0)
     run_id = "approval-run"
