@@ -35,6 +35,7 @@ from statemachine_agent import (
 from statemachine_agent._protocol import NOT_RUN_PENDING, assert_valid_history
 from statemachine_agent.durable import (
     DECISION_TOPIC,
+    Client,
     abort,
     launch,
     pending,
@@ -167,33 +168,47 @@ def _hooked_agent(log: list[str]) -> Agent:
     return Agent(FunctionModel(model), tools=[tool(check), tool(deploy)], before_tool_call=review)
 
 
-ROUNDS: list[Mapping[str, Decision]] = [
-    {"d1": Approve(arguments={"target": "a2"})},  # d2 stays pending: a second wait
-    {"d2": Deny("not b")},
-]
+SCENARIOS: dict[str, tuple[list[Mapping[str, Decision]], State, list[str], str]] = {
+    # rounds of decisions, the final state, what ran, the final answer (or error)
+    "approve-with-arguments-then-deny": (
+        [{"d1": Approve(arguments={"target": "a2"})}, {"d2": Deny("not b")}],  # two waits
+        State.DONE,
+        ["check a", "deploy a2"],
+        "c1=a ok; d1=deployed a2; d2=Denied: not b",
+    ),
+    "terminating-denial": (
+        [{"d2": Deny("stop everything", terminate=True)}],
+        State.ABORTED,
+        ["check a"],
+        "A tool call was denied and ended the run: stop everything",
+    ),
+}
 
 
-async def test_durable_history_is_the_in_process_history(factory: Factory) -> None:
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+async def test_durable_history_is_the_in_process_history(factory: Factory, scenario: str) -> None:
+    rounds, state, ran, ending = SCENARIOS[scenario]
     in_process_log: list[str] = []
     agent = _hooked_agent(in_process_log)
     expected = await agent.run("Check and deploy.")
     usage = expected.usage
     start = len(agent.messages) - len(expected.new_messages)
-    for decisions in ROUNDS:
+    for decisions in rounds:
         expected = await agent.run(decisions=decisions)
         usage = usage + expected.usage
-    assert expected.state == State.DONE
+    assert expected.state == state
 
     durable_log: list[str] = []
     factory.build = lambda: _hooked_agent(durable_log)
-    task = asyncio.ensure_future(run("Check and deploy.", run_id="same-run"))
-    await _pending_becomes("same-run", ["d1", "d2"])
-    await send_decisions("same-run", ROUNDS[0])
-    await _pending_becomes("same-run", ["d2"])
-    await send_decisions("same-run", ROUNDS[1])
+    task = asyncio.ensure_future(run("Check and deploy.", run_id=scenario))
+    waiting = ["d1", "d2"]
+    for decisions in rounds:
+        await _pending_becomes(scenario, waiting)
+        await send_decisions(scenario, decisions)
+        waiting = [cid for cid in waiting if cid not in decisions]
     got = await asyncio.wait_for(task, SAFETY_SECONDS)
 
-    assert durable_log == in_process_log == ["check a", "deploy a2"]
+    assert durable_log == in_process_log == ran
     assert got.messages == expected.messages
     assert got.new_messages == expected.messages[start:]
     assert (got.state, got.turns, got.error, got.stop_reason, got.text, got.usage) == (
@@ -204,7 +219,7 @@ async def test_durable_history_is_the_in_process_history(factory: Factory) -> No
         expected.text,
         usage,
     )
-    assert got.text == "c1=a ok; d1=deployed a2; d2=Denied: not b"
+    assert (got.text if state == State.DONE else got.error) == ending
     assert_valid_history(got.messages)
 
 
@@ -268,8 +283,9 @@ async def test_abort_reaches_a_waiting_run(factory: Factory, side: Path) -> None
 
 
 async def test_wrong_decisions_are_refused_and_nothing_is_sent(
-    factory: Factory, side: Path
+    factory: Factory, side: Path, tmp_path: Path
 ) -> None:
+    db = f"sqlite:///{tmp_path / 'runs.sqlite'}"
     task = asyncio.ensure_future(run("Deploy to prod.", run_id="wrong-run"))
     await _pending_becomes("wrong-run", [DEPLOY_CALL])
     with pytest.raises(UsageError, match=r"no pending call of run 'wrong-run' has id 'nope' "):
@@ -280,6 +296,15 @@ async def test_wrong_decisions_are_refused_and_nothing_is_sent(
         await send_decisions("wrong-run", {})
     with pytest.raises(UsageError, match="no run with id 'ghost'"):
         await send_decisions("ghost", {DEPLOY_CALL: Approve()})
+    client = Client(db)  # the same checks from a process that runs no agent
+    try:
+        assert client.status("wrong-run").pending == await pending("wrong-run")
+        with pytest.raises(UsageError, match=r"has id 'nope' \(pending: call_deploy\)"):
+            client.send_decisions("wrong-run", {"nope": Deny("no")})
+        with pytest.raises(UsageError, match="no run with id 'ghost'"):
+            client.send_decisions("ghost", {DEPLOY_CALL: Approve()})
+    finally:
+        client.close()
     assert not task.done()
     assert _lines(side) == ["check prod"]
     await send_decisions("wrong-run", {DEPLOY_CALL: Approve()})

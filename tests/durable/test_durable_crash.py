@@ -179,7 +179,7 @@ def test_case3_killed_while_awaiting_approval_then_approved_from_a_third_process
         client = Client(db)
         try:
             deadline = time.monotonic() + SAFETY_SECONDS
-            while not client.pending(run_id):
+            while not client.status(run_id).pending:
                 assert first.poll() is None, first.communicate()
                 assert time.monotonic() < deadline, "the run never reached awaiting_approval"
                 time.sleep(0.05)
