@@ -24,6 +24,23 @@ Where the database is:
     ``sqlite:////abs/path/runs.sqlite`` (a file, no server; one process) or
     ``postgresql://user@host:port/db`` (workers on many machines share one queue).
 
+Approvals:
+    A run that reaches ``awaiting_approval`` (a ``before_tool_call`` hook returned `Defer`, or a
+    tool ``requires_approval``) does not end: its workflow publishes the pending calls (DBOS event
+    `PENDING_EVENT`, read with `pending` / `Client.pending` / ``statemachine-agent status``) and
+    waits for decisions with DBOS's durable messages (``DBOS.recv`` on `DECISION_TOPIC`). Send
+    them from any process with `send_decisions` / `Client.send_decisions` (CLI ``statemachine-agent
+    decide``): approved calls run once, each as a tool step; denied ones get the in-process
+    ``Denied: <reason>`` result; calls left undecided keep waiting. A worker that dies while the
+    run waits loses nothing: on recovery the run replays to the same wait, and a decision sent
+    meanwhile is already there. The wait is bounded by ``approval_timeout_seconds`` (per wait,
+    a durable deadline that survives restarts; default `APPROVAL_TIMEOUT_SECONDS`, 7 days): when
+    no decision comes in time, the run ends ``aborted`` as ``agent.abort()`` ends a waiting
+    in-process run (each pending call answered "not run", the error says no decision came), so
+    the workflow ends and its history is valid. `abort` also reaches a waiting run. The result
+    is that of the in-process engine after ``agent.run(decisions=...)`` with the same decisions,
+    except that ``new_messages`` and ``usage`` cover the whole durable run (from the prompt).
+
 Recovery:
     When a worker process starts (`launch`), DBOS recovers the runs that were PENDING under its
     executor id: restart a dead worker with the same ``executor_id`` and its runs continue. A dead
@@ -59,10 +76,12 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
+import logging
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,16 +95,17 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     ) from exc
 
 from . import __version__
-from ._agent import Agent
-from ._errors import ToolStepFailed, UsageError
+from ._agent import Agent, _as_user
+from ._errors import AgentBusyError, ToolStepFailed, UsageError
 from ._execution import BatchRun, _Slot
+from ._hooks import Approve, Decision, Deny, PendingCall
 from ._messages import HISTORY_ADAPTER, AssistantMessage, Message, ToolResultMessage, Usage
 from ._messages import text_result as _text_result
 from ._protocol import NO_RESULT
 from ._responses import RequestAborted, RequestFailed
 from ._result import RunResult
 from ._run import Run
-from ._states import State
+from ._states import State, Trigger
 from ._tools import Tool
 from .models._base import ModelRequest
 
@@ -99,12 +119,22 @@ WORKFLOW_NAME = "statemachine_agent.durable.agent_run"
 """The registered name of the run workflow."""
 ABORT_TOPIC = "statemachine-agent.abort"
 """The DBOS message topic of an abort request (see `abort`)."""
+DECISION_TOPIC = "statemachine-agent.decisions"
+"""The DBOS message topic a run in ``awaiting_approval`` waits on (see `send_decisions`); an
+abort is sent there too, so it also reaches a waiting run."""
+PENDING_EVENT = "statemachine-agent.pending"
+"""The DBOS event holding the calls a run waits for decisions on (empty when it is not
+waiting; see `pending`)."""
+APPROVAL_TIMEOUT_SECONDS = 7 * 24 * 3600.0
+"""How long a run waits for decisions by default (7 days) before it ends ``aborted``."""
 
 STEP_RETRY_INTERVAL_SECONDS = 1.0
 """The first wait before DBOS runs a failed call of a tool with ``step_retries`` again (it
 doubles each time)."""
 
 AgentFactory = Callable[[], Agent]
+
+logger = logging.getLogger("statemachine_agent")
 
 _factory: AgentFactory | None = None
 _incarnation = ""  # a fresh id per launch: a step started under another one was in flight
@@ -136,6 +166,28 @@ def _decode_outcome(data: dict[str, str]) -> AssistantMessage | RequestAborted |
     message = _load(data["message"])
     assert isinstance(message, AssistantMessage)
     return RequestAborted(message) if data["kind"] == "aborted" else message
+
+
+def _encode_pending(call: PendingCall) -> dict[str, Any]:
+    return dataclasses.asdict(call)
+
+
+def _decode_pending(data: Sequence[dict[str, Any]] | None) -> tuple[PendingCall, ...]:
+    return tuple(PendingCall(**call) for call in data or ())
+
+
+def _encode_decision(decision: Decision) -> dict[str, Any]:
+    if isinstance(decision, Approve):
+        return {"decision": "approve", "arguments": decision.arguments}
+    return {"decision": "deny", "reason": decision.reason, "terminate": decision.terminate}
+
+
+def _decode_decision(data: dict[str, Any]) -> Decision:
+    if data["decision"] == "approve":
+        return Approve(data["arguments"])
+    if data["decision"] == "deny":
+        return Deny(str(data["reason"]), bool(data["terminate"]))
+    raise ValueError(f"unknown decision {data['decision']!r}")
 
 
 def encode_result(result: RunResult) -> dict[str, Any]:
@@ -293,38 +345,134 @@ class DurableRun(Run):
     batch_class = DurableBatch
 
 
-async def drive(agent: Agent, prompt: str, *, max_turns: int | None = None) -> RunResult:
-    """Run ``agent`` on ``prompt`` with a `DurableRun` (inside a workflow: durably).
+async def drive(
+    agent: Agent,
+    prompt: str,
+    *,
+    max_turns: int | None = None,
+    approval_timeout_seconds: float = APPROVAL_TIMEOUT_SECONDS,
+) -> RunResult:
+    """Run ``agent`` on ``prompt`` with a `DurableRun` (inside a workflow: durably), waiting in
+    ``awaiting_approval`` for decisions sent with `send_decisions` (see the module docstring).
+
+    Returns:
+        The result ``agent.run(decisions=...)`` gives for the last decisions in process, with
+        ``new_messages`` and ``usage`` covering the whole run (from the prompt).
 
     Raises:
         AgentBusyError: the agent is already running.
         UsageError: the prompt is empty.
     """
-    from ._agent import _as_user
-    from ._errors import AgentBusyError
-
     user = _as_user(prompt)
+    start = len(agent.messages)
+    result = await _drive(agent, user, Trigger.START, max_turns=max_turns)
+    usage = result.usage
+    while result.state is State.AWAITING_APPROVAL:
+        message = await _wait_for_decisions(result.pending, approval_timeout_seconds)
+        if message is None:  # no decision in time: end as an abort of the waiting run does
+            reason = (
+                f"No decision came within approval_timeout_seconds={approval_timeout_seconds:g}; "
+                "the calls awaiting approval were not run."
+            )
+            result = await _drive(agent, None, Trigger.ABORT, abort_reason=reason)
+        elif "abort" in message:
+            result = await _drive(agent, None, Trigger.ABORT, abort_reason=str(message["abort"]))
+        else:
+            decisions = _applicable(message, result.pending)
+            if not decisions:
+                continue  # nothing this run can use: wait again
+            result = await _drive(agent, None, Trigger.DECIDED, decisions=decisions)
+        usage = usage + result.usage
+    return dataclasses.replace(result, new_messages=result.messages[start:], usage=usage)
+
+
+async def _drive(
+    agent: Agent,
+    user: Any,
+    first: str,
+    *,
+    max_turns: int | None = None,
+    decisions: Mapping[str, Decision] | None = None,
+    abort_reason: str | None = None,
+) -> RunResult:
+    """One `DurableRun` from trigger ``first``: ``start`` (with the prompt), ``decided`` (the
+    calls awaiting approval, with ``decisions``) or ``abort`` (a waiting run, with
+    ``abort_reason``), claimed as ``agent.run()`` claims it."""
     with agent._claim_lock:
         if agent.is_running:
             raise AgentBusyError("this agent is already running")
         if max_turns is not None:
             agent.max_turns = max_turns
-        run_ = agent._run = DurableRun(agent)
+        if first == Trigger.DECIDED:
+            agent._check_decisions(None, decisions)
+        if first == Trigger.START:
+            run_ = DurableRun(agent)
+        else:  # a continued run keeps counting, as agent.run(decisions=...) does
+            run_ = DurableRun(agent, turns=agent._last_turns, counts=agent._last_counts)
+        if abort_reason is not None:
+            run_.signal.set(abort_reason)
+        run_.first_trigger = first
+        agent._run = run_
         agent._loop = asyncio.get_running_loop()
         agent._loop_thread = threading.get_ident()
         agent._running = True
     try:
-        return await run_.drive(user)
+        return await run_.drive(user, first)
     finally:
         agent._release(run_)
 
 
+async def _wait_for_decisions(
+    calls: Sequence[PendingCall], timeout_seconds: float
+) -> dict[str, Any] | None:
+    """Publish the pending calls and wait durably for a message on `DECISION_TOPIC` (None when
+    none came within ``timeout_seconds``)."""
+    await DBOS.set_event_async(PENDING_EVENT, [_encode_pending(c) for c in calls])
+    message = await DBOS.recv_async(DECISION_TOPIC, timeout_seconds=timeout_seconds)
+    await DBOS.set_event_async(PENDING_EVENT, [])
+    if message is None:
+        return None
+    if not isinstance(message, dict):
+        logger.warning("a durable run ignored a message that is not a decision: %r", message)
+        return {}
+    return message
+
+
+def _applicable(message: dict[str, Any], calls: Sequence[PendingCall]) -> dict[str, Decision]:
+    """The decisions of ``message`` for calls still waiting. A call is decided once: a decision
+    for a call already decided (another process was quicker) or unknown is dropped, logged."""
+    waiting = {call.id for call in calls}
+    decisions: dict[str, Decision] = {}
+    for call_id, data in dict(message.get("decisions") or {}).items():
+        try:
+            decision = _decode_decision(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            logger.warning("a durable run ignored a malformed decision for %s: %s", call_id, exc)
+            continue
+        if call_id in waiting:
+            decisions[call_id] = decision
+        else:
+            logger.warning(
+                "a durable run ignored a decision for %s: no such call is pending", call_id
+            )
+    return decisions
+
+
 @DBOS.workflow(name=WORKFLOW_NAME)
-async def agent_workflow(prompt: str, max_turns: int | None = None) -> dict[str, Any]:
+async def agent_workflow(
+    prompt: str,
+    max_turns: int | None = None,
+    approval_timeout_seconds: float = APPROVAL_TIMEOUT_SECONDS,
+) -> dict[str, Any]:
     """The run workflow: a fresh agent from the worker's factory, driven durably."""
     if _factory is None:
         raise UsageError("no agent factory: call statemachine_agent.durable.launch() first")
-    result = await drive(_factory(), prompt, max_turns=max_turns)
+    result = await drive(
+        _factory(),
+        prompt,
+        max_turns=max_turns,
+        approval_timeout_seconds=approval_timeout_seconds,
+    )
     return encode_result(result)
 
 
@@ -432,7 +580,13 @@ def shutdown() -> None:
     DBOS.destroy()
 
 
-async def run(prompt: str, *, run_id: str | None = None, max_turns: int | None = None) -> RunResult:
+async def run(
+    prompt: str,
+    *,
+    run_id: str | None = None,
+    max_turns: int | None = None,
+    approval_timeout_seconds: float = APPROVAL_TIMEOUT_SECONDS,
+) -> RunResult:
     """Run the factory's agent on ``prompt`` as a durable workflow in this process and wait.
 
     Args:
@@ -440,13 +594,26 @@ async def run(prompt: str, *, run_id: str | None = None, max_turns: int | None =
         run_id: the workflow id (default: a new one). Running an id again returns the recorded
             result without running anything.
         max_turns: the turn cap (default: the agent's).
+        approval_timeout_seconds: how long each wait in ``awaiting_approval`` lasts before the
+            run ends ``aborted`` (see the module docstring).
 
     Returns:
         The `RunResult`, the same an uninterrupted in-process run would give.
+
+    Raises:
+        UsageError: ``approval_timeout_seconds`` is negative.
     """
+    _check_timeout(approval_timeout_seconds)
     with SetWorkflowID(run_id or uuid.uuid4().hex):
-        handle = await DBOS.start_workflow_async(agent_workflow, prompt, max_turns)
+        handle = await DBOS.start_workflow_async(
+            agent_workflow, prompt, max_turns, approval_timeout_seconds
+        )
     return decode_result(await handle.get_result())
+
+
+def _check_timeout(seconds: float) -> None:
+    if not seconds >= 0:
+        raise UsageError(f"approval_timeout_seconds must be 0 or more, not {seconds!r}")
 
 
 async def abort(run_id: str, reason: str = "aborted by the caller") -> None:
@@ -454,12 +621,72 @@ async def abort(run_id: str, reason: str = "aborted by the caller") -> None:
 
     The run notices before its next model request: it ends ``aborted`` with ``reason`` as its
     error, every call answered; a tool batch that is running finishes first. A run that is
-    answering for the last time ends ``done`` as usual.
+    answering for the last time ends ``done`` as usual. A run in ``awaiting_approval`` ends
+    ``aborted`` at once, each pending call answered "not run" (as ``agent.abort()`` ends a
+    waiting in-process run); so does one whose batch is about to defer calls.
 
     Raises:
         dbos.error.DBOSNonExistentWorkflowError: no run has this id.
     """
     await DBOS.send_async(run_id, reason, topic=ABORT_TOPIC)
+    await DBOS.send_async(run_id, {"abort": reason}, topic=DECISION_TOPIC)
+
+
+async def pending(run_id: str, *, wait_seconds: float = 0) -> tuple[PendingCall, ...]:
+    """The calls run ``run_id`` waits for decisions on, in declaration order (from a launched
+    process; `Client.pending` from any other). Empty when it is not in ``awaiting_approval``.
+
+    Args:
+        run_id: the run's id.
+        wait_seconds: when the run has not waited for approval yet, wait up to this long for it
+            to start (0: answer at once).
+    """
+    data = await DBOS.get_event_async(run_id, PENDING_EVENT, timeout_seconds=wait_seconds)
+    return _decode_pending(data)
+
+
+async def send_decisions(run_id: str, decisions: Mapping[str, Decision]) -> None:
+    """Decide calls of run ``run_id``, which waits in ``awaiting_approval`` (from a launched
+    process; `Client.send_decisions` from any other).
+
+    Args:
+        run_id: the run's id.
+        decisions: ``{call_id: Approve() | Approve(arguments={...}) | Deny(reason)}`` for some
+            or all pending calls (see `pending`), as for ``agent.run(decisions=...)``: approved
+            calls run once, denied ones are answered ``Denied: <reason>``, the rest keep waiting.
+            The message is durable: it reaches the run even if its worker is down and restarts
+            later. When two processes decide the same call, the first decision to arrive counts.
+
+    Raises:
+        UsageError: no run has this id, it is not awaiting approval, a call id is not pending,
+            or a decision is not `Approve` / `Deny`. Nothing is sent then.
+    """
+    calls = await pending(run_id)
+    if not calls and await DBOS.get_workflow_status_async(run_id) is None:
+        raise UsageError(f"no run with id {run_id!r}")
+    message = _decision_message(run_id, calls, decisions)
+    await DBOS.send_async(run_id, message, topic=DECISION_TOPIC)
+
+
+def _decision_message(
+    run_id: str, calls: Sequence[PendingCall], decisions: Mapping[str, Decision]
+) -> dict[str, Any]:
+    """``decisions`` as the message a waiting run reads, checked against its pending calls."""
+    if not calls:
+        raise UsageError(f"run {run_id!r} is not awaiting approval: there is nothing to decide")
+    waiting = [call.id for call in calls]
+    if not decisions:
+        raise UsageError(f"no decision given; pending: {', '.join(waiting)}")
+    unknown = [cid for cid in decisions if cid not in waiting]
+    if unknown:
+        raise UsageError(
+            f"no pending call of run {run_id!r} has id {', '.join(map(repr, unknown))} "
+            f"(pending: {', '.join(waiting)})"
+        )
+    wrong = [cid for cid, d in decisions.items() if not isinstance(d, Approve | Deny)]
+    if wrong:
+        raise UsageError(f"decisions must be Approve() or Deny(reason); got one for {wrong}")
+    return {"decisions": {cid: _encode_decision(d) for cid, d in decisions.items()}}
 
 
 @dataclass(frozen=True)
@@ -472,6 +699,7 @@ class RunStatus:
         executor_id: the worker that runs (or ran) it.
         result: the `RunResult` once it ended, else None.
         error: the workflow's error text when it ended in ``ERROR``.
+        pending: the calls it waits for decisions on (``awaiting_approval``), else empty.
     """
 
     run_id: str
@@ -479,6 +707,7 @@ class RunStatus:
     executor_id: str | None
     result: RunResult | None
     error: str | None = None
+    pending: tuple[PendingCall, ...] = ()
 
 
 class Client:
@@ -492,9 +721,19 @@ class Client:
         self._client = DBOSClient(system_database_url=db, application_name=APP_NAME)
 
     def submit(
-        self, prompt: str, *, run_id: str | None = None, max_turns: int | None = None
+        self,
+        prompt: str,
+        *,
+        run_id: str | None = None,
+        max_turns: int | None = None,
+        approval_timeout_seconds: float = APPROVAL_TIMEOUT_SECONDS,
     ) -> str:
-        """Put a run on the queue; returns its id. Submitting an id again does nothing new."""
+        """Put a run on the queue; returns its id. Submitting an id again does nothing new.
+
+        Raises:
+            UsageError: ``approval_timeout_seconds`` is negative (see `run` for the arguments).
+        """
+        _check_timeout(approval_timeout_seconds)
         workflow_id = run_id or uuid.uuid4().hex
         options: Any = {
             "workflow_name": WORKFLOW_NAME,
@@ -502,12 +741,30 @@ class Client:
             "workflow_id": workflow_id,
             "app_version": APP_VERSION,
         }
-        self._client.enqueue(options, prompt, max_turns)
+        self._client.enqueue(options, prompt, max_turns, approval_timeout_seconds)
         return workflow_id
 
     def abort(self, run_id: str, reason: str = "aborted by the caller") -> None:
         """Ask run ``run_id`` to stop (see the module's `abort`)."""
         self._client.send(run_id, reason, topic=ABORT_TOPIC)
+        self._client.send(run_id, {"abort": reason}, topic=DECISION_TOPIC)
+
+    def pending(self, run_id: str) -> tuple[PendingCall, ...]:
+        """The calls run ``run_id`` waits for decisions on (see the module's `pending`)."""
+        return _decode_pending(self._client.get_event(run_id, PENDING_EVENT, timeout_seconds=0))
+
+    def send_decisions(self, run_id: str, decisions: Mapping[str, Decision]) -> None:
+        """Decide calls of a run awaiting approval (see the module's `send_decisions`).
+
+        Raises:
+            UsageError: no run has this id, it is not awaiting approval, a call id is not
+                pending, or a decision is not `Approve` / `Deny`. Nothing is sent then.
+        """
+        calls = self.pending(run_id)
+        if not calls:
+            self.status(run_id)  # no such run: says so
+        message = _decision_message(run_id, calls, decisions)
+        self._client.send(run_id, message, topic=DECISION_TOPIC)
 
     def status(self, run_id: str) -> RunStatus:
         """The run's status (and result once it ended).
@@ -523,7 +780,8 @@ class Client:
         if status.status == "SUCCESS" and isinstance(status.output, dict):
             result = decode_result(status.output)
         error = None if status.error is None else str(status.error)
-        return RunStatus(run_id, status.status, status.executor_id, result, error)
+        calls = self.pending(run_id) if status.status == "PENDING" else ()
+        return RunStatus(run_id, status.status, status.executor_id, result, error, calls)
 
     def count(self, status: str, *, executor_id: str | None = None) -> int:
         """How many runs have DBOS status ``status`` (``ENQUEUED``, ``PENDING``, ``SUCCESS``,
@@ -586,8 +844,11 @@ def recover_executor(executor_ids: Sequence[str]) -> list[str]:
 
 __all__ = [
     "ABORT_TOPIC",
+    "APPROVAL_TIMEOUT_SECONDS",
     "APP_NAME",
     "APP_VERSION",
+    "DECISION_TOPIC",
+    "PENDING_EVENT",
     "QUEUE_NAME",
     "STEP_RETRY_INTERVAL_SECONDS",
     "WORKFLOW_NAME",
@@ -604,7 +865,9 @@ __all__ = [
     "encode_result",
     "launch",
     "load_factory",
+    "pending",
     "recover_executor",
     "run",
+    "send_decisions",
     "shutdown",
 ]

@@ -4,9 +4,11 @@ server (the real SDK, a recorded-shape answer), never the real API."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import runpy
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,15 @@ from models.replay_server import ReplayServer, message_to_sse, sse_reply
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCKS = re.findall(r"^```python\n(.*?)^```", README.read_text(encoding="utf-8"), re.M | re.S)
+
+
+def _release_captured_stderr() -> None:
+    """DBOS's console log handler keeps the stderr of the moment ``dbos`` was imported: when a
+    block imported it, that is this test's captured stream, closed after the test, and the next
+    block's launch would flush it. Point the handler at the process's real stderr instead."""
+    for handler in logging.getLogger("dbos").handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr:
+            handler.stream = sys.__stderr__
 
 
 def _first_line(code: str) -> str:
@@ -45,7 +56,10 @@ def test_readme_block_runs(
         server.add(sse_reply(message_to_sse(answer)))
         monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-readme")
         monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        namespace = runpy.run_path(str(script), run_name="__main__")
+        try:
+            namespace = runpy.run_path(str(script), run_name="__main__")
+        finally:
+            _release_captured_stderr()
     result = namespace.get("result")
     if result is not None and hasattr(result, "state"):
         assert result.error is None or result.state != "failed", result.error

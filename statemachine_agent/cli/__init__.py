@@ -1,6 +1,6 @@
 """The ``statemachine-agent`` command line (click): ``run``, ``demo``, ``diagram``, ``replay``,
-``check``, and the durable runs' ``worker``, ``submit``, ``status``, ``recover``. Each command lives in
-its own module and is registered here."""
+``check``, and the durable runs' ``worker``, ``submit``, ``status``, ``decide``, ``recover``.
+Each command lives in its own module and is registered here."""
 
 from __future__ import annotations
 

@@ -6,7 +6,13 @@ import click
 
 from ._demo import demo_command
 from ._diagram import diagram
-from ._durable import recover_command, status_command, submit_command, worker_command
+from ._durable import (
+    decide_command,
+    recover_command,
+    status_command,
+    submit_command,
+    worker_command,
+)
 from ._run import approve_command, run_command
 from ._session import check_command, replay_command
 
@@ -16,4 +22,4 @@ COMMANDS.append(run_command)
 COMMANDS.append(approve_command)
 COMMANDS.append(demo_command)
 COMMANDS.extend([replay_command, check_command])
-COMMANDS.extend([worker_command, submit_command, status_command, recover_command])
+COMMANDS.extend([worker_command, submit_command, status_command, decide_command, recover_command])

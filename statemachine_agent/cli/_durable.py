@@ -1,14 +1,17 @@
-"""``statemachine-agent worker`` / ``submit`` / ``status`` / ``recover``: durable runs on DBOS.
+"""``statemachine-agent worker`` / ``submit`` / ``status`` / ``decide`` / ``recover``: durable
+runs on DBOS.
 
 A worker serves the queue of runs stored in the database (``--db``: a SQLite file URL or a
 Postgres URL shared by many workers); ``submit`` puts a prompt on the queue from any machine;
-``status`` shows where a run is; ``recover`` hands a dead worker's runs back to the queue. Needs
-the ``dbos`` extra (``pip install 'statemachine-agent[dbos]'``).
+``status`` shows where a run is (and the calls it waits for decisions on); ``decide`` approves or
+denies them from any machine; ``recover`` hands a dead worker's runs back to the queue. Needs the
+``dbos`` extra (``pip install 'statemachine-agent[dbos]'``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import signal
 import sys
@@ -21,6 +24,7 @@ import click
 
 from .._agent import Agent
 from .._errors import UsageError
+from .._hooks import Approve
 
 DB_HELP = (
     "The system database: sqlite:////abs/path/runs.sqlite, or postgresql://user@host:port/db "
@@ -162,15 +166,35 @@ def worker_command(
 @click.option("--db", required=True, help=DB_HELP)
 @click.option("--id", "run_id", default=None, help="The run's id (default: a new one).")
 @click.option("--max-turns", type=click.IntRange(min=1), default=None, help="The turn cap.")
+@click.option(
+    "--approval-timeout",
+    "approval_timeout",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="How long the run waits for each decision on calls awaiting approval before it ends "
+    "aborted (default: 7 days).",
+)
 @click.argument("prompt")
-def submit_command(db: str, run_id: str | None, max_turns: int | None, prompt: str) -> None:
+def submit_command(
+    db: str,
+    run_id: str | None,
+    max_turns: int | None,
+    approval_timeout: float | None,
+    prompt: str,
+) -> None:
     """Put PROMPT on the queue as a durable run; prints the run's id."""
     durable = _durable()
     if not prompt.strip():
         raise click.BadParameter("the prompt is empty", param_hint="PROMPT")
+    timeout = durable.APPROVAL_TIMEOUT_SECONDS if approval_timeout is None else approval_timeout
     client = durable.Client(db)
     try:
-        click.echo(client.submit(prompt, run_id=run_id, max_turns=max_turns))
+        click.echo(
+            client.submit(
+                prompt, run_id=run_id, max_turns=max_turns, approval_timeout_seconds=timeout
+            )
+        )
     finally:
         client.close()
 
@@ -200,17 +224,72 @@ def status_command(db: str, as_json: bool, run_id: str) -> None:
             "executor_id": status.executor_id,
             "error": status.error,
             "result": None if result is None else durable.encode_result(result),
+            "pending": [dataclasses.asdict(call) for call in status.pending],
         }
         click.echo(json.dumps(data))
         return
     line = f"{status.run_id}: {status.status} (worker {status.executor_id})"
     if result is not None:
         line += f", state {result.state}, {result.turns} turn(s)"
+    elif status.pending:
+        line += ", state awaiting_approval"
     click.echo(line)
     if result is not None:
         click.echo(result.error or result.text)
     elif status.error:
         click.echo(status.error)
+    elif status.pending:
+        from ._run import pending_text
+
+        hint = (
+            f"Decide from any machine: statemachine-agent decide --db {db} {run_id} "
+            "--approve ID | --deny ID:REASON | --all"
+        )
+        click.echo(pending_text(status.pending, hint))
+
+
+@click.command("decide")
+@click.option("--db", required=True, help=DB_HELP)
+@click.option(
+    "--approve", multiple=True, metavar="ID", help="Approve this pending call. Repeatable."
+)
+@click.option("--all", "approve_all", is_flag=True, help="Approve every pending call.")
+@click.option(
+    "--deny",
+    multiple=True,
+    metavar="ID:REASON",
+    help="Deny this pending call (the model reads REASON). Repeatable.",
+)
+@click.argument("run_id")
+def decide_command(
+    db: str, approve: Sequence[str], approve_all: bool, deny: Sequence[str], run_id: str
+) -> None:
+    """Decide the calls durable run RUN_ID waits for (`status` lists them), from any machine.
+
+    The decisions are stored in the database and reach the run even while its worker is down:
+    approved calls run once, denied ones get an error result with the reason, calls left
+    undecided keep waiting. Exit codes: 0 sent, 1 nothing sent (no such run, it is not awaiting
+    approval, or an id is not pending), 2 bad options.
+    """
+    from ._run import parse_decisions
+
+    durable = _durable()
+    if not approve and not approve_all and not deny:
+        raise click.UsageError("say what to decide: --approve ID, --all, or --deny ID:REASON")
+    client = durable.Client(db)
+    try:
+        if approve_all:
+            approve = [*approve, *(c.id for c in client.pending(run_id))]
+        decisions = parse_decisions(approve, deny)
+        client.send_decisions(run_id, decisions)
+    except UsageError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        client.close()
+    summary = ", ".join(
+        f"{cid}: {'approve' if isinstance(d, Approve) else 'deny'}" for cid, d in decisions.items()
+    )
+    click.echo(f"{run_id}: sent {len(decisions)} decision(s) ({summary})")
 
 
 @click.command("recover")

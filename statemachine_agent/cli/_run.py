@@ -22,7 +22,7 @@ from rich.console import Console
 
 from .._agent import Agent
 from .._errors import AgentError, UsageError
-from .._hooks import Approve, Decision, Deny
+from .._hooks import Approve, Decision, Deny, PendingCall
 from .._machine import State
 from .._messages import StopReason
 from .._result import RunResult
@@ -598,16 +598,16 @@ def run_command(
     finally:
         agent.close()
     if result.state is State.AWAITING_APPROVAL and not json_lines:
-        console.print(pending_text(result, approve_hint), soft_wrap=True)
+        console.print(pending_text(result.pending, approve_hint), soft_wrap=True)
     if session is not None and not json_lines:
         console.print(f"[dim]Session log: {session}[/dim]", soft_wrap=True)
     sys.exit(EXIT_CODES.get(result.state, 1))
 
 
-def pending_text(result: RunResult, approve_hint: str) -> str:
+def pending_text(calls: Sequence[PendingCall], approve_hint: str) -> str:
     """The calls waiting for a decision, one a line, and how to decide them."""
     lines = ["Awaiting approval:"]
-    for call in result.pending:
+    for call in calls:
         arguments = json.dumps(call.arguments, ensure_ascii=False)
         lines.append(f"  {call.id}: {call.tool_name} {arguments} ({call.reason})")
     lines.append(approve_hint)

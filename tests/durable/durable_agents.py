@@ -105,3 +105,52 @@ async def noop() -> str:
 def noop_agent() -> Agent:
     """Like `turns_agent`, each call a no-op (SMA_TOOL=noop): the benchmarks' agent."""
     return Agent(FunctionModel(turns_model), tools=[tool(noop)], max_turns=100)
+
+
+# -- case 3: a run awaiting approval -------------------------------------------------------------
+
+DEPLOY_CALL = "call_deploy"
+CHECK_CALL = "call_check"
+
+
+def check(target: str) -> str:
+    """Check the target (appends a line to the side-effect file); needs no approval."""
+    _append(Path(os.environ["SMA_SIDE_FILE"]), f"check {target}")
+    return f"{target} is healthy"
+
+
+def deploy(target: str) -> str:
+    """Deploy to the target (appends a line to the side-effect file); needs approval."""
+    _append(Path(os.environ["SMA_SIDE_FILE"]), f"deploy {target}")
+    return f"deployed to {target}"
+
+
+def approval_model(messages: list[object], request: object) -> object:
+    results = [m for m in messages if isinstance(m, ToolResultMessage)]
+    if not results:
+        return {
+            "content": [
+                {
+                    "type": "tool_use",
+                    "id": CHECK_CALL,
+                    "name": "check",
+                    "input": {"target": "prod"},
+                },
+                {
+                    "type": "tool_use",
+                    "id": DEPLOY_CALL,
+                    "name": "deploy",
+                    "input": {"target": "prod"},
+                },
+            ],
+            "stop_reason": "tool_use",
+        }
+    return "Settled: " + "; ".join(f"{m.tool_name}: {m.text}" for m in results)
+
+
+def approval_agent() -> Agent:
+    """``check`` and ``deploy`` in one batch; ``deploy`` requires approval."""
+    return Agent(
+        FunctionModel(approval_model),
+        tools=[tool(check), tool(requires_approval=True)(deploy)],
+    )

@@ -1,5 +1,6 @@
-"""Case 1 of issue 12: a worker SIGKILLed mid-batch on SQLite, relaunched; the in-flight call is
-re-run only when its tool is idempotent."""
+"""Cases 1 and 3 of issue 12: a worker SIGKILLed mid-batch on SQLite, relaunched; the in-flight
+call is re-run only when its tool is idempotent. A worker SIGKILLed while its run waits in
+``awaiting_approval``, restarted; a decision sent from a third process continues the run."""
 
 from __future__ import annotations
 
@@ -109,5 +110,127 @@ def test_case1_sqlite_worker_killed_mid_batch(tmp_path: Path, idempotent: bool) 
         assert lines.count("slow") == 1
         assert results["slow"].content[0].text == NO_RESULT  # type: ignore[union-attr]
         assert results["slow"].is_error
+    assert result.turns == 2
+    assert_valid_history(result.messages)
+
+
+# -- case 3: killed while awaiting approval, decided from a third process ------------------------
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "statemachine_agent", *args]
+
+
+def _start_worker(db: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    worker = subprocess.Popen(
+        _cli(
+            "worker",
+            "--db",
+            db,
+            "--factory",
+            "durable_agents:approval_agent",
+            "--executor-id",
+            "approval-worker",
+            "--poll-seconds",
+            "0.1",
+        ),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stdout is not None
+    line = worker.stdout.readline()  # printed once DBOS has launched (and recovered)
+    assert line.startswith("worker approval-worker serving"), (line, worker.poll())
+    return worker
+
+
+def _stop(worker: subprocess.Popen[str], sig: int) -> None:
+    worker.send_signal(sig)
+    worker.wait(timeout=SAFETY_SECONDS)
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgres"])
+def test_case3_killed_while_awaiting_approval_then_approved_from_a_third_process(
+    tmp_path: Path, database: str, request: pytest.FixtureRequest
+) -> None:
+    from durable_agents import DEPLOY_CALL
+
+    from statemachine_agent.durable import Client
+
+    if database == "postgres":
+        db = request.getfixturevalue("postgres").url  # skipped, saying why, without binaries
+    else:
+        db = f"sqlite:///{tmp_path / 'runs.sqlite'}"
+    side = tmp_path / "side-effects.txt"
+    env = _env(side, idempotent=False, slow_seconds=0)
+    run_id = "approval-run"
+
+    first = _start_worker(db, env)
+    try:
+        submitted = subprocess.run(
+            _cli("submit", "--db", db, "--id", run_id, "Deploy to prod."),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=SAFETY_SECONDS,
+        )
+        assert submitted.returncode == 0, submitted.stderr
+        client = Client(db)
+        try:
+            deadline = time.monotonic() + SAFETY_SECONDS
+            while not client.status(run_id).pending:
+                assert first.poll() is None, first.communicate()
+                assert time.monotonic() < deadline, "the run never reached awaiting_approval"
+                time.sleep(0.05)
+        finally:
+            client.close()
+        assert _lines(side) == ["check prod"]  # the batch's other call ran; deploy waits
+        _stop(first, signal.SIGKILL)
+    finally:
+        first.kill()
+        first.wait()
+
+    # While no worker runs, the run is still waiting: status says so from another process.
+    status = subprocess.run(
+        _cli("status", "--db", db, run_id),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SAFETY_SECONDS,
+    )
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.splitlines()[:3] == [
+        f"{run_id}: PENDING (worker approval-worker), state awaiting_approval",
+        "Awaiting approval:",
+        f'  {DEPLOY_CALL}: deploy {{"target": "prod"}} (deploy requires approval)',
+    ]
+
+    second = _start_worker(db, env)  # the same executor id: DBOS recovers the run at launch
+    try:
+        decided = subprocess.run(  # the third process
+            _cli("decide", "--db", db, run_id, "--approve", DEPLOY_CALL),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=SAFETY_SECONDS,
+        )
+        assert decided.returncode == 0, decided.stderr
+        assert decided.stdout.strip() == f"{run_id}: sent 1 decision(s) ({DEPLOY_CALL}: approve)"
+        client = Client(db)
+        try:
+            result = client.result(run_id, timeout_seconds=SAFETY_SECONDS)
+            status_after = client.status(run_id)
+        finally:
+            client.close()
+    finally:
+        _stop(second, signal.SIGTERM)
+    assert second.returncode == 0
+
+    assert status_after.executor_id == "approval-worker"
+    assert status_after.pending == ()
+    assert result.state == State.DONE
+    assert result.text == "Settled: check: prod is healthy; deploy: deployed to prod"
+    assert _lines(side) == ["check prod", "deploy prod"]  # each tool ran exactly once
     assert result.turns == 2
     assert_valid_history(result.messages)
