@@ -54,6 +54,7 @@ from .models._base import Model, ModelRequest, ToolDefinition
 if TYPE_CHECKING:
     from .session import SessionLog
 
+_perf_counter = time.perf_counter
 logger = logging.getLogger("statemachine_agent")
 
 DeliveryMode = Literal["all", "one_at_a_time"]
@@ -214,6 +215,7 @@ class Agent:
         self._context = ContextMeter()
         self._messages: list[Message] = list(messages)
         self._projector = ContextProjector()
+        self._appended = 0
         self._steering: deque[UserMessage] = deque()
         self._follow_ups: deque[UserMessage] = deque()
         # Copy-on-write: an event goes to the subscribers registered when it was emitted.
@@ -471,14 +473,14 @@ class Agent:
 
     def _emit(self, event: Event) -> None:
         for subscriber in self._subscribers:  # the tuple of this moment: a snapshot
-            started = time.perf_counter()
+            started = _perf_counter()
             try:
                 subscriber.callback(event)
             except Exception:
                 logger.exception(
                     "event subscriber %r failed on %s", subscriber.callback, event.type
                 )
-            if not subscriber.warned and time.perf_counter() - started > SLOW_SUBSCRIBER_SECONDS:
+            if not subscriber.warned and _perf_counter() - started > SLOW_SUBSCRIBER_SECONDS:
                 subscriber.warned = True
                 logger.warning(
                     "event subscriber %r took %.0f ms on a %s event (more than %.0f ms); it "
@@ -715,6 +717,7 @@ class Agent:
 
     def _append(self, message: Message) -> None:
         self._messages.append(message)
+        self._appended += 1  # the request projection trusts what the engine appended
         if isinstance(message, AssistantMessage):
             self._call_ids.update(call.id for call in message.tool_calls)
 

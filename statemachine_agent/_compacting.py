@@ -362,7 +362,7 @@ async def _model_summary(run: Run, old: Sequence[Message]) -> str | None:
         raise _Aborted()
     if isinstance(outcome, RequestFailed):
         raise ModelError(outcome.message, kind="summarizer")
-    run.usage = run.usage + outcome.usage
+    run.add_usage(outcome.usage)
     return outcome.text
 
 

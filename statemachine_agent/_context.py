@@ -123,7 +123,11 @@ class ContextProjector:
     """Projects and checks a growing history, doing the work once per message.
 
     ``project(history)`` returns the request's messages; the returned list is valid until the next
-    call and must not be changed.
+    call and must not be changed. The protocol check (`find_violations`) runs on every message
+    that came from outside (a history the agent was given, restored or compacted); a tail that
+    only the engine appended since the last check (``appended``, the agent's count of its own
+    appends: a response it normalized, results it built in declaration order, queued input) is
+    projected but not checked again.
     """
 
     def __init__(self) -> None:
@@ -132,13 +136,19 @@ class ContextProjector:
         self._last: Message | None = None
         self._out: list[Message] = []
         self._ids: set[str] = set()
+        self._mark: int | None = None  # the engine's append count at the last full check
 
     def _reset(self, history: Sequence[Message]) -> None:
         self._source, self._done, self._last = history, 0, None
-        self._out, self._ids = [], set()
+        self._out, self._ids, self._mark = [], set(), None
 
-    def project(self, history: Sequence[Message]) -> list[Message]:
+    def project(self, history: Sequence[Message], appended: int | None = None) -> list[Message]:
         """Project ``history`` for a request.
+
+        Args:
+            history: the agent's history.
+            appended: how many messages the engine has appended to it so far (None: check
+                everything).
 
         Raises:
             InvalidHistoryError: the projection still breaks the protocol (e.g. a tool-call id used
@@ -151,14 +161,23 @@ class ContextProjector:
         ):
             self._reset(history)
         tail = project(history, self._done)
-        problems = find_violations(tail, request=True, prior_ids=self._ids, offset=len(self._out))
-        if problems:
-            raise InvalidHistoryError(problems)
+        trusted = (
+            appended is not None
+            and self._mark is not None
+            and appended - self._mark == len(history) - self._done
+        )
+        if not trusted:
+            problems = find_violations(
+                tail, request=True, prior_ids=self._ids, offset=len(self._out)
+            )
+            if problems:
+                raise InvalidHistoryError(problems)
         if history and is_user_side(history[-1]):
             self._out.extend(tail)
             for message in tail:
                 if isinstance(message, AssistantMessage):
                     self._ids.update(call.id for call in message.tool_calls)
             self._done, self._last = len(history), history[-1]
+            self._mark = appended
             return self._out
         return [*self._out, *tail]

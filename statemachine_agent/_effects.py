@@ -71,8 +71,8 @@ async def request_model(run: Run) -> str:
     data = run.data
     data.compacted = data.overflow_retried = False
     run.agent._context.counted(run.messages, response.usage)
-    run.usage = run.usage + response.usage
-    data.usage = data.usage + response.usage
+    run.add_usage(response.usage)
+    data.usage = data.usage + response.usage  # the guards read it at once
     run.turn_message = response
     run.append(response)
     if run.signal.aborted and not response.tool_calls:

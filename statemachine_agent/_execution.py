@@ -454,10 +454,10 @@ class BatchRun:
                 result = to_result(call, replaced)
         return result
 
-    async def _execute(self, slot: _Slot, tool: Tool, kwargs: dict[str, Any]) -> ToolResultMessage:
+    def _context(self, slot: _Slot) -> ToolContext:
+        """The `ToolContext` of ``slot``'s call: its progress updates become events on the
+        loop's thread, between the call's start and end events."""
         call = slot.call
-        if self._signal.aborted:
-            return text_result(call, NOT_RUN, is_error=True)
         loop = asyncio.get_running_loop()
         loop_thread = threading.get_ident()
 
@@ -482,7 +482,14 @@ class BatchRun:
             except RuntimeError:  # the loop is closed: the run is long over
                 logger.debug("dropped a progress update of call %s: its loop is closed", call.id)
 
-        ctx = ToolContext(call.id, call.name, self._signal, progress, self._deps)
+        return ToolContext(call.id, call.name, self._signal, progress, self._deps)
+
+    async def _execute(self, slot: _Slot, tool: Tool, kwargs: dict[str, Any]) -> ToolResultMessage:
+        call = slot.call
+        if self._signal.aborted:
+            return text_result(call, NOT_RUN, is_error=True)
+        # Only a tool that takes a `ToolContext` gets one (with its progress function).
+        ctx = self._context(slot) if tool.context_param is not None else None
         slot.started = True
         deadline = None
         try:

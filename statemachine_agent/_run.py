@@ -91,7 +91,8 @@ class Run:
         )
         if counts is not None:  # a continued run keeps counting toward its usage limits
             self.data.requests, self.data.tool_calls, self.data.usage = counts
-        self.usage = Usage()
+        self._usage = Usage()
+        self._usage_parts: list[Usage] = []  # added since `usage` was last read
         self.error: str | None = None
         self.fired: Fired | None = None
         self.start = len(agent.messages)
@@ -111,11 +112,34 @@ class Run:
         """The agent's history (this run appends to it)."""
         return self.agent.messages
 
+    @property
+    def usage(self) -> Usage:
+        """Tokens of this run's responses (and of a summarizer's requests), summed when read."""
+        parts = self._usage_parts
+        if parts:
+            parts.append(self._usage)
+            self._usage = Usage(
+                input_tokens=sum(u.input_tokens for u in parts),
+                output_tokens=sum(u.output_tokens for u in parts),
+                cache_write_tokens=sum(u.cache_write_tokens for u in parts),
+                cache_read_tokens=sum(u.cache_read_tokens for u in parts),
+            )
+            parts.clear()
+        return self._usage
+
+    @usage.setter
+    def usage(self, usage: Usage) -> None:
+        self._usage, self._usage_parts = usage, []
+
+    def add_usage(self, usage: Usage) -> None:
+        """Count ``usage`` in `usage` (one list append: the sum is made when it is read)."""
+        self._usage_parts.append(usage)
+
     def emit(self, event: Event) -> None:
         """Stamp ``event`` with the run's id and its next sequence number and send it to the
         agent's subscribers."""
-        self._seq += 1
-        stamp(event, self.id, self._seq)
+        self._seq = seq = self._seq + 1
+        stamp(event, self.id, seq)
         self.agent._emit(event)
 
     def listening(self) -> bool:
@@ -413,7 +437,7 @@ class Run:
             if problems:
                 raise InvalidHistoryError(problems)
         else:
-            projected = agent._projector.project(self.messages)
+            projected = agent._projector.project(self.messages, agent._appended)
         if self.data.winding_down:  # the final turn: tools disabled, an instruction to answer
             instruction = (
                 agent.final_turn if isinstance(agent.final_turn, str) else FINAL_TURN_PROMPT

@@ -155,8 +155,9 @@ class Tool:
         model = self.args_model.model_validate(arguments)
         return {name: getattr(model, name) for name in self._field_names}
 
-    def call(self, kwargs: dict[str, Any], ctx: ToolContext) -> Awaitable[Any]:
-        """Start the function; returns an awaitable of its return value."""
+    def call(self, kwargs: dict[str, Any], ctx: ToolContext | None) -> Awaitable[Any]:
+        """Start the function; returns an awaitable of its return value. ``ctx`` is passed to
+        the tool's `ToolContext` parameter (None only for a tool that has none)."""
         if self.context_param is not None:
             kwargs = {**kwargs, self.context_param: ctx}
         if self.is_async:

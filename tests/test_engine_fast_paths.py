@@ -127,3 +127,35 @@ async def test_replacing_the_history_lets_the_old_messages_go() -> None:
     gc.collect()
     holders = [r for r in gc.get_referrers(watched) if r is not locals()]
     assert not [h for h in holders if isinstance(h, list | dict) and h is not vars()], holders
+
+
+@pytest.mark.parametrize("where", ["tool", "hook"])
+async def test_a_message_added_behind_the_engines_back_is_still_checked(where: str) -> None:
+    """A tail only the engine appended is not checked again before a request (issue 17); one
+    that something else added to (here a tool or an ``after_tool_call`` hook appending a turn
+    that reuses the running call's id) is, and the request is refused rather than sent."""
+    from statemachine_agent import ToolResultMessage
+
+    reused = _call(0)  # the id of the call being run
+    stray = [reused, ToolResultMessage(tool_call_id="call_0", tool_name="noop", content=[])]
+    agent: Agent
+
+    async def meddle() -> str:
+        """Append to the history behind the engine's back."""
+        if where == "tool":
+            agent.messages.extend(stray)
+        return "ok"
+
+    def after(_info: Any, result: Any) -> Any:
+        if where == "hook":
+            agent.messages.extend(stray)
+        return result
+
+    script: list[Any] = [_call(0, "meddle"), _call(1, "meddle")]
+    script.append({"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"})
+    agent = Agent(ScriptedModel(script), tools=[tool(meddle)], after_tool_call=after)
+    result = await agent.run("go")
+    assert result.state is State.FAILED
+    assert result.error is not None and result.error.startswith("The request was not sent")
+    assert "'call_0'" in result.error and "twice" in result.error
+    assert agent.model.calls == 1  # type: ignore[attr-defined]  # the second request was not sent
