@@ -1,11 +1,13 @@
 """Figure 1: per-turn overhead of N turns of one no-op tool call each, zero-latency model.
 
 Three loops run the same conversation in the same process: a bare ``while`` loop over dicts (the
-floor), this engine (`ScriptedModel` with pre-built `AssistantMessage` steps, ``record_requests=
-False``), and pydantic-ai's ``Agent`` with its ``FunctionModel`` (only when pydantic-ai is importable:
-it lives in the benchmark environment, never in the project's dependencies). A run is N tool-call
-turns plus the final answer; the figure is the run's wall time over its N + 1 turns, median of
-repeated runs interleaved between the loops. Agent construction is outside the timing.
+floor), this engine (a `FunctionModel` building each response when asked, one event subscriber
+attached), and pydantic-ai's ``Agent`` with its ``FunctionModel``, which builds each response the
+same way (only when pydantic-ai is importable: it lives in the benchmark environment, never in the
+project's dependencies). A run is N tool-call turns plus the final answer; the figures are the
+run's CPU time (``time.process_time``) and wall time over its N + 1 turns, medians of repeated runs
+interleaved between the loops, with their min-max spread. Agent construction is outside the
+timing.
 
 Usage: ``python benchmarks/bench_overhead.py [--quick]``
 """
@@ -21,7 +23,7 @@ from typing import Any
 from _common import emit, median, pydantic_ai_version, quick, skip_note, table
 
 from statemachine_agent import Agent, AssistantMessage, State, TextBlock, ToolCallBlock, tool
-from statemachine_agent.models import ScriptedModel
+from statemachine_agent.models import FunctionModel
 
 SIZES = (20, 200, 2000)
 
@@ -34,28 +36,28 @@ async def noop() -> str:
 NOOP = tool(noop)
 
 
-def engine_steps(n: int) -> list[AssistantMessage]:
-    """N tool-call responses, then a final answer."""
-    steps = [
-        AssistantMessage(
-            content=[ToolCallBlock(id=f"call_{i}", name="noop", input={})], stop_reason="tool_use"
-        )
-        for i in range(n)
-    ]
-    steps.append(AssistantMessage(content=[TextBlock(text="done")], stop_reason="end_turn"))
-    return steps
+def make_engine(n: int) -> Callable[[], Awaitable[tuple[float, float]]]:
+    """The engine as a service runs it: a `FunctionModel` that builds each response when asked
+    (as pydantic-ai's `FunctionModel` does below), one event subscriber attached."""
 
+    async def run() -> tuple[float, float]:
+        calls = 0
 
-def make_engine(n: int) -> Callable[[], Awaitable[float]]:
-    steps = engine_steps(n)
+        def respond(_messages: Any, _request: Any) -> AssistantMessage:
+            nonlocal calls
+            calls += 1
+            if calls <= n:
+                call = ToolCallBlock(id=f"call_{calls}", name="noop", input={})
+                return AssistantMessage(content=[call], stop_reason="tool_use")
+            return AssistantMessage(content=[TextBlock(text="done")], stop_reason="end_turn")
 
-    async def run() -> float:
-        agent = Agent(ScriptedModel(steps, record_requests=False), tools=[NOOP], max_turns=n + 1)
-        start = time.perf_counter()
+        agent = Agent(FunctionModel(respond), tools=[NOOP], max_turns=n + 1)
+        agent.subscribe(lambda _event: None)
+        cpu, start = time.process_time(), time.perf_counter()
         result = await agent.run("go")
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         assert result.state is State.DONE and result.turns == n + 1, (result.state, result.error)
-        return elapsed
+        return elapsed, cpu
 
     return run
 
@@ -69,8 +71,8 @@ def make_bare(n: int) -> Callable[[], Awaitable[float]]:
 
     tools = {"noop": noop}
 
-    async def run() -> float:
-        start = time.perf_counter()
+    async def run() -> tuple[float, float]:
+        cpu, start = time.process_time(), time.perf_counter()
         history: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
         turn = 0
         while True:
@@ -84,20 +86,20 @@ def make_bare(n: int) -> Callable[[], Awaitable[float]]:
                 output = await tools[call["name"]](**call["input"])
                 block = {"type": "tool_result", "tool_use_id": call["id"], "content": output}
                 history.append({"role": "user", "content": [block]})
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         assert turn == n + 1
-        return elapsed
+        return elapsed, cpu
 
     return run
 
 
-def make_pydantic_ai(n: int) -> Callable[[], Awaitable[float]]:
+def make_pydantic_ai(n: int) -> Callable[[], Awaitable[tuple[float, float]]]:
     from pydantic_ai import Agent as PAgent
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import FunctionModel
     from pydantic_ai.usage import UsageLimits
 
-    async def run() -> float:
+    async def run() -> tuple[float, float]:
         calls = 0
 
         def respond(_messages: Any, _info: Any) -> ModelResponse:
@@ -110,11 +112,11 @@ def make_pydantic_ai(n: int) -> Callable[[], Awaitable[float]]:
         agent = PAgent(FunctionModel(respond))
         agent.tool_plain(noop)
         limits = UsageLimits(request_limit=None)
-        start = time.perf_counter()
+        cpu, start = time.process_time(), time.perf_counter()
         result = await agent.run("go", usage_limits=limits)
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         assert result.output == "done" and calls == n + 1
-        return elapsed
+        return elapsed, cpu
 
     return run
 
@@ -131,9 +133,9 @@ def repeats(n: int) -> dict[str, int]:
     return {"bare": bare, "engine": engine, "pydantic_ai": pai}
 
 
-def measure(n: int, with_pai: bool) -> dict[str, float | None]:
-    """Microseconds per turn (median) for each loop at size ``n``."""
-    makers: dict[str, Callable[[int], Callable[[], Awaitable[float]]]] = {
+def measure(n: int, with_pai: bool) -> dict[str, dict[str, float] | None]:
+    """Wall and CPU microseconds per turn (median, min, max) for each loop at size ``n``."""
+    makers: dict[str, Callable[[int], Callable[[], Awaitable[tuple[float, float]]]]] = {
         "bare": make_bare,
         "engine": make_engine,
     }
@@ -141,19 +143,36 @@ def measure(n: int, with_pai: bool) -> dict[str, float | None]:
         makers["pydantic_ai"] = make_pydantic_ai
     counts = repeats(n)
     runs = {name: make(n) for name, make in makers.items() if counts[name]}
-    samples: dict[str, list[float]] = {name: [] for name in runs}
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
     for name in runs:  # warm-up (imports, caches, first-run costs) on a short run
         asyncio.run(makers[name](20)())
     for i in range(max(counts.values())):
         for name, run in runs.items():
             if i < counts[name]:
                 gc.collect()
-                samples[name].append(asyncio.run(run()) / (n + 1) * 1e6)
+                wall, cpu = asyncio.run(run())
+                samples[name].append((wall / (n + 1) * 1e6, cpu / (n + 1) * 1e6))
     # Every loop has its key (None when it did not run: pydantic-ai not importable, or no
     # repeats at this size), so the table and the JSON keep one shape.
-    out: dict[str, float | None] = {name: None for name in LOOPS}
-    out.update({name: median(values) for name, values in samples.items()})
+    out: dict[str, dict[str, float] | None] = {name: None for name in LOOPS}
+    for name, values in samples.items():
+        walls, cpus = [w for w, _ in values], [c for _, c in values]
+        out[name] = {
+            "wall": median(walls),
+            "wall_min": min(walls),
+            "wall_max": max(walls),
+            "cpu": median(cpus),
+            "cpu_min": min(cpus),
+            "cpu_max": max(cpus),
+            "runs": len(values),
+        }
     return out
+
+
+def _cell(figure: dict[str, float] | None, key: str) -> str | None:
+    if figure is None:
+        return None
+    return f"{figure[key]:.1f} ({figure[key + '_min']:.1f}-{figure[key + '_max']:.1f})"
 
 
 def main() -> dict[str, Any]:
@@ -169,25 +188,30 @@ def main() -> dict[str, Any]:
         rows.append(
             [
                 n,
-                bare,
-                engine,
-                pai,
-                engine / bare,
-                None if pai is None else pai / engine,
+                _cell(bare, "cpu"),
+                _cell(engine, "cpu"),
+                _cell(engine, "wall"),
+                _cell(pai, "cpu"),
+                _cell(pai, "wall"),
+                None if pai is None else pai["cpu"] / engine["cpu"],
+                None if pai is None else pai["wall"] / engine["wall"],
             ]
         )
     print(
         table(
             [
                 "N turns",
-                "bare loop µs/turn",
-                "engine µs/turn",
-                "pydantic-ai µs/turn",
-                "engine / bare",
-                "pydantic-ai / engine",
+                "bare CPU µs/turn",
+                "engine CPU µs/turn",
+                "engine wall µs/turn",
+                "pydantic-ai CPU µs/turn",
+                "pydantic-ai wall µs/turn",
+                "pydantic-ai / engine (CPU)",
+                "pydantic-ai / engine (wall)",
             ],
             rows,
-            "Figure 1: per-turn overhead (zero-latency model, one no-op tool call per turn)",
+            "Figure 1: per-turn overhead (zero-latency model building each response, one no-op "
+            "call per turn; median (min-max))",
         )
     )
     at20 = results[20]
@@ -195,17 +219,18 @@ def main() -> dict[str, Any]:
     assert engine20 is not None
     pai20 = at20["pydantic_ai"]
     growth = {
-        name: (results[2000][name] or 0) / value
+        name: results[2000][name]["cpu"] / value["cpu"]  # type: ignore[index]
         for name, value in at20.items()
         if value and results[2000][name]
     }
     print(
-        "per-turn cost, 2000-turn run over 20-turn run: "
+        "per-turn CPU, 2000-turn run over 20-turn run: "
         + ", ".join(f"{k} {v:.2f}x" for k, v in growth.items())
     )
+    ratio = None if pai20 is None else pai20["cpu"] / engine20["cpu"]
     targets = {
-        "engine_us_per_turn_at_20_le_150": engine20 <= 150,
-        "pydantic_ai_over_engine_at_20_ge_20": None if pai20 is None else pai20 / engine20 >= 20,
+        "engine_cpu_us_per_turn_at_20_le_50": engine20["cpu"] <= 50,
+        "pydantic_ai_over_engine_cpu_at_20_ge_40": None if ratio is None else ratio >= 40,
     }
     print("targets:", ", ".join(f"{k}: {v}" for k, v in targets.items()))
     data = {

@@ -93,7 +93,12 @@ def test_case2_postgres_two_workers_one_killed(tmp_path: Path, postgres: Throwaw
         for run_id in ids[1:]:
             client.submit(run_id, run_id=run_id)
 
-        _wait_for(lambda: client.count("SUCCESS") >= 10, "10 finished runs")
+        # Kill w1 while it has runs in flight (about 10 finished): waiting on both keeps a
+        # loaded machine from killing it in a gap between two of its runs.
+        _wait_for(
+            lambda: client.count("SUCCESS") >= 10 and client.count("PENDING", executor_id="w1") > 0,
+            "10 finished runs and w1 running one",
+        )
         workers["w1"].send_signal(signal.SIGKILL)
         workers["w1"].wait()
         orphans = client.count("PENDING", executor_id="w1")
