@@ -97,13 +97,15 @@ class ContextMeter:
 
     ``mark`` is the index of the first message after the last counted request (the response to
     it included); ``reported`` is 0 when nothing counts (then the whole history is estimated).
+    ``generation`` changes whenever the prefix sums start over (a new or replaced history).
     """
 
-    __slots__ = ("_last", "_prefix", "_source", "mark", "reported")
+    __slots__ = ("_last", "_prefix", "_source", "generation", "mark", "reported")
 
     def __init__(self) -> None:
         self.reported = 0
         self.mark = 0
+        self.generation = 0
         self._source: object = None  # the history list the counts and prefix sums belong to
         self._prefix: list[int] = [0]  # _prefix[i]: estimated tokens of messages[:i]
         self._last: Message | None = None  # the message the last prefix sum ends with
@@ -113,6 +115,7 @@ class ContextMeter:
         back with ``usage``. Nothing is estimated here: `usage` does it when asked."""
         if messages is not self._source:
             self._source, self._prefix, self._last = messages, [0], None
+            self.generation += 1
         self.reported = reported_context(usage)
         self.mark = len(messages)
 
@@ -120,6 +123,7 @@ class ContextMeter:
         """The history was replaced (compacted, or set): estimate all of it until the next count."""
         self.reported, self.mark, self._source = 0, 0, None
         self._prefix, self._last = [0], None
+        self.generation += 1
 
     def _follow(self, messages: Sequence[Message]) -> None:
         """Bring the prefix sums up to date with ``messages`` (appended to since the last call,
@@ -132,6 +136,7 @@ class ContextMeter:
         ):
             self.reported, self.mark, self._source = 0, 0, messages
             self._prefix, self._last, done = [0], None, 0
+            self.generation += 1
         prefix = self._prefix
         for message in messages[done:]:
             prefix.append(prefix[-1] + _estimate(message))
@@ -146,3 +151,89 @@ class ContextMeter:
             estimated = total - self._prefix[self.mark]
             return ContextUsage(self.reported + estimated, self.reported, estimated, window)
         return ContextUsage(total, 0, total, window)
+
+    def deferred(self, messages: Sequence[Message], window: int | None) -> ContextUsage:
+        """The `ContextUsage` of ``messages`` as it is now, estimated only when it is read (a
+        ``turn_end`` event's: most subscribers never look, and the estimate is the cost)."""
+        return _DeferredContextUsage.of(self, messages, window)
+
+
+class _DeferredContextUsage(ContextUsage):
+    """A `ContextUsage` of the history at one moment whose estimate is made when first read.
+
+    It compares, hashes, prints, copies and pickles as the `ContextUsage` it stands for.
+    """
+
+    __slots__ = ("_at", "_figure")
+    _at: tuple[ContextMeter, Sequence[Message], int, int, int, int, int | None] | None
+    _figure: tuple[int, int, int, int | None] | None
+
+    def __init__(
+        self, tokens: int, reported: int, estimated: int, window: int | None = None
+    ) -> None:
+        # A figure already made (``dataclasses.replace`` builds one this way).
+        object.__setattr__(self, "_at", None)
+        object.__setattr__(self, "_figure", (tokens, reported, estimated, window))
+
+    @classmethod
+    def of(
+        cls, meter: ContextMeter, messages: Sequence[Message], window: int | None
+    ) -> _DeferredContextUsage:
+        """The figure of ``messages`` as they are now (nothing estimated yet)."""
+        self = cls.__new__(cls)
+        at = (meter, messages, len(messages), meter.mark, meter.generation, meter.reported, window)
+        object.__setattr__(self, "_at", at)
+        object.__setattr__(self, "_figure", None)
+        return self
+
+    def _fields(self) -> tuple[int, int, int, int | None]:
+        figure = self._figure
+        if figure is None:
+            assert self._at is not None
+            meter, messages, size, mark, generation, reported, window = self._at
+            start = mark if reported else 0
+            if meter.generation == generation and (
+                meter._source is messages or meter._source is None
+            ):
+                meter._follow(messages)  # the prefix sums still describe this history
+                estimated = meter._prefix[size] - meter._prefix[start]
+            else:  # the history was replaced since: estimate the part this figure covers
+                estimated = estimate_tokens(messages[start:size])
+            figure = (reported + estimated, reported, estimated, window)
+            object.__setattr__(self, "_figure", figure)
+            object.__setattr__(self, "_at", None)  # the figure is final: let the rest go
+        return figure
+
+    @property
+    def tokens(self) -> int:
+        """See `ContextUsage.tokens`."""
+        return self._fields()[0]
+
+    @property
+    def reported(self) -> int:
+        """See `ContextUsage.reported`."""
+        return self._fields()[1]
+
+    @property
+    def estimated(self) -> int:
+        """See `ContextUsage.estimated`."""
+        return self._fields()[2]
+
+    @property
+    def window(self) -> int | None:
+        """See `ContextUsage.window`."""
+        return self._fields()[3]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ContextUsage):
+            return NotImplemented
+        return self._fields() == (other.tokens, other.reported, other.estimated, other.window)
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return repr(ContextUsage(*self._fields()))
+
+    def __reduce__(self) -> tuple[type[ContextUsage], tuple[int, int, int, int | None]]:
+        return ContextUsage, self._fields()

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._cancel import AbortSignal, cancelling
-from ._compacting import overflowed
+from ._compacting import context_window, overflowed
 from ._context import project
 from ._effects import request_model
 from ._errors import InvalidHistoryError, MachineDefinitionError
@@ -189,8 +189,9 @@ class Run:
         self.complete_turn()
         if self.turn is not None:
             turn, self.turn = self.turn, None
-            if self.agent._subscribers:
-                context = self.agent.context_usage
+            agent = self.agent
+            if agent._subscribers:
+                context = agent._context.deferred(agent.messages, context_window(agent.model))
                 self.emit(TurnEnd(turn, self.turn_message, self.turn_results, context))
 
     # -- queued input -------------------------------------------------------------------------

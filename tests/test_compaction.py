@@ -16,6 +16,7 @@ from statemachine_agent import (
     Compaction,
     CompactionEnd,
     CompactionStart,
+    ContextUsage,
     Event,
     Message,
     ModelError,
@@ -395,6 +396,60 @@ async def test_context_usage_is_the_reported_count_plus_an_estimate_since() -> N
     assert context.window == 1_000
     assert context.fraction == context.tokens / 1_000
     assert ends[-1].context == context
+
+
+@pytest.mark.parametrize("replaced_first", [False, True])
+@pytest.mark.parametrize("compacting", [False, True])
+async def test_turn_end_context_is_the_figure_of_its_moment_however_late_it_is_read(
+    compacting: bool, replaced_first: bool
+) -> None:
+    """``TurnEnd.context`` is estimated only when read (issue 13: accounting costs nothing a
+    turn for a subscriber that never looks), yet it is the figure of the moment the turn ended:
+    the same as ``agent.context_usage`` then, even when read after later turns, after a
+    compaction replaced the history, or after the history was replaced by hand."""
+    usage = {"input_tokens": 100, "cache_read_input_tokens": 7}
+    steps = [
+        tool_response(
+            call("echo", {"text": "x" * (40 * i)}),
+            # The third response reports no usage: then the whole history is estimated.
+            usage={**usage, "input_tokens": 100 + 50 * i} if i != 3 else {},
+        )
+        for i in range(1, 7)
+    ]
+    steps.append(text_response("done", usage=usage))
+
+    def echo(text: str) -> str:
+        """Echo."""
+        return text * 3
+
+    compaction = (
+        Compaction(threshold=400, keep_recent_turns=1, summarize=lambda old: "S")
+        if compacting
+        else None
+    )
+    # Two agents play the same script: one's events are read only at the end; the other takes
+    # the figure of each moment from ``agent.context_usage`` as its turns end.
+    lazy = Agent(ScriptedModel(steps), tools=[echo], compaction=compaction)
+    eager = Agent(ScriptedModel(steps), tools=[echo], compaction=compaction)
+    ends: list[TurnEnd] = []
+    at_the_time: list[ContextUsage] = []
+    lazy.subscribe(lambda e: ends.append(e) if isinstance(e, TurnEnd) else None)
+    eager.subscribe(
+        lambda e: at_the_time.append(eager.context_usage) if isinstance(e, TurnEnd) else None
+    )
+    assert (await lazy.run("go")).state == State.DONE
+    assert (await eager.run("go")).state == State.DONE
+    summaries = [m for m in lazy.messages if m.text.startswith(SUMMARY_PREFIX)]
+    assert bool(summaries) is compacting  # the history was replaced mid-run
+    if replaced_first:
+        lazy.messages = []  # and replaced again, by hand, before anything is read
+    assert len(ends) == len(at_the_time) == 7
+    read_late = [(c.tokens, c.reported, c.estimated, c.window) for c in (e.context for e in ends)]
+    assert read_late == [(c.tokens, c.reported, c.estimated, c.window) for c in at_the_time]
+    assert [e.context for e in ends] == at_the_time
+    assert at_the_time[0].reported == 157 and at_the_time[0].estimated > 0
+    if not replaced_first:  # reading old figures left the agent's own account as it was
+        assert lazy.context_usage == eager.context_usage
 
 
 def test_models_know_their_context_window() -> None:
