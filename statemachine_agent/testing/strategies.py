@@ -458,7 +458,10 @@ def oracle_anchors(draw: st.DrawFn, steps: Sequence[Step], *, cancel: bool = Tru
     if event == "none":
         return None
     k = draw(st.integers(1, n_calls if event == "tool_start" else n_responses))
-    how = draw(st.sampled_from(("abort", "cancel", "abort"))) if cancel else "abort"
+    # A cancellation at a tool start lands inside a batch, where calls that finished before it
+    # must keep their results: drawn as often as an abort there.
+    hows = ("abort", "cancel") if event == "tool_start" else ("abort", "cancel", "abort")
+    how = draw(st.sampled_from(hows)) if cancel else "abort"
     return Anchor(event, k, how)  # type: ignore[arg-type]
 
 

@@ -48,6 +48,7 @@ MINIMUM_SHARES = {
     # Others, with a margin under what the generators reach:
     "timeout": 0.03,
     "cancel": 0.03,
+    "cancel_inside_batch": 0.03,  # a task cancellation landing inside a tool batch
     "hit_max_turns": 0.05,
     "refusal_with_calls": 0.02,
     "terminating_denial": 0.02,
