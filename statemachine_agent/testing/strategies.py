@@ -453,7 +453,7 @@ def oracle_anchors(draw: st.DrawFn, steps: Sequence[Step], *, cancel: bool = Tru
     n_responses = max(1, len(steps))
     options = ["none", "none", "response", "turn_start"]
     if n_calls:
-        options += ["tool_start", "tool_start", "tool_start"]
+        options += ["tool_start", "tool_start", "tool_start", "tool_start"]
     event = draw(st.sampled_from(options))
     if event == "none":
         return None
