@@ -1,4 +1,4 @@
-"""Run every benchmark figure and print a summary of the targets (issue 7).
+"""Run every benchmark figure and print a summary of the targets (issues 7 and 17).
 
 Each figure runs in its own process (so memory figures are not skewed by the others), with this
 interpreter: run it with the benchmark environment's Python to get the pydantic-ai column.
@@ -19,6 +19,7 @@ from _common import machine, pydantic_ai_version, skip_note, table
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = [
+    "bench_turn_cpu.py",
     "bench_overhead.py",
     "bench_growth.py",
     "bench_parallel.py",

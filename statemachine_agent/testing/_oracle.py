@@ -400,6 +400,10 @@ class RunPrediction:
             continue prompts), None when not predicted.
         exact: no timing-dependent outcome (an example the exhaustive mode can pin down).
         labels: what the scenario exercised (for `hypothesis.event` and coverage).
+        finished: per call that may run, the kinds its result may have when the runner saw its
+            tool and its ``after_tool_call`` hook return (the call finished): a finished call's
+            result is kept whenever the run stops, by an abort or a cancellation. A call whose
+            tool started and never finished is "interrupted".
     """
 
     started: bool = True
@@ -418,6 +422,7 @@ class RunPrediction:
     loose: dict[str, set[str]] = field(default_factory=dict)
     ran_may_after: set[str] = field(default_factory=set)
     results_optional: set[str] = field(default_factory=set)
+    finished: dict[str, set[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -631,6 +636,35 @@ class Oracle:
             out.add("stopped")
         return out
 
+    def finished_kinds(self, call: Call, call_id: str, *, signalled: bool) -> set[str]:
+        """The kinds of a call whose tool ran to its end and whose ``after_tool_call`` hook
+        returned: what it gives undisturbed. With ``signalled`` (the run's abort signal may have
+        been set while it ran) also what a tool that sees the signal gives: the sleeping job stops
+        early, a tool's own `asyncio.CancelledError` counts as interrupted."""
+        kinds = {self.executed(call, call_id)}
+        if signalled and call.tool == "job":
+            if call.behaviour == "sleep":
+                kinds.add("stopped")
+            if call.behaviour == "cancel_itself":
+                kinds.add("interrupted")
+        return {self._after_kind(call, call_id, kind) for kind in kinds}
+
+    def _finished(self, spec: RunSpec, ids: Sequence[Sequence[str]]) -> dict[str, set[str]]:
+        """`finished_kinds` of every call of ``spec`` that reaches its tool when it runs. The
+        signal can be set only by an ``abort`` anchor or a before hook that aborts (a
+        cancellation of the task does not set it)."""
+        signalled = (spec.abort is not None and spec.abort.how == "abort") or any(
+            call.before == "abort" for step in spec.steps for call in step.calls
+        )
+        out: dict[str, set[str]] = {}
+        for step, call_ids in zip(spec.steps, ids, strict=False):
+            n = len(step.calls)
+            for i, (call, call_id) in enumerate(zip(step.calls, call_ids, strict=True)):
+                truncated = step.kind in TRUNCATING and i == n - 1
+                if self.static(call, call_id, truncated) is None:
+                    out[call_id] = self.finished_kinds(call, call_id, signalled=signalled)
+        return out
+
     def _after_kind(self, call: Call, call_id: str, result: str) -> str:
         after = self._after(call, call_id)
         if after == "rewrite":
@@ -684,13 +718,19 @@ class Oracle:
     def predict_run(self, spec: RunSpec, ids: Sequence[Sequence[str]]) -> RunPrediction:
         """Predict one run from the current world; updates the world to its end."""
         if spec.abort is not None and spec.abort.how == "cancel":
-            return self._predict_cancel(spec, ids)
-        return self._simulate(spec, ids)
+            prediction = self._predict_cancel(spec, ids)
+        else:
+            prediction = self._simulate(spec, ids)
+        prediction.finished = self._finished(spec, ids)
+        return prediction
 
     def _predict_cancel(self, spec: RunSpec, ids: Sequence[Sequence[str]]) -> RunPrediction:
         # A cancellation lands at the task's next suspension, which may be later than the anchor
         # (or never, when the rest of the run does not suspend): every outcome between "aborted
-        # at the anchor" and "not cancelled at all" is allowed.
+        # at the anchor" and "not cancelled at all" is allowed. Where it landed is read from the
+        # run itself (`compare_run`): a call that finished before it keeps its own result
+        # (`RunPrediction.finished`), one it caught running is interrupted, one it kept from
+        # starting is not run.
         start = replace(self.world, dangling=list(self.world.dangling))
         assert spec.abort is not None
         aborted = self._simulate(replace(spec, abort=replace(spec.abort, how="abort")), ids)
@@ -712,7 +752,9 @@ class Oracle:
             turns=set(range(min(aborted.turns), max(free.turns | aborted.turns) + 1)),
             requests=set(range(min(aborted.requests), max(free.requests | aborted.requests) + 1)),
             exact=False,
-            labels=aborted.labels | {"cancel"},
+            labels=aborted.labels
+            | {"cancel"}
+            | ({"cancel_inside_batch"} if "abort_inside_batch" in aborted.labels else set()),
         )
         for call_id in set(aborted.results) | set(free.results):
             out.results[call_id] = (
@@ -1320,7 +1362,9 @@ def run_steps(spec: RunSpec, ids: Sequence[Sequence[str]]) -> list[Any]:
 
 @dataclass
 class RunObservation:
-    """What one run of the engine did, in the oracle's terms."""
+    """What one run of the engine did, in the oracle's terms: ``ran`` lists the calls whose tool
+    started (in start order), ``finished`` those whose tool and ``after_tool_call`` hook then
+    returned (None when the scenario's hooks were not the agent's: not observed)."""
 
     started: bool = True
     state: str = ""
@@ -1329,6 +1373,7 @@ class RunObservation:
     requests: int = 0
     results: list[tuple[str, str]] = field(default_factory=list)
     ran: list[str] = field(default_factory=list)
+    finished: list[str] | None = None
     users: int = 0
     new_messages: list[Message] = field(default_factory=list)
     compaction_cuts: list[int] = field(default_factory=list)
@@ -1350,13 +1395,15 @@ class ScenarioObservation:
 class ScenarioHooks:
     """The scenario's ``before_tool_call`` and ``after_tool_call`` hooks: what each does is looked up
     by call id in ``calls``; a call they allow or keep goes on to the user's own hooks
-    (``user_before``, ``user_after``); ``abort`` stops ``agent``."""
+    (``user_before``, ``user_after``); ``abort`` stops ``agent``. ``finished`` lists the calls
+    whose ``after_tool_call`` returned or raised (not cancelled): the call has its result."""
 
     def __init__(self) -> None:
         self.calls: dict[str, Call] = {}
         self.agent: Agent | None = None
         self.user_before: Callable[[ToolCallInfo], Any] | None = None
         self.user_after: Callable[[ToolCallInfo, ToolResultMessage], Any] | None = None
+        self.finished: list[str] = []
 
     async def before(self, info: ToolCallInfo) -> Any:
         call = self.calls.get(info.call.id)
@@ -1378,6 +1425,17 @@ class ScenarioHooks:
         return None
 
     async def after(self, info: ToolCallInfo, result: ToolResultMessage) -> Any:
+        try:
+            value = await self._after(info, result)
+        except BaseException as exc:
+            task = asyncio.current_task()
+            if not (isinstance(exc, asyncio.CancelledError) and task and task.cancelling()):
+                self.finished.append(info.call.id)  # the hook failed: the call has its result
+            raise
+        self.finished.append(info.call.id)
+        return value
+
+    async def _after(self, info: ToolCallInfo, result: ToolResultMessage) -> Any:
         call = self.calls.get(info.call.id)
         kind = call.after if call is not None else "keep"
         if kind == "rewrite":
@@ -1466,6 +1524,7 @@ async def drive_scenario_run(
                 task.cancel()
 
     hooks.agent = agent
+    hooks.finished = []
     before = len(agent.messages)
     watch = CompactionWatch(agent)
     unsubscribe = agent.subscribe(on_event)
@@ -1492,6 +1551,8 @@ async def drive_scenario_run(
         JOURNAL.reset(token)
     obs.ran = journal
     obs.compaction_cuts, obs.compaction_problems = watch.cuts, watch.problems
+    if agent.after_tool_call == hooks.after:
+        obs.finished = [c for c in hooks.finished if c in journal]
     obs.requests = _requests(model) - first_request
     if result is not None:
         obs.state = result.state.value
@@ -1662,6 +1723,23 @@ def compare_run(pred: RunPrediction, obs: RunObservation) -> list[str]:
     for call_id in seen:
         if call_id not in pred.results:
             problems.append(f"call {call_id}: a result the oracle did not expect ({seen[call_id]})")
+    if obs.finished is not None:
+        # Where an abort or a cancellation landed, read from the run: a call that finished keeps
+        # its own result; one whose tool started and never finished was interrupted.
+        finished = set(obs.finished)
+        for call_id, kinds in seen.items():
+            if call_id in finished:
+                allowed = pred.finished.get(call_id, set())
+                if not _matches(kinds[0], allowed):
+                    problems.append(
+                        f"call {call_id} finished (its tool and after hook returned) but its "
+                        f"result is {kinds[0]!r}, allowed {sorted(allowed)}"
+                    )
+            elif call_id in obs.ran and kinds[0] != "interrupted":
+                problems.append(
+                    f"call {call_id}: its tool started and never finished, yet its result is "
+                    f"{kinds[0]!r}, not 'interrupted'"
+                )
     result_order = [c for c, _ in obs.results]
     for batch in pred.order:
         got = [c for c in result_order if c in batch]

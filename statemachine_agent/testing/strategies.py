@@ -453,12 +453,15 @@ def oracle_anchors(draw: st.DrawFn, steps: Sequence[Step], *, cancel: bool = Tru
     n_responses = max(1, len(steps))
     options = ["none", "none", "response", "turn_start"]
     if n_calls:
-        options += ["tool_start", "tool_start", "tool_start"]
+        options += ["tool_start", "tool_start", "tool_start", "tool_start"]
     event = draw(st.sampled_from(options))
     if event == "none":
         return None
     k = draw(st.integers(1, n_calls if event == "tool_start" else n_responses))
-    how = draw(st.sampled_from(("abort", "cancel", "abort"))) if cancel else "abort"
+    # A cancellation at a tool start lands inside a batch, where calls that finished before it
+    # must keep their results: drawn as often as an abort there.
+    hows = ("abort", "cancel") if event == "tool_start" else ("abort", "cancel", "abort")
+    how = draw(st.sampled_from(hows)) if cancel else "abort"
     return Anchor(event, k, how)  # type: ignore[arg-type]
 
 

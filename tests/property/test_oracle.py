@@ -23,6 +23,8 @@ from statemachine_agent.testing import (
     Scenario,
     Step,
     check_scenario,
+    compare,
+    play,
     scenario_ids,
 )
 from statemachine_agent.testing.strategies import scenarios
@@ -48,6 +50,7 @@ MINIMUM_SHARES = {
     # Others, with a margin under what the generators reach:
     "timeout": 0.03,
     "cancel": 0.03,
+    "cancel_inside_batch": 0.03,  # a task cancellation landing inside a tool batch
     "hit_max_turns": 0.05,
     "refusal_with_calls": 0.02,
     "terminating_denial": 0.02,
@@ -167,6 +170,47 @@ def test_an_abort_at_the_second_tool_start_of_a_sequential_batch() -> None:
     assert run.results["r1_1"] == {"ok[out-r11]"}
     assert run.results["r1_3"] == {"not_run"}
     assert run.states == {"aborted"} and run.turns == {1} and run.requests == {1}
+
+
+@pytest.mark.parametrize("mode", ["parallel", "sequential"])
+def test_a_call_that_finished_before_a_cancellation_keeps_its_result(
+    mode: Literal["parallel", "sequential"],
+) -> None:
+    # Case 2, bug 11: the task is cancelled as the first call starts. That call returns without
+    # suspending, so it finishes before the cancellation lands; the second one is caught running
+    # (it sleeps) or, in a sequential batch, kept from starting.
+    scenario = Scenario(
+        (
+            RunSpec(
+                (Step("tool_use", (Call(), Call("job", "sleep"))), Step()),
+                abort=Anchor("tool_start", 1, how="cancel"),
+            ),
+        ),
+        mode=mode,
+    )
+    obs = asyncio.run(play(scenario))
+    run = obs.runs[0]
+    second = "interrupted" if "r1_2" in run.ran else "not_run"
+    assert run.results == [("r1_1", "ok[out-r11]"), ("r1_2", second)]
+    assert run.finished == ["r1_1"] and run.ran[0] == "r1_1"
+    assert second == "interrupted" or mode == "sequential"
+    assert run.cancelled and run.state == "aborted"
+    problems, prediction = compare(scenario, obs)
+    assert problems == []
+    assert prediction.runs[0] is not None and prediction.runs[0].finished["r1_1"] == {"ok[out-r11]"}
+    # The oracle rejects the finished call's result lost, and the running call's called "not run".
+    run.results = [("r1_1", "interrupted"), ("r1_2", "interrupted")]
+    problems, _ = compare(scenario, obs)
+    assert problems == [
+        "run 1: call r1_1 finished (its tool and after hook returned) but its result is "
+        "'interrupted', allowed ['ok[out-r11]']"
+    ]
+    run.results, run.ran = [("r1_1", "ok[out-r11]"), ("r1_2", "not_run")], ["r1_1", "r1_2"]
+    problems, _ = compare(scenario, obs)
+    assert problems == [
+        "run 1: call r1_2: its tool started and never finished, yet its result is 'not_run', "
+        "not 'interrupted'"
+    ]
 
 
 def test_the_readme_oracle_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
