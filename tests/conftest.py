@@ -19,7 +19,7 @@ settings.register_profile(
 settings.register_profile(
     "heavy", deadline=None, max_examples=1000, suppress_health_check=[HealthCheck.too_slow]
 )
-# .ci/run's second property pass: random (not derandomized) examples, about a minute in all; run
+# .ci/run's second property pass: random (not derandomized) examples, about a minute and a half in all; run
 # with --hypothesis-seed=N so a failure replays with the same N.
 settings.register_profile(
     "explore",
