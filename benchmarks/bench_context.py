@@ -60,14 +60,16 @@ def steps(n: int) -> list[AssistantMessage]:
 @contextmanager
 def stubbed() -> Iterator[None]:
     """The meter does nothing: no count kept, a constant usage (the cost of accounting removed)."""
-    counted, usage = ContextMeter.counted, ContextMeter.usage
+    counted, usage, deferred = ContextMeter.counted, ContextMeter.usage, ContextMeter.deferred
     constant = ContextUsage(0, 0, 0, None)
     ContextMeter.counted = lambda self, messages, usage: None  # type: ignore[method-assign]
     ContextMeter.usage = lambda self, messages, window: constant  # type: ignore[method-assign]
+    ContextMeter.deferred = lambda self, messages, window: constant  # type: ignore[method-assign]
     try:
         yield
     finally:
         ContextMeter.counted, ContextMeter.usage = counted, usage  # type: ignore[method-assign]
+        ContextMeter.deferred = deferred  # type: ignore[method-assign]
 
 
 async def one_run(script: list[AssistantMessage], subscribe: bool) -> float:
@@ -99,13 +101,19 @@ def measure(subscribe: bool, repeats: int) -> dict[str, float]:
 
 def direct_cost(repeats: int = 2_000) -> dict[str, float]:
     """Microseconds per turn of the meter itself on a growing history (the turn adds one
-    response and one result): ``counted`` alone, and ``counted`` + ``usage``."""
+    response and one result): ``counted`` alone (no subscriber), ``counted`` + ``deferred``
+    (a subscriber: the ``turn_end`` event's figure, not yet read), and ``counted`` + ``usage``
+    (the figure made: what reading it costs)."""
     script = steps(repeats)
     from statemachine_agent import UserMessage
     from statemachine_agent._messages import text_result
 
     out: dict[str, float] = {}
-    for label, with_usage in (("counted", False), ("counted_and_usage", True)):
+    for label, extra in (
+        ("counted", None),
+        ("counted_and_deferred", "deferred"),
+        ("counted_and_usage", "usage"),
+    ):
         meter = ContextMeter()
         history: list[Any] = [UserMessage("go")]
         spent = 0.0
@@ -116,7 +124,9 @@ def direct_cost(repeats: int = 2_000) -> dict[str, float]:
             meter.counted(history, response.usage)
             history.append(response)
             history.append(result)
-            if with_usage:
+            if extra == "deferred":
+                meter.deferred(history, 200_000)
+            elif extra == "usage":
                 meter.usage(history, 200_000)
             spent += time.perf_counter() - start
         out[label] = spent / repeats * 1e6
@@ -154,8 +164,10 @@ def main() -> dict[str, Any]:
         )
     )
     print(
-        f"the meter itself: counted {direct['counted']:.2f} µs/turn, counted + usage "
-        f"{direct['counted_and_usage']:.2f} µs/turn (history growing by 2 messages a turn)"
+        f"the meter itself: counted {direct['counted']:.2f} µs/turn; with a subscriber, counted "
+        f"+ deferred {direct['counted_and_deferred']:.2f} µs/turn (the turn_end figure, made "
+        f"only when read: counted + usage {direct['counted_and_usage']:.2f} µs/turn); history "
+        "growing by 2 messages a turn"
     )
     print("targets:", ", ".join(f"{k}: {v}" for k, v in targets.items()))
     data = {"us_per_turn": results, "meter_us_per_turn": direct, "targets": targets}
