@@ -100,6 +100,10 @@ class Usage(_Model):
         )
 
 
+NO_USAGE = Usage()
+"""Zero tokens: the usage of a response that reports none (shared: `Usage` is frozen)."""
+
+
 class TextBlock(_Model):
     """Text, as the model streamed it (whitespace-only blocks included).
 
@@ -223,7 +227,7 @@ class AssistantMessage(_Model):
     stop_reason: StopReasonValue = None
     stop_sequence: str | None = None
     stop_details: dict[str, Any] | None = None
-    usage: Usage = Field(default_factory=Usage)
+    usage: Usage = NO_USAGE  # frozen: one shared zero (a factory was a model built per message)
     model: str | None = None
     error: str | None = None
 
