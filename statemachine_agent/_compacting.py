@@ -117,10 +117,15 @@ class Compaction:
 
     def __post_init__(self) -> None:
         t = self.threshold
-        if isinstance(t, bool) or not isinstance(t, int | float) or t <= 0:
+        if (
+            isinstance(t, bool)
+            or not isinstance(t, int | float)
+            or t <= 0
+            or (isinstance(t, float) and t > 1)  # neither a fraction nor a count of tokens
+        ):
             raise UsageError(
                 f"Compaction threshold must be a fraction of the context window (0 < t <= 1) "
-                f"or a number of tokens, got {t!r}"
+                f"or a number of tokens (an int above 1), got {t!r}"
             )
         tokens, turns = self.keep_recent, self.keep_recent_turns
         if tokens is not None and turns is not None:

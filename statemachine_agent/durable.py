@@ -601,14 +601,23 @@ async def run(
         The `RunResult`, the same an uninterrupted in-process run would give.
 
     Raises:
-        UsageError: ``approval_timeout_seconds`` is negative.
+        UsageError: ``approval_timeout_seconds`` is negative, or `launch` was not called.
     """
+    _require_launched()
     _check_timeout(approval_timeout_seconds)
     with SetWorkflowID(run_id or uuid.uuid4().hex):
         handle = await DBOS.start_workflow_async(
             agent_workflow, prompt, max_turns, approval_timeout_seconds
         )
     return decode_result(await handle.get_result())
+
+
+def _require_launched() -> None:
+    if _factory is None:
+        raise UsageError(
+            "DBOS is not launched in this process: call statemachine_agent.durable.launch(...) "
+            "first, or use statemachine_agent.durable.Client from a process that is not a worker"
+        )
 
 
 def _check_timeout(seconds: float) -> None:
@@ -626,8 +635,10 @@ async def abort(run_id: str, reason: str = "aborted by the caller") -> None:
     waiting in-process run); so does one whose batch is about to defer calls.
 
     Raises:
+        UsageError: `launch` was not called in this process.
         dbos.error.DBOSNonExistentWorkflowError: no run has this id.
     """
+    _require_launched()
     await DBOS.send_async(run_id, reason, topic=ABORT_TOPIC)
     await DBOS.send_async(run_id, {"abort": reason}, topic=DECISION_TOPIC)
 
@@ -640,7 +651,11 @@ async def pending(run_id: str, *, wait_seconds: float = 0) -> tuple[PendingCall,
         run_id: the run's id.
         wait_seconds: when the run has not waited for approval yet, wait up to this long for it
             to start (0: answer at once).
+
+    Raises:
+        UsageError: `launch` was not called in this process.
     """
+    _require_launched()
     data = await DBOS.get_event_async(run_id, PENDING_EVENT, timeout_seconds=wait_seconds)
     return _decode_pending(data)
 
@@ -659,7 +674,8 @@ async def send_decisions(run_id: str, decisions: Mapping[str, Decision]) -> None
 
     Raises:
         UsageError: no run has this id, it is not awaiting approval, a call id is not pending,
-            or a decision is not `Approve` / `Deny`. Nothing is sent then.
+            or a decision is not `Approve` / `Deny`, or `launch` was not called in this process.
+            Nothing is sent then.
     """
     calls = await pending(run_id)
     if not calls and await DBOS.get_workflow_status_async(run_id) is None:

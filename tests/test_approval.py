@@ -348,6 +348,7 @@ def test_case6_cli_stops_awaiting_approval_and_approve_continues(tmp_path: Path)
     assert done.returncode == 4, done.stdout + done.stderr
     output = " ".join((done.stdout + done.stderr).split())
     assert "Awaiting approval:" in output
+    assert "⏸ write_file" in output and "✓ write_file" not in output  # held, not succeeded
     assert 'c1: write_file {"path": "out.txt", "content": "written once\\n"}' in output
     assert f"statemachine-agent approve {session} --call ID" in output
     assert not (ws / "out.txt").exists()

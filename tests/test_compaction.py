@@ -469,6 +469,16 @@ def test_fractional_threshold_needs_a_context_window() -> None:
     Agent(ScriptedModel([], context_window=10_000), compaction=Compaction(threshold=0.5))
 
 
+@pytest.mark.parametrize("threshold", [0, -1, 1.5, 2.0, True, "0.5"])
+def test_a_threshold_that_is_neither_a_fraction_nor_a_token_count_is_refused(
+    threshold: object,
+) -> None:
+    with pytest.raises(UsageError, match=r"fraction of the context window \(0 < t <= 1\)"):
+        Compaction(threshold=threshold)  # type: ignore[arg-type]
+    assert Compaction(threshold=1.0).limit(1_000) == 1_000  # a fraction: the whole window
+    assert Compaction(threshold=2).limit(None) == 2  # an int above 1: tokens
+
+
 async def test_an_abort_during_compaction_ends_aborted_with_the_history_intact() -> None:
     holder: list[Agent] = []
 

@@ -97,6 +97,8 @@ def result_lines(result: ToolResultMessage, *, width: int = _LINE) -> str:
 
 
 def _mark(result: ToolResultMessage) -> tuple[str, str]:
+    if isinstance(result.details, dict) and result.details.get("awaiting_approval") is True:
+        return "⏸", "yellow"  # deferred: it has not run; a person decides
     if result.is_error:
         return "✗", "red"
     code = result.details.get("exit_code") if isinstance(result.details, dict) else None

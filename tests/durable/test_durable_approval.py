@@ -318,3 +318,20 @@ async def test_wrong_decisions_are_refused_and_nothing_is_sent(
 def test_a_negative_approval_timeout_is_refused() -> None:
     with pytest.raises(UsageError, match="approval_timeout_seconds must be 0 or more"):
         asyncio.run(run("Go.", approval_timeout_seconds=-1))
+
+
+async def test_calls_before_launch_say_to_launch_first() -> None:
+    """Without `launch` in this process the module's functions refuse with a UsageError that
+    says what to do (not DBOS's own "No DBOS was created yet")."""
+    from statemachine_agent import Approve, UsageError
+    from statemachine_agent import durable as d
+
+    assert d._factory is None  # no fixture launched DBOS here
+    for call in (
+        lambda: d.run("go"),
+        lambda: d.pending("run-1"),
+        lambda: d.send_decisions("run-1", {"c1": Approve()}),
+        lambda: d.abort("run-1"),
+    ):
+        with pytest.raises(UsageError, match=r"launch\(\.\.\.\) first"):
+            await call()
