@@ -25,13 +25,12 @@ from ._execution import PendingBatch, ToolExecution
 from ._handles import DEFAULT_MAX_QUEUE, ClaimedRun, EventStream, RunHandle, keep_until_done
 from ._hooks import (
     AfterToolCall,
-    Approve,
     BeforeToolCall,
     Decision,
-    Deny,
     PendingCall,
     ShouldContinue,
     TransformContext,
+    check_decisions,
 )
 from ._limits import UsageLimits
 from ._machine import LoopMachine, MaxTokensPolicy
@@ -676,15 +675,7 @@ class Agent:
                 f"calls {', '.join(waiting)} are awaiting approval: decide them first with "
                 "agent.run(decisions={call_id: Approve() or Deny(reason)}), or agent.abort()"
             )
-        unknown = [cid for cid in decisions if cid not in waiting]
-        if unknown:
-            raise UsageError(
-                f"no pending call has id {', '.join(map(repr, unknown))} (pending: "
-                f"{', '.join(waiting)}); a call is decided once"
-            )
-        wrong = [cid for cid, d in decisions.items() if not isinstance(d, Approve | Deny)]
-        if wrong:
-            raise UsageError(f"decisions must be Approve() or Deny(reason); got one for {wrong}")
+        check_decisions(waiting, decisions)
         pending.decisions = dict(decisions)
         return Trigger.DECIDED
 

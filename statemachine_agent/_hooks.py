@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._cancel import AbortSignal
+from ._errors import UsageError
 from ._messages import AssistantMessage, Message, ToolCallBlock, ToolResultMessage, Usage
 from ._tools import Tool, ToolResult
 
@@ -47,6 +48,34 @@ class Approve:
 Decision = Approve | Deny
 """A person's decision on a deferred call: `Approve` it, or `Deny` it (``Deny(reason,
 terminate=True)`` answers every pending call and ends the run ``aborted``)."""
+
+
+def check_decisions(
+    waiting: Sequence[str], decisions: Mapping[str, object], *, of: str = ""
+) -> None:
+    """Refuse ``decisions`` for the pending calls ``waiting`` (their ids, in declaration order)
+    unless each names a pending call and is `Approve` or `Deny`.
+
+    Args:
+        waiting: the ids of the calls awaiting approval.
+        decisions: ``{call_id: decision}``.
+        of: names the run in the messages (e.g. `` of run 'r1'``).
+
+    Raises:
+        UsageError: no decision, an id that is not pending, or a value that is not a decision.
+    """
+    pending = ", ".join(waiting)
+    if not decisions:
+        raise UsageError(f"no decision given; pending: {pending}")
+    unknown = [cid for cid in decisions if cid not in waiting]
+    if unknown:
+        raise UsageError(
+            f"no pending call{of} has id {', '.join(map(repr, unknown))} (pending: {pending}); "
+            "a call is decided once"
+        )
+    wrong = [cid for cid, d in decisions.items() if not isinstance(d, Approve | Deny)]
+    if wrong:
+        raise UsageError(f"decisions must be Approve() or Deny(reason); got one for {wrong}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,7 +98,7 @@ from . import __version__
 from ._agent import Agent, _as_user
 from ._errors import AgentBusyError, ToolStepFailed, UsageError
 from ._execution import BatchRun, _Slot
-from ._hooks import Approve, Decision, Deny, PendingCall
+from ._hooks import Approve, Decision, Deny, PendingCall, check_decisions
 from ._messages import HISTORY_ADAPTER, AssistantMessage, Message, ToolResultMessage, Usage
 from ._messages import text_result as _text_result
 from ._protocol import NO_RESULT
@@ -603,8 +603,8 @@ async def run(
     Raises:
         UsageError: ``approval_timeout_seconds`` is negative, or `launch` was not called.
     """
-    _require_launched()
     _check_timeout(approval_timeout_seconds)
+    _require_launched()
     with SetWorkflowID(run_id or uuid.uuid4().hex):
         handle = await DBOS.start_workflow_async(
             agent_workflow, prompt, max_turns, approval_timeout_seconds
@@ -690,18 +690,7 @@ def _decision_message(
     """``decisions`` as the message a waiting run reads, checked against its pending calls."""
     if not calls:
         raise UsageError(f"run {run_id!r} is not awaiting approval: there is nothing to decide")
-    waiting = [call.id for call in calls]
-    if not decisions:
-        raise UsageError(f"no decision given; pending: {', '.join(waiting)}")
-    unknown = [cid for cid in decisions if cid not in waiting]
-    if unknown:
-        raise UsageError(
-            f"no pending call of run {run_id!r} has id {', '.join(map(repr, unknown))} "
-            f"(pending: {', '.join(waiting)})"
-        )
-    wrong = [cid for cid, d in decisions.items() if not isinstance(d, Approve | Deny)]
-    if wrong:
-        raise UsageError(f"decisions must be Approve() or Deny(reason); got one for {wrong}")
+    check_decisions([call.id for call in calls], decisions, of=f" of run {run_id!r}")
     return {"decisions": {cid: _encode_decision(d) for cid, d in decisions.items()}}
 
 
