@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,11 +14,10 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
+from worker_process import cli as _cli
+from worker_process import start_worker
+
 SAFETY_SECONDS = 60.0  # only ends a hung wait; nothing is asserted about time
-
-
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "statemachine_agent", *args]
 
 
 def test_worker_submit_status_with_the_workspace_tools(tmp_path: Path) -> None:
@@ -42,29 +40,8 @@ def test_worker_submit_status_with_the_workspace_tools(tmp_path: Path) -> None:
     )
     db = f"sqlite:///{tmp_path / 'runs.sqlite'}"
     env = dict(os.environ)
-    worker = subprocess.Popen(
-        _cli(
-            "worker",
-            "--db",
-            db,
-            "-w",
-            str(workspace),
-            "-m",
-            f"script:{script}",
-            "--executor-id",
-            "cli-worker",
-            "--poll-seconds",
-            "0.1",
-        ),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    worker = start_worker(db, "cli-worker", env, "-w", str(workspace), "-m", f"script:{script}")
     try:
-        assert worker.stdout is not None
-        line = worker.stdout.readline()
-        assert line.startswith("worker cli-worker serving"), (line, worker.poll())
         submitted = subprocess.run(
             _cli("submit", "--db", db, "--id", "cli-run", "What is in the folder?"),
             env=env,

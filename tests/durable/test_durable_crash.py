@@ -17,6 +17,8 @@ import pytest
 pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
 from durable_agents import FAST_RESULT, FINAL_ANSWER, SLOW_RESULT
+from worker_process import cli as _cli
+from worker_process import start_worker
 
 from statemachine_agent import State, ToolResultMessage
 from statemachine_agent._protocol import NO_RESULT, assert_valid_history
@@ -117,32 +119,8 @@ def test_case1_sqlite_worker_killed_mid_batch(tmp_path: Path, idempotent: bool) 
 # -- case 3: killed while awaiting approval, decided from a third process ------------------------
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "statemachine_agent", *args]
-
-
 def _start_worker(db: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    worker = subprocess.Popen(
-        _cli(
-            "worker",
-            "--db",
-            db,
-            "--factory",
-            "durable_agents:approval_agent",
-            "--executor-id",
-            "approval-worker",
-            "--poll-seconds",
-            "0.1",
-        ),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert worker.stdout is not None
-    line = worker.stdout.readline()  # printed once DBOS has launched (and recovered)
-    assert line.startswith("worker approval-worker serving"), (line, worker.poll())
-    return worker
+    return start_worker(db, "approval-worker", env, "--factory", "durable_agents:approval_agent")
 
 
 def _stop(worker: subprocess.Popen[str], sig: int) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,6 +16,8 @@ import pytest
 pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
 from throwaway_pg import ThrowawayPostgres
+from worker_process import cli as _cli
+from worker_process import start_worker
 
 from statemachine_agent import State, ToolResultMessage
 from statemachine_agent._protocol import NO_RESULT, assert_valid_history
@@ -28,37 +29,10 @@ RUNS = 40
 TURNS = 3
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "statemachine_agent", *args]
-
-
 def _start_worker(db: str, worker_id: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    worker = subprocess.Popen(
-        _cli(
-            "worker",
-            "--db",
-            db,
-            "--factory",
-            "durable_agents:turns_agent",
-            "--executor-id",
-            worker_id,
-            "--concurrency",
-            "4",
-            "--poll-seconds",
-            "0.1",
-        ),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    return start_worker(
+        db, worker_id, env, "--factory", "durable_agents:turns_agent", "--concurrency", "4"
     )
-    assert worker.stdout is not None
-    line = worker.stdout.readline()  # the worker says so once it serves the queue
-    assert line.startswith(f"worker {worker_id} serving"), (
-        line,
-        worker.stderr.read() if worker.poll() is not None else "",
-    )  # type: ignore[union-attr]
-    return worker
 
 
 def _wait_for(predicate: object, what: str) -> None:

@@ -1,0 +1,31 @@
+"""The CLI as a process, and a ``statemachine-agent worker`` started and waited for (shared by
+the durable tests that run workers)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def cli(*args: str) -> list[str]:
+    """The command line running the CLI with this interpreter."""
+    return [sys.executable, "-m", "statemachine_agent", *args]
+
+
+def start_worker(
+    db: str, worker_id: str, env: dict[str, str], *options: str
+) -> subprocess.Popen[str]:
+    """Start ``statemachine-agent worker --db DB --executor-id ID OPTIONS`` and return once it
+    says it serves the queue (DBOS launched and recovered)."""
+    worker = subprocess.Popen(
+        cli("worker", "--db", db, "--executor-id", worker_id, "--poll-seconds", "0.1", *options),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stdout is not None and worker.stderr is not None
+    line = worker.stdout.readline()
+    stderr = worker.stderr.read() if worker.poll() is not None else ""
+    assert line.startswith(f"worker {worker_id} serving"), (line, stderr)
+    return worker
