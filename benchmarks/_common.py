@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-SETUP = "python3 -m venv .benchvenv && .benchvenv/bin/pip install -e . pydantic-ai-slim"
+SETUP = "python3 -m venv .benchvenv && .benchvenv/bin/pip install -e '.[dbos]' pydantic-ai-slim"
 
 
 def pydantic_ai_version() -> str | None:

@@ -1,5 +1,6 @@
-"""Figure 7: where the per-turn time goes. cProfile of a 2000-turn run (one no-op tool call a turn,
-zero-latency model), functions sorted by own time, with each one's share of the profiled run.
+"""Figure 7: where the per-turn time goes. cProfile of a 2000-turn run in the headline set-up of
+`bench_turn_cpu` (one no-op tool call a turn, zero-latency model building each response, a
+subscriber attached), functions sorted by own time, with each one's share of the profiled run.
 
 cProfile inflates small calls, so the shares matter, not the absolute numbers (figure 1 has those).
 With ``--pyinstrument`` (when pyinstrument is importable) a sampling call tree is printed instead.
@@ -16,18 +17,15 @@ import sys
 from typing import Any
 
 from _common import emit, quick, table
-from bench_overhead import NOOP, engine_steps
+from bench_turn_cpu import build
 
-from statemachine_agent import Agent, State
-from statemachine_agent.models import ScriptedModel
+from statemachine_agent import State
 
 TOP = 20
 
 
 async def run(n: int) -> None:
-    agent = Agent(
-        ScriptedModel(engine_steps(n), record_requests=False), tools=[NOOP], max_turns=n + 1
-    )
+    agent, _seen = build(n, 1)
     result = await agent.run("go")
     assert result.state is State.DONE
 
