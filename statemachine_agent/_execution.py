@@ -304,13 +304,7 @@ class BatchRun:
 
     async def _watch(self, tasks: Sequence[asyncio.Future[None]]) -> None:
         try:
-            everything = asyncio.ensure_future(asyncio.wait(tasks))
-            abort = self._signal.future()
-            try:
-                await asyncio.wait((everything, abort), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                abort.cancel()
-                everything.cancel()  # stops only the waiting, not the tasks
+            await self._all_done_or_abort(tasks)
             pending = {task for task in tasks if not task.done()}
             if pending:
                 # Aborted: running tools saw the signal; give them the grace period to stop.
@@ -324,6 +318,34 @@ class BatchRun:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
+
+    async def _all_done_or_abort(self, tasks: Sequence[asyncio.Future[None]]) -> None:
+        """Wait until every task is done or the run is aborted, whichever comes first (one
+        future woken by the tasks' done callbacks and the abort signal: no waiting task)."""
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        left = len(tasks)
+
+        def wake(_done: object = None) -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        def one_done(_task: asyncio.Future[None]) -> None:
+            nonlocal left
+            left -= 1
+            if not left:
+                wake()
+
+        for task in tasks:
+            task.add_done_callback(one_done)
+        remove = self._signal.add_callback(wake)
+        if self._signal.aborted:
+            wake()
+        try:
+            await woken
+        finally:
+            remove()
+            for task in tasks:
+                task.remove_done_callback(one_done)
 
     async def _process(self, slot: _Slot) -> None:
         call = slot.call
