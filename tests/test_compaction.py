@@ -4,6 +4,8 @@ Each case of the issue is a named test with its exact expected values."""
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -396,6 +398,31 @@ async def test_context_usage_is_the_reported_count_plus_an_estimate_since() -> N
     assert context.window == 1_000
     assert context.fraction == context.tokens / 1_000
     assert ends[-1].context == context
+
+
+async def test_a_turn_end_context_compares_as_the_exact_context_usage_it_stands_for() -> None:
+    """The lazily estimated ``TurnEnd.context`` equals, hashes, prints, copies and pickles as the
+    `ContextUsage` of its moment, its window included."""
+    usage = {"input_tokens": 100, "cache_read_input_tokens": 50, "cache_creation_input_tokens": 25}
+    model = ScriptedModel([text_response("hi", usage=usage)], context_window=1_000)
+    agent = Agent(model)
+    ends: list[TurnEnd] = []
+    agent.subscribe(lambda e: ends.append(e) if isinstance(e, TurnEnd) else None)
+    await agent.run("hello")
+    context = ends[-1].context
+    estimated = -(-(16 + len("hi")) // 4)
+    exact = ContextUsage(175 + estimated, 175, estimated, 1_000)
+    assert context == exact and exact == context
+    assert hash(context) == hash(exact)
+    assert repr(context) == repr(exact)
+    assert context != ContextUsage(175 + estimated, 175, estimated, None)
+    assert context != ContextUsage(175 + estimated, 175, estimated, 2_000)
+    assert context != ContextUsage(175 + estimated + 1, 175, estimated + 1, 1_000)
+    copied = pickle.loads(pickle.dumps(context))
+    assert type(copied) is ContextUsage and copied == exact
+    assert dataclasses.replace(context, window=None) == ContextUsage(
+        175 + estimated, 175, estimated, None
+    )
 
 
 @pytest.mark.parametrize("replaced_first", [False, True])

@@ -225,3 +225,43 @@ def test_agents_share_one_definition_until_one_changes_its_own() -> None:
     with pytest.raises(MachineDefinitionError):
         third.fire("start", LoopData())  # its own guard refuses
     assert LoopMachine().fire("start", LoopData()).dest is State.AWAITING_MODEL
+
+
+def test_a_callback_added_to_one_machine_reaches_no_other_machine() -> None:
+    """`on_enter` / `on_exit` copy the callbacks they change: the shared definition keeps none,
+    so a fresh machine lists none and one that makes its own definition later starts without
+    them."""
+    first, second = LoopMachine(), LoopMachine()
+    entered: list[str] = []
+    second.on_enter(State.AWAITING_MODEL, lambda data: entered.append("second enters"))
+    second.on_exit(State.IDLE, lambda data: entered.append("second leaves idle"))
+    assert first.state_callbacks(State.AWAITING_MODEL) == ([], [])
+    assert first.state_callbacks(State.IDLE) == ([], [])
+    assert LoopMachine().state_callbacks(State.AWAITING_MODEL) == ([], [])
+    assert first._definition.callbacks == {}
+    third = LoopMachine()
+    third.add_guard("start", State.AWAITING_MODEL, lambda data: True)  # a definition of its own
+    assert third._definition.callbacks == {}
+    assert third.fire("start", LoopData()).dest is State.AWAITING_MODEL
+    assert first.fire("start", LoopData()).dest is State.AWAITING_MODEL
+    assert entered == []
+    second.fire("start", LoopData())
+    assert entered == ["second leaves idle", "second enters"]
+
+
+def test_extra_transitions_of_one_machine_leave_the_shared_definition_alone() -> None:
+    budget = TransitionSpec(
+        "tools_finished",
+        (State.EXECUTING_TOOLS,),
+        State.DONE,
+        (lambda data: data.turns > 2,),
+        label="budget",
+        before="next_turn",
+    )
+    own = LoopMachine([budget])
+    assert not own.shared
+    assert budget in own.specs and len(own.specs) == len(TRANSITIONS) + 1
+    fresh = LoopMachine()
+    assert fresh.shared
+    assert fresh.specs == list(TRANSITIONS)
+    assert "budget" not in [s.label for s in fresh.specs]

@@ -3,6 +3,7 @@ extensions are validated when added, and the protocol holds on every path into a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -23,8 +24,10 @@ from statemachine_agent import (
     Run,
     State,
     StateChanged,
+    ToolContext,
     ToolResultMessage,
     TransitionSpec,
+    Usage,
     UserMessage,
     render_diagram,
     tool,
@@ -529,3 +532,111 @@ def test_check_reports_a_run_that_ended_in_another_state_than_the_machine(tmp_pa
     assert any("ended in 'max_turns' but the machine was in 'done'" in p for p in problems), (
         problems
     )
+
+
+# -- checks review 3 (planted bugs in the engine-cost changes) found untested -----------------
+
+
+def test_removing_an_abort_callback_removes_that_callback_only() -> None:
+    signal = AbortSignal()
+    called: list[str] = []
+    remove_first = signal.add_callback(lambda: called.append("first"))
+    signal.add_callback(lambda: called.append("second"))
+    remove_third = signal.add_callback(lambda: called.append("third"))
+    remove_first()
+    remove_first()  # removing twice is harmless
+    signal.add_callback(lambda: called.append("fourth"))
+    remove_third()
+    signal.set("stop")
+    assert called == ["second", "fourth"]
+    assert signal.reason == "stop"
+
+
+async def test_an_abort_ending_a_scope_entered_during_a_cancellation_keeps_the_cancellation() -> (
+    None
+):
+    """Code cleaning up after a cancellation of its task enters an abort scope; an abort ends the
+    block (swallowed, ``scope.aborted``), yet the task's own pending cancellation is re-raised at
+    the end of the scope, never lost."""
+    from statemachine_agent._cancel import abort_scope
+
+    signal = AbortSignal()
+    log: list[Any] = []
+    in_scope = asyncio.Event()
+
+    async def body() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            log.append("cleaning up")
+            async with abort_scope(signal) as scope:
+                in_scope.set()
+                await asyncio.sleep(30)
+            log.append(("after the scope", scope.aborted))
+        log.append("went on")
+
+    task = asyncio.ensure_future(body())
+    await asyncio.sleep(0)
+    task.cancel()
+    await in_scope.wait()
+    signal.set("stop")
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert log == ["cleaning up"]
+
+
+def test_setting_run_usage_replaces_the_usage_added_before() -> None:
+    run = Run(Agent(ScriptedModel([])))
+    run.add_usage(Usage(input_tokens=5, output_tokens=1))
+    run.usage = Usage(input_tokens=100, output_tokens=10)
+    assert run.usage == Usage(input_tokens=100, output_tokens=10)
+    run.add_usage(Usage(input_tokens=1, output_tokens=2, cache_write_tokens=3))
+    run.add_usage(Usage(cache_read_tokens=4))
+    expected = Usage(input_tokens=101, output_tokens=12, cache_write_tokens=3, cache_read_tokens=4)
+    assert run.usage == expected
+    assert run.usage == expected  # reading it again changes nothing
+
+
+def test_run_usage_read_every_turn_still_sums_every_response() -> None:
+    """``should_continue`` reads ``run.usage`` each turn (summing the parts added so far); the
+    total keeps the earlier turns."""
+    script = [
+        tool_response(call("act"), usage={"input_tokens": 10 * i, "output_tokens": i})
+        for i in range(1, 4)
+    ]
+    script.append(text_response("done", usage={"input_tokens": 1000, "output_tokens": 7}))
+    seen: list[Usage] = []
+
+    def act() -> str:
+        """Act."""
+        return "acted"
+
+    def keep_going(info: Any) -> bool:
+        seen.append(info.usage)
+        return True
+
+    agent = Agent(ScriptedModel(script), tools=[act], should_continue=keep_going)
+    result = agent.run_sync("go")
+    assert result.state is State.DONE
+    assert seen == [
+        Usage(input_tokens=10, output_tokens=1),
+        Usage(input_tokens=30, output_tokens=3),
+        Usage(input_tokens=60, output_tokens=6),
+    ]
+    assert result.usage == Usage(input_tokens=1060, output_tokens=13)
+
+
+def test_a_tool_context_carries_the_agents_deps() -> None:
+    deps = {"db": "sqlite://"}
+    seen: list[tuple[Any, str, str]] = []
+
+    def lookup(ctx: ToolContext, key: str) -> str:
+        """Look a key up."""
+        seen.append((ctx.deps, ctx.call_id, ctx.tool_name))
+        return ctx.deps[key]
+
+    script = [tool_response(call("lookup", {"key": "db"}, id="c1")), text_response("done")]
+    result = Agent(ScriptedModel(script), tools=[lookup], deps=deps).run_sync("go")
+    assert seen == [(deps, "c1", "lookup")]
+    assert seen[0][0] is deps
+    assert result.messages[2].text == "sqlite://"

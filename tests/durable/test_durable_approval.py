@@ -29,6 +29,7 @@ from statemachine_agent import (
     State,
     ToolCallInfo,
     ToolResultMessage,
+    Usage,
     UsageError,
     tool,
 )
@@ -149,8 +150,14 @@ def _hooked_agent(log: list[str]) -> Agent:
                     {"type": "tool_use", "id": "d2", "name": "deploy", "input": {"target": "b"}},
                 ],
                 "stop_reason": "tool_use",
+                "usage": {"input_tokens": 11, "output_tokens": 3},
             }
-        return "; ".join(f"{m.tool_call_id}={m.text}" for m in results)
+        text = "; ".join(f"{m.tool_call_id}={m.text}" for m in results)
+        return {  # usage reported by every request: the durable total must sum them all
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": 100 + len(results), "output_tokens": 5},
+        }
 
     def check(target: str) -> str:
         """Check."""
@@ -182,6 +189,13 @@ SCENARIOS: dict[str, tuple[list[Mapping[str, Decision]], State, list[str], str]]
         ["check a"],
         "A tool call was denied and ended the run: stop everything",
     ),
+}
+
+
+USAGE = {
+    # the first request, then the one after the last decision (the final answer) if any
+    "approve-with-arguments-then-deny": Usage(input_tokens=11 + 103, output_tokens=3 + 5),
+    "terminating-denial": Usage(input_tokens=11, output_tokens=3),
 }
 
 
@@ -220,6 +234,7 @@ async def test_durable_history_is_the_in_process_history(factory: Factory, scena
         usage,
     )
     assert (got.text if state == State.DONE else got.error) == ending
+    assert got.usage == USAGE[scenario]
     assert_valid_history(got.messages)
 
 
@@ -235,6 +250,67 @@ async def test_a_call_is_decided_once_whoever_sends_it(factory: Factory, side: P
     assert _lines(side) == ["check prod", "deploy prod"]
     assert _results(result)[DEPLOY_CALL].text == "deployed to prod"
     assert_valid_history(result.messages)
+
+
+async def test_a_stale_decision_for_a_call_already_decided_is_dropped_and_the_run_waits_on(
+    factory: Factory,
+) -> None:
+    """Another process decides a call the run already decided (it was quicker): the run drops
+    that decision and keeps waiting for the calls still pending; each call runs once."""
+    log: list[str] = []
+    factory.build = lambda: _hooked_agent(log)
+    task = asyncio.ensure_future(run("Check and deploy.", run_id="stale-run"))
+    await _pending_becomes("stale-run", ["d1", "d2"])
+    await send_decisions("stale-run", {"d1": Approve()})
+    await _pending_becomes("stale-run", ["d2"])
+    stale = {"decisions": {"d1": {"decision": "approve", "arguments": None}}}
+    # Apart in time, so the run reads them in this order.
+    await DBOS.send_async("stale-run", stale, topic=DECISION_TOPIC)
+    await asyncio.sleep(0.01)
+    await DBOS.send_async("stale-run", {"decisions": {}}, topic=DECISION_TOPIC)  # nothing usable
+    await asyncio.sleep(0.01)
+    # Sent as is, not through send_decisions: the pending calls are re-published meanwhile.
+    deny = {"decisions": {"d2": {"decision": "deny", "reason": "not b", "terminate": False}}}
+    await DBOS.send_async("stale-run", deny, topic=DECISION_TOPIC)
+    result = await asyncio.wait_for(task, SAFETY_SECONDS)
+    assert result.state == State.DONE
+    assert log == ["check a", "deploy a"]
+    assert result.text == "c1=a ok; d1=deployed a; d2=Denied: not b"
+    assert [m.tool_call_id for m in result.messages if isinstance(m, ToolResultMessage)] == [
+        "c1",
+        "d1",
+        "d2",
+    ]
+    assert await pending("stale-run") == ()
+    assert_valid_history(result.messages)
+
+
+async def test_decide_all_from_the_cli_approves_every_pending_call(
+    factory: Factory, tmp_path: Path
+) -> None:
+    log: list[str] = []
+    factory.build = lambda: _hooked_agent(log)
+    task = asyncio.ensure_future(run("Check and deploy.", run_id="all-run"))
+    await _pending_becomes("all-run", ["d1", "d2"])
+    decide = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "statemachine_agent",
+        "decide",
+        "--db",
+        f"sqlite:///{tmp_path / 'runs.sqlite'}",
+        "all-run",
+        "--all",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await decide.communicate()
+    assert decide.returncode == 0, err.decode()
+    assert out.decode().splitlines() == ["all-run: sent 2 decision(s) (d1: approve, d2: approve)"]
+    result = await asyncio.wait_for(task, SAFETY_SECONDS)
+    assert result.state == State.DONE
+    assert log == ["check a", "deploy a", "deploy b"]
+    assert result.text == "c1=a ok; d1=deployed a; d2=deployed b"
 
 
 # -- endings while waiting: the in-process abort of a waiting run ---------------------------------

@@ -213,6 +213,55 @@ def test_a_call_that_finished_before_a_cancellation_keeps_its_result(
     ]
 
 
+def test_a_call_caught_running_by_a_cancellation_must_not_report_its_own_result() -> None:
+    # The oracle's cancellation model: a call whose tool started and never finished (r1_2, caught
+    # sleeping) is interrupted; an ordinary result for it is a lost cancellation.
+    scenario = Scenario(
+        (
+            RunSpec(
+                (Step("tool_use", (Call(), Call("job", "sleep"))), Step()),
+                abort=Anchor("tool_start", 1, how="cancel"),
+            ),
+        ),
+        mode="parallel",
+    )
+    obs = asyncio.run(play(scenario))
+    run = obs.runs[0]
+    assert run.results == [("r1_1", "ok[out-r11]"), ("r1_2", "interrupted")]
+    assert run.ran == ["r1_1", "r1_2"] and run.finished == ["r1_1"]
+    run.results = [("r1_1", "ok[out-r11]"), ("r1_2", "ok[out-r12]")]
+    problems, _ = compare(scenario, obs)
+    assert problems == [
+        "run 1: call r1_2: its tool started and never finished, yet its result is "
+        "'ok[out-r12]', not 'interrupted'"
+    ]
+
+
+def test_a_sleeping_job_that_stops_early_on_an_abort_finished_with_its_stopped_result() -> None:
+    # An abort at the second tool start of a parallel batch: the sleeping job sees the signal and
+    # returns "stopped" (its tool and after hook returned: finished); the second call never runs.
+    scenario = Scenario(
+        (
+            RunSpec(
+                (Step("tool_use", (Call("job", "sleep"), Call())), Step()),
+                abort=Anchor("tool_start", 2, how="abort"),
+            ),
+        ),
+        mode="parallel",
+    )
+    obs = asyncio.run(play(scenario))
+    run = obs.runs[0]
+    assert run.results == [("r1_1", "stopped"), ("r1_2", "not_run")]
+    assert run.ran == ["r1_1"] and run.finished == ["r1_1"] and run.state == "aborted"
+    problems, prediction = compare(scenario, obs)
+    assert problems == []
+    assert prediction.runs[0] is not None
+    assert prediction.runs[0].finished == {
+        "r1_1": {"ok[out-r11]", "stopped"},
+        "r1_2": {"ok[out-r12]"},
+    }
+
+
 def test_the_readme_oracle_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
