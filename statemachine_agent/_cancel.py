@@ -12,6 +12,7 @@ cancelled it): it is never swallowed, and `raise_if_cancelling` re-raises one th
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Callable
 from functools import partial
 from types import TracebackType
@@ -30,7 +31,7 @@ class AbortSignal:
         # Each change is one dict operation, atomic under the GIL: no lock (a lock per abort
         # scope was a per-turn cost, and the loop's thread is the one that sets the signal).
         self._callbacks: dict[int, Callable[[], None]] = {}
-        self._next = 0
+        self._keys = itertools.count()  # next() is one atomic step: threads may add callbacks
 
     @property
     def aborted(self) -> bool:
@@ -48,7 +49,7 @@ class AbortSignal:
 
     def add_callback(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback()`` on abort; returns a function that removes it."""
-        key = self._next = self._next + 1
+        key = next(self._keys)
         self._callbacks[key] = callback
         return cast("Callable[[], None]", partial(self._callbacks.pop, key, None))
 
