@@ -7,7 +7,11 @@ the instructions one turn costs, start-up and import cancelled out. Needs
 ``valgrind`` (Debian package ``valgrind``); an older checkout is measured with ``PYTHONPATH``
 pointing at it.
 
-Usage: ``python benchmarks/bench_instructions.py [BATCH]``
+The cost of context accounting (issue 13) is the difference with ``--stub-accounting`` (the
+meter does nothing, as in `bench_context`'s stubbed configuration): an exact figure where CPU time
+on a shared machine only bounds it by its noise.
+
+Usage: ``python benchmarks/bench_instructions.py [BATCH] [--stub-accounting]``
 """
 
 from __future__ import annotations
@@ -23,13 +27,20 @@ ONE_RUN = """
 import asyncio, sys
 sys.path.insert(0, {here!r})
 from bench_turn_cpu import build
-n, batch = int(sys.argv[1]), int(sys.argv[2])
+n, batch, stub = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+if stub:  # the context meter does nothing (as bench_context's stubbed configuration)
+    from statemachine_agent._accounting import ContextMeter, ContextUsage
+    constant = ContextUsage(0, 0, 0, None)
+    ContextMeter.counted = lambda self, messages, usage: None
+    ContextMeter.deferred = lambda self, messages, window: constant
 agent, seen = build(n, batch)
 asyncio.run(agent.run("go"))
 """
 
 
-def instructions(script: Path, turns: int, folder: Path, batch: int = 1) -> int:
+def instructions(
+    script: Path, turns: int, folder: Path, batch: int = 1, stub_accounting: bool = False
+) -> int:
     """Instructions callgrind counted for one run of ``turns`` turns."""
     done = subprocess.run(
         [
@@ -40,6 +51,7 @@ def instructions(script: Path, turns: int, folder: Path, batch: int = 1) -> int:
             str(script),
             str(turns),
             str(batch),
+            "1" if stub_accounting else "0",
         ],
         capture_output=True,
         text=True,
@@ -59,11 +71,15 @@ def main() -> None:
         folder = Path(tmp)
         script = folder / "one_run.py"
         script.write_text(ONE_RUN.format(here=str(Path(__file__).resolve().parent)))
-        batch = int(sys.argv[1]) if len(sys.argv) > 1 else 1
-        short = instructions(script, 20, folder, batch)
-        long = instructions(script, 220, folder, batch)
+        args = [a for a in sys.argv[1:] if not a.startswith("--")]
+        batch = int(args[0]) if args else 1
+        stub = "--stub-accounting" in sys.argv
+        short = instructions(script, 20, folder, batch, stub)
+        long = instructions(script, 220, folder, batch, stub)
+    what = ", context meter stubbed" if stub else ""
     print(
-        f"{(long - short) / 200 / 1000:.0f}k instructions per turn (20 vs 220 turns, batch {batch})"
+        f"{(long - short) / 200 / 1000:.0f}k instructions per turn (20 vs 220 turns, batch "
+        f"{batch}{what})"
     )
 
 
