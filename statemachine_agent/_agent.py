@@ -35,6 +35,7 @@ from ._hooks import (
 from ._limits import UsageLimits
 from ._machine import LoopMachine, MaxTokensPolicy
 from ._messages import (
+    TRUNCATING_STOP_REASONS,
     AssistantMessage,
     Message,
     StopReason,
@@ -697,6 +698,7 @@ class Agent:
             isinstance(last, AssistantMessage)
             and last.stop_reason
             not in (StopReason.ABORTED, StopReason.ERROR, StopReason.PAUSE_TURN)
+            and last.stop_reason not in TRUNCATING_STOP_REASONS  # a cut answer is continued
             and not last.tool_calls
         ):
             raise UsageError(

@@ -64,6 +64,12 @@ CONTINUE_AFTER_COMPACTION = (
 )
 """The user message after a response cut by the context window (no tool call), then compacted."""
 
+CONTINUE_AFTER_WINDOW = (
+    "Your response was cut off by the context window. Continue where you stopped."
+)
+"""The user message of ``run()`` without a prompt after a response cut by the context window (no
+tool call) that the run did not continue (automatic compaction off)."""
+
 SUMMARY_INSTRUCTIONS = (
     "Summarize the conversation below so that the work can go on from the summary alone: the "
     "user's goal and requests, decisions made, what the tools returned that still matters "

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._cancel import AbortSignal, cancelling
-from ._compacting import context_window, overflowed
+from ._compacting import CONTINUE_AFTER_WINDOW, context_window, overflowed
 from ._context import project
 from ._effects import request_model
 from ._errors import InvalidHistoryError, MachineDefinitionError
@@ -35,6 +35,7 @@ from ._execution import BatchRun, resolve
 from ._limits import FINAL_TURN_PROMPT
 from ._machine import Fired, LoopData
 from ._messages import (
+    CONTINUE_PROMPT,
     AssistantMessage,
     Message,
     StopReason,
@@ -271,6 +272,11 @@ class Run:
                 elif prompt is not None:
                     self.append(prompt)
                     self.deliver_steering()  # left queued by an aborted run: after the prompt
+                elif (asked := continuation_of(self.messages)) is not None:
+                    # The last response was cut (token limit or context window) and not
+                    # continued: continuing asks the model to go on, as the run itself would.
+                    self.append(asked)
+                    self.deliver_steering()
                 else:
                     self.deliver_steering() or self.deliver_follow_up()
             trigger: str | None = first
@@ -470,3 +476,16 @@ def _takes_signal(hook: object) -> bool:
         return True
     positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     return len(positional) >= 2
+
+
+def continuation_of(messages: Sequence[Message]) -> UserMessage | None:
+    """The user message that continues a history ending with a response cut by the output
+    token limit or the context window (no tool call), or None when it does not end so."""
+    last = messages[-1] if messages else None
+    if not isinstance(last, AssistantMessage) or last.tool_calls:
+        return None
+    if last.stop_reason == StopReason.MAX_TOKENS:
+        return UserMessage(CONTINUE_PROMPT)
+    if last.stop_reason == StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED:
+        return UserMessage(CONTINUE_AFTER_WINDOW)
+    return None

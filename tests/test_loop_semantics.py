@@ -25,6 +25,7 @@ from statemachine_agent import (
     ToolResultMessage,
     TurnEnd,
     TurnInfo,
+    UsageError,
     UserMessage,
     tool,
 )
@@ -327,8 +328,6 @@ def test_case4_has_queued_input_and_clear_queues() -> None:
 
 
 def test_case4_unknown_delivery_mode_is_refused() -> None:
-    from statemachine_agent import UsageError
-
     with pytest.raises(UsageError, match="steering_mode must be 'all' or 'one_at_a_time'"):
         Agent(ScriptedModel([]), steering_mode="some")  # type: ignore[arg-type]
 
@@ -545,3 +544,49 @@ async def test_run_end_is_the_last_event_of_a_run() -> None:
     agent.subscribe(events.append)
     await agent.run("Hello")
     assert isinstance(events[-1], RunEnd)
+
+
+# -- continuing a cut answer ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stop", "asked", "options"),
+    [
+        # max_turns right after a max_tokens cut: the error says "call run() again without a
+        # prompt and a higher limit", which must then continue.
+        ("max_tokens", "CONTINUE_PROMPT", {"max_turns": 1}),
+        ("max_tokens", "CONTINUE_PROMPT", {"max_tokens_policy": "stop"}),
+        # A context-window stop with compaction off: its error says to make room and "run()
+        # again without a prompt".
+        ("model_context_window_exceeded", "CONTINUE_AFTER_WINDOW", {}),
+    ],
+)
+async def test_run_without_a_prompt_continues_an_answer_that_was_cut(
+    stop: str, asked: str, options: dict[str, Any]
+) -> None:
+    from statemachine_agent._compacting import CONTINUE_AFTER_WINDOW
+    from statemachine_agent._messages import CONTINUE_PROMPT
+
+    texts = {"CONTINUE_PROMPT": CONTINUE_PROMPT, "CONTINUE_AFTER_WINDOW": CONTINUE_AFTER_WINDOW}
+    model = ScriptedModel(
+        [text_response("the first half", stop_reason=stop), text_response(" and the rest")]
+    )
+    agent = Agent(model, **options)
+    first = await agent.run("write the report")
+    assert first.text == "the first half" and len(model.requests) == 1
+    second = await agent.run(max_turns=5)  # no prompt: continue
+    assert second.state is State.DONE and second.error is None
+    assert second.text == " and the rest"
+    sent = model.requests[1].messages
+    assert [m.role for m in sent] == ["user", "assistant", "user"]
+    assert sent[1].text == "the first half"  # the cut answer goes back as it was
+    assert sent[2] == UserMessage(texts[asked])  # then the request to go on
+    assert [m.role for m in second.new_messages] == ["user", "assistant"]
+    assert_valid_history(agent.messages)
+
+
+async def test_run_without_a_prompt_still_refuses_after_a_complete_answer() -> None:
+    agent = Agent(ScriptedModel([text_response("done")]))
+    await agent.run("go")
+    with pytest.raises(UsageError, match="nothing to continue"):
+        await agent.run()

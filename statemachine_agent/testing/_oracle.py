@@ -446,7 +446,8 @@ class _World:
     """The model's state between runs."""
 
     turns: int = 0
-    last: str = "none"  # none, user, result, answer (cannot continue), open (can continue)
+    last: str = "none"  # none, user, result, answer (cannot continue), open (can continue),
+    # cut (an answer cut by the token limit or the context window: continued with a prompt to go on)
     dangling: list[str] = field(default_factory=list)
     steer: int = 0
     follow: int = 0
@@ -470,7 +471,9 @@ def _last_of(tokens: Sequence[Token]) -> tuple[str, list[str]]:
             if tokens[-1] is token:
                 if ids:
                     return "open", dangling
-                return ("open" if stop == PAUSE_TURN else "answer"), []
+                if stop == PAUSE_TURN:
+                    return "open", []
+                return ("cut" if stop in TRUNCATING else "answer"), []
             return "result", dangling
         else:
             return ("user" if tokens[-1] is token else "result"), []
@@ -836,6 +839,13 @@ class Oracle:
             users += self._inject(p, follow_too=False)  # steering left queued: after the prompt
         elif w.paused:
             p.labels.add("continue_pause")  # the paused response goes back first, input waits
+        elif w.last == "cut":
+            # Continuing a cut answer: a user message asks the model to go on (as the run would
+            # have), then queued steering follows it.
+            p.labels.add("continue_cut")
+            users += 1
+            w.last = "user"
+            users += self._inject(p, follow_too=False)
         else:
             users += self._inject(p, follow_too=True)
         continuations = 0
@@ -898,7 +908,11 @@ class Oracle:
             if has_calls:
                 w.last = "open"
             else:
-                w.last = "open" if stop == PAUSE_TURN else "answer"
+                # A cut answer (token limit, context window) is continued by a run without a
+                # prompt, which asks the model to go on; a complete one is not.
+                w.last = (
+                    "open" if stop == PAUSE_TURN else ("cut" if stop in TRUNCATING else "answer")
+                )
             w.paused = stop == PAUSE_TURN and not has_calls
             if fire("response"):
                 aborted = True
