@@ -78,6 +78,7 @@ StepKind = Literal[
     "max_tokens",
     "pause_turn",
     "refusal",
+    "model_context_window_exceeded",  # cut by the context window (compaction off): not continued
     "brand_new_reason",
     "overloaded",  # a retryable provider error
     "cut",  # a stream that ends before its stop event (retryable)
@@ -86,7 +87,8 @@ StepKind = Literal[
 ]
 AnchorEvent = Literal["turn_start", "response", "tool_start"]
 
-TRUNCATING = frozenset({"max_tokens", "model_context_window_exceeded"})
+CONTEXT_WINDOW = "model_context_window_exceeded"
+TRUNCATING = frozenset({"max_tokens", CONTEXT_WINDOW})
 PAUSE_TURN = StopReason.PAUSE_TURN.value
 REFUSAL = StopReason.REFUSAL.value
 KNOWN_STOPS = frozenset(
@@ -214,6 +216,8 @@ _TAG = re.compile(r"out-[A-Za-z0-9]+")
 
 _PREFIXES: tuple[tuple[str, str], ...] = (
     ("not run: the arguments of this call were truncated", "truncated"),
+    ("not run: the call was cut off by the model's context window", "window_cut"),
+    ("not run: the response was cut off by the model's context window", "window_not_run"),
     ("not run: the response was cut off by the output token limit", "stopped_not_run"),
     ("not run: the response's stop reason", "unknown_stop"),
     # The safety net of a terminal state: no built-in path leaves a call for it to answer, so a
@@ -240,7 +244,8 @@ def classify(result: ToolResultMessage) -> str:
     ``ok[tag]``, ``error[tag]`` (an exception), ``tool_error[tag]``, ``timeout``, ``denied``,
     ``before_failed``, ``after_failed``, ``rewritten``, ``unknown_tool``, ``invalid``,
     ``truncated``, ``stopped_not_run`` (a cut response under ``max_tokens_policy="stop"``),
-    ``unknown_stop`` (calls of a response with an unknown stop reason), ``refused``,
+    ``unknown_stop`` (calls of a response with an unknown stop reason), ``window_cut`` and
+    ``window_not_run`` (calls of a response cut by the context window), ``refused``,
     ``not_run``, ``ended_by_transition`` (never predicted: the terminal states' safety net),
     ``interrupted``, ``own_cancel`` (a tool's own `asyncio.CancelledError`), ``stopped``, ``no_result``.
     The tag is the ``out-...`` text the call was given, so a result sent to the wrong call shows."""
@@ -925,6 +930,19 @@ class Oracle:
                 p.labels.add("refusal_with_calls" if has_calls else "refusal")
                 for call_id in call_ids:
                     p.results[call_id] = {"refused"}
+                if has_calls:
+                    p.order.append(call_ids)
+                    w.last = "result"
+                state = "done"
+                break
+            if stop == CONTEXT_WINDOW:
+                # Cut by the context window (automatic compaction off): never continued like a
+                # token-limit cut; its calls are answered as not run (a trailing cut one as cut
+                # by the window) and the run ends done with an error saying how to go on.
+                p.labels.add("context_window_with_calls" if has_calls else "context_window")
+                n = len(call_ids)
+                for i, call_id in enumerate(call_ids):
+                    p.results[call_id] = {"window_cut" if i == n - 1 else "window_not_run"}
                 if has_calls:
                     p.order.append(call_ids)
                     w.last = "result"

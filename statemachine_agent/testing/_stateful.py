@@ -224,7 +224,12 @@ class AgentStateMachine(RuleBasedStateMachine):
             kit.hooks.calls.update(zip(call_ids, step.calls, strict=True))
         declared = type(self).declared
         oracle = None
-        if declared is not None and not self.input_pending:
+        # The oracle does not model compaction: a context-window stop with compaction on (which
+        # compacts and goes on) is checked by the invariants only.
+        compacting = agent.compaction is not None and any(
+            step.kind == "model_context_window_exceeded" for step in spec.steps
+        )
+        if declared is not None and not self.input_pending and not compacting:
             oracle = Oracle(
                 max_turns=agent.max_turns,
                 max_continuations=declared.max_continuations,

@@ -396,6 +396,8 @@ _FINAL: tuple[StepKind, ...] = (
     "stop_sequence",
     "refusal",
     "refusal",
+    "refusal",
+    "model_context_window_exceeded",  # cut by the context window, with or without calls
     "brand_new_reason",
     "invalid_request",
     "reused_id",
@@ -439,7 +441,12 @@ def oracle_steps(draw: st.DrawFn, *, max_steps: int = 4, max_calls: int = 4) -> 
         steps.append(Step("max_tokens" if kind == "truncated" else kind, calls))  # type: ignore[arg-type]
     final = draw(st.sampled_from(_FINAL))
     calls = ()
-    if final == StopReason.REFUSAL.value and draw(st.sampled_from((True, True, False))):
+    with_calls = (  # final steps that may hold calls
+        StopReason.REFUSAL.value,
+        StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED.value,
+        "brand_new_reason",
+    )
+    if final in with_calls and draw(st.sampled_from((True, True, False))):
         calls = tuple(draw(oracle_calls()) for _ in range(draw(st.integers(1, 2))))
     steps.append(Step(final, calls))
     return tuple(steps)

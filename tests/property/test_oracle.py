@@ -154,6 +154,28 @@ def test_the_oracle_predicts_case_1(mode: Literal["parallel", "sequential"]) -> 
     assert run.states == {"done"} and run.turns == {2} and run.requests == {2}
 
 
+def test_the_oracle_predicts_a_context_window_stop_and_its_continuation() -> None:
+    """A response cut by the context window (compaction off) is not continued: its calls are
+    answered as not run (the trailing cut one as cut by the window), the run ends done; a second
+    run without a prompt after a cut answer asks the model to go on (one user message)."""
+    window = "model_context_window_exceeded"
+    scenario = Scenario(
+        (
+            RunSpec((Step(window, (Call(), Call())),)),
+            RunSpec((Step(window),)),
+            RunSpec((Step(),), prompt=False),
+        ),
+    )
+    prediction = check_scenario(scenario)
+    first, second, third = prediction.runs
+    assert first is not None and second is not None and third is not None
+    assert first.results == {"r1_1": {"window_not_run"}, "r1_2": {"window_cut"}}
+    assert first.states == {"done"} and first.requests == {1} and first.ran_must == set()
+    assert second.states == {"done"} and second.requests == {1}
+    assert third.states == {"done"} and third.requests == {1} and third.users == {1}
+    assert {"context_window_with_calls", "context_window", "continue_cut"} <= prediction.labels
+
+
 def test_an_abort_at_the_second_tool_start_of_a_sequential_batch() -> None:
     scenario = Scenario(
         (
