@@ -429,7 +429,7 @@ def test_the_kit_exercises_deferrals_decisions_and_resumes() -> None:
     run_state_machine_as_test(
         machine,
         settings=settings(
-            max_examples=60,
+            max_examples=100,
             stateful_step_count=5,
             derandomize=True,
             deadline=None,
