@@ -35,7 +35,6 @@ from ._hooks import (
 from ._limits import UsageLimits
 from ._machine import LoopMachine, MaxTokensPolicy
 from ._messages import (
-    TRUNCATING_STOP_REASONS,
     AssistantMessage,
     Message,
     StopReason,
@@ -46,7 +45,7 @@ from ._messages import (
 from ._output import output_tool
 from ._responses import call_ids
 from ._result import RunResult
-from ._run import Run
+from ._run import Run, continuation_of
 from ._states import State, Trigger
 from ._tools import Tool, ToolFunction, tool_from_function
 from .models._base import Model, ModelRequest, ToolDefinition
@@ -698,8 +697,8 @@ class Agent:
             isinstance(last, AssistantMessage)
             and last.stop_reason
             not in (StopReason.ABORTED, StopReason.ERROR, StopReason.PAUSE_TURN)
-            and last.stop_reason not in TRUNCATING_STOP_REASONS  # a cut answer is continued
             and not last.tool_calls
+            and continuation_of(self._messages) is None  # a cut answer is continued
         ):
             raise UsageError(
                 "nothing to continue: the history ends with the model's answer; pass a prompt"
