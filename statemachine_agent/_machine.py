@@ -820,16 +820,17 @@ def _noter(spec: TransitionSpec) -> Callable[..., None]:
     return note
 
 
-def _compile(machine: Machine) -> _Compiled:
+def _compile(machine: Machine) -> _Compiled | None:
     """The branches of each (trigger, source) in `transitions`' order: each one's guards (its
-    conditions, all of which must be true) and the `Fired` it returns."""
+    conditions, all of which must be true) and the `Fired` it returns; None when a branch has a
+    shape the table does not model (then the library's own trigger runs)."""
     table: dict[tuple[str, str], list[tuple[tuple[Guard, ...], Fired]]] = {}
     for trigger, event in machine.events.items():
         for source, transitions in event.transitions.items():
             branches = table.setdefault((trigger, source), [])
             for transition in transitions:
                 if not all(c.target for c in transition.conditions):
-                    return {}  # a shape the table does not model: use the library's trigger
+                    return None  # a shape the table does not model: use the library's trigger
                 spec = next(f.spec for f in transition.after if hasattr(f, "spec"))
                 assert str(spec.dest) == str(transition.dest)
                 guards = tuple(cast(Guard, c.func) for c in transition.conditions)
