@@ -468,6 +468,7 @@ class Agent:
         return EventStream(self.subscribe, max_queue)
 
     def _listening(self) -> bool:
+        """Anyone receives events (events are not built otherwise)."""
         return bool(self._subscribers)
 
     def _emit(self, event: Event) -> None:

@@ -143,10 +143,6 @@ class Run:
         stamp(event, self.id, seq)
         self.agent._emit(event)
 
-    def listening(self) -> bool:
-        """Anyone receives events (events are not built otherwise)."""
-        return bool(self.agent._subscribers)
-
     def append(self, message: Message, *, announce: bool = True) -> None:
         """Add ``message`` to the history (with a ``message_end`` event unless it was already
         announced, as a tool result is the moment its call finishes)."""
@@ -403,7 +399,7 @@ class Run:
             signal=self.signal,
             used_ids=agent._call_ids,
             emit=self.emit,
-            listening=self.listening,
+            listening=agent._listening,
             retries=agent.model_retries,
             backoff_seconds=agent.retry_backoff_seconds,
             on_cancel=self.append,
@@ -423,7 +419,7 @@ class Run:
             signal=self.signal,
             abort_grace_seconds=agent.abort_grace_seconds,
             emit=self.emit,
-            listening=self.listening,
+            listening=agent._listening,
             on_result=self.record_result,
             before=None if approved else agent.before_tool_call,
             after=agent.after_tool_call,
