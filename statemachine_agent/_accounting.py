@@ -145,12 +145,15 @@ class ContextMeter:
 
     def usage(self, messages: Sequence[Message], window: int | None) -> ContextUsage:
         """The `ContextUsage` of ``messages`` (the history the meter has been following)."""
+        reported = self.reported
+        estimated = self._estimated(messages, len(messages), self.mark if reported else 0)
+        return ContextUsage(reported + estimated, reported, estimated, window)
+
+    def _estimated(self, messages: Sequence[Message], size: int, start: int) -> int:
+        """Estimated tokens of ``messages[start:size]`` from the prefix sums (brought up to date
+        with ``messages``)."""
         self._follow(messages)
-        total = self._prefix[-1]
-        if self.reported:
-            estimated = total - self._prefix[self.mark]
-            return ContextUsage(self.reported + estimated, self.reported, estimated, window)
-        return ContextUsage(total, 0, total, window)
+        return self._prefix[size] - self._prefix[start]
 
     def deferred(self, messages: Sequence[Message], window: int | None) -> ContextUsage:
         """The `ContextUsage` of ``messages`` as it is now, estimated only when it is read (a
@@ -195,8 +198,8 @@ class _DeferredContextUsage(ContextUsage):
             if meter.generation == generation and (
                 meter._source is messages or meter._source is None
             ):
-                meter._follow(messages)  # the prefix sums still describe this history
-                estimated = meter._prefix[size] - meter._prefix[start]
+                # The prefix sums still describe this history.
+                estimated = meter._estimated(messages, size, start)
             else:  # the history was replaced since: estimate the part this figure covers
                 estimated = estimate_tokens(messages[start:size])
             figure = (reported + estimated, reported, estimated, window)
