@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from ._accounting import reported_context
 from ._errors import UsageError
 from ._messages import Usage
 
@@ -88,7 +89,7 @@ class UsageLimits:
 
     def token_hit(self, usage: Usage) -> LimitHit | None:
         """The first token limit ``usage`` exceeds, if any."""
-        input_tokens = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+        input_tokens = reported_context(usage)  # input + cache read + cache write
         for name, used in (
             ("max_input_tokens", input_tokens),
             ("max_output_tokens", usage.output_tokens),

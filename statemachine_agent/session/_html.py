@@ -211,7 +211,7 @@ class _Builder:
     def _message(self, message: Message, repair: bool, when: float | None) -> None:
         if isinstance(message, UserMessage):
             self._item(
-                {"kind": "user", "text": _user_text(message), "time": when},
+                {"kind": "user", "text": _content_text(message), "time": when},
                 pending=self.state in _RESTING,
             )
         elif isinstance(message, AssistantMessage):
@@ -245,7 +245,7 @@ class _Builder:
                 "kind": "result",
                 "call": message.tool_call_id,
                 "name": message.tool_name,
-                "text": _result_text(message),
+                "text": _content_text(message),
                 "error": message.is_error,
                 "repair": repair,
                 "time": when,
@@ -447,11 +447,7 @@ def _block(block: Any) -> dict[str, Any]:
     return {"type": "other", "text": f"[{getattr(block, 'type', 'block')} block]"}
 
 
-def _user_text(message: UserMessage) -> str:
-    return "".join(b.text if isinstance(b, TextBlock) else _image_text(b) for b in message.content)
-
-
-def _result_text(message: ToolResultMessage) -> str:
+def _content_text(message: UserMessage | ToolResultMessage) -> str:
     return "".join(b.text if isinstance(b, TextBlock) else _image_text(b) for b in message.content)
 
 
