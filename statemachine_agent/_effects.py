@@ -134,9 +134,10 @@ async def _run_decided(run: Run, pending: PendingBatch) -> str:
     held = dict(pending.results)
     approved: list[ToolCallBlock] = []
     terminate: str | None = None
+    blocks = {c.id: c for c in response.tool_calls}
     for call in pending.calls:
         decision = decisions.get(call.id)
-        block = next(c for c in response.tool_calls if c.id == call.id)
+        block = blocks[call.id]
         if isinstance(decision, Approve):
             arguments = call.arguments if decision.arguments is None else decision.arguments
             approved.append(block.model_copy(update={"input": arguments, "raw_arguments": None}))
@@ -157,13 +158,9 @@ async def _run_decided(run: Run, pending: PendingBatch) -> str:
         if waiting and terminate is None and not run.signal.aborted and not cancelling():
             _hold(run, response, held, waiting)
         else:
-            text = AFTER_TERMINATION if terminate is not None else NOT_RUN_PENDING
-            for call in waiting:
-                block = next(c for c in response.tool_calls if c.id == call.id)
-                held[call.id] = text_result(block, text, is_error=True)
-                run.record_result(held[call.id])
-            agent._pending = None
-            _append_results(run, [held[c.id] for c in response.tool_calls])
+            _close_batch(
+                run, response, held, AFTER_TERMINATION if terminate is not None else NOT_RUN_PENDING
+            )
     if run.signal.aborted:
         return Trigger.ABORT
     if agent._pending is not None:
@@ -246,13 +243,20 @@ def answer_pending(run: Run) -> None:
     run.error = run.signal.reason or run.error or "aborted while awaiting approval"
     if pending is None:
         return
+    _close_batch(run, pending.response, dict(pending.results), NOT_RUN_PENDING)
+
+
+def _close_batch(
+    run: Run, response: AssistantMessage, held: dict[str, ToolResultMessage], text: str
+) -> None:
+    """End a held batch: every call of ``response`` without a result in ``held`` is answered
+    with an error saying ``text``, and the batch's results go in, in declaration order."""
     run.agent._pending = None
-    held = dict(pending.results)
-    for call in pending.response.tool_calls:
+    for call in response.tool_calls:
         if call.id not in held:
-            held[call.id] = text_result(call, NOT_RUN_PENDING, is_error=True)
+            held[call.id] = text_result(call, text, is_error=True)
             run.record_result(held[call.id])
-    _append_results(run, [held[c.id] for c in pending.response.tool_calls])
+    _append_results(run, [held[c.id] for c in response.tool_calls])
 
 
 def answer_refused(run: Run) -> None:
