@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,21 +63,7 @@ class RunResult:
         text of the tool result marked ``terminate=True`` that ended the run."""
         if self.final_text is not None:
             return self.final_text
-        messages = self.new_messages
-        i = len(messages) - 1
-        while i >= 0 and isinstance(messages[i], ToolResultMessage):
-            i -= 1
-        parts: list[str] = []
-        while i >= 0:
-            message = messages[i]
-            if isinstance(message, AssistantMessage):
-                parts.append(message.text)
-                i -= 1
-            elif _is_continuation(messages, i):
-                i -= 1  # the engine's "continue" prompt: the answer goes on across it
-            else:
-                break
-        return "".join(reversed(parts))
+        return answer_text(self.new_messages)
 
     @property
     def ok(self) -> bool:
@@ -84,7 +71,7 @@ class RunResult:
         return self.state is State.DONE
 
 
-def _is_continuation(messages: list[Message], i: int) -> bool:
+def _is_continuation(messages: Sequence[Message], i: int) -> bool:
     """``messages[i]`` is the engine's prompt after a truncated response without tool calls."""
     message, before = messages[i], messages[i - 1] if i > 0 else None
     return (
@@ -93,3 +80,22 @@ def _is_continuation(messages: list[Message], i: int) -> bool:
         and isinstance(before, AssistantMessage)
         and before.stop_reason in TRUNCATING_STOP_REASONS
     )
+
+
+def answer_text(messages: Sequence[Message]) -> str:
+    """The text answer at the end of ``messages`` (a run's new messages), as `RunResult.text`
+    gives it when no result ended the run."""
+    i = len(messages) - 1
+    while i >= 0 and isinstance(messages[i], ToolResultMessage):
+        i -= 1
+    parts: list[str] = []
+    while i >= 0:
+        message = messages[i]
+        if isinstance(message, AssistantMessage):
+            parts.append(message.text)
+            i -= 1
+        elif _is_continuation(messages, i):
+            i -= 1  # the engine's "continue" prompt: the answer goes on across it
+        else:
+            break
+    return "".join(reversed(parts))

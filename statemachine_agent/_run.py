@@ -48,7 +48,7 @@ from ._messages import (
 from ._output import OUTPUT_TOOL_NAME
 from ._protocol import INCOMPLETE_STOP_REASONS, answer_dangling, find_violations
 from ._responses import RequestAborted, RequestFailed, request_response
-from ._result import RunResult
+from ._result import RunResult, answer_text
 from ._states import State, Trigger
 from .models._base import ModelRequest
 
@@ -344,7 +344,7 @@ class Run:
             return None
         output_type = self.agent.output_type
         if output_type is None:
-            return self.final_text if self.final_text is not None else _text_answer(new)
+            return self.final_text if self.final_text is not None else answer_text(new)
         for message in reversed(new):
             if (
                 isinstance(message, ToolResultMessage)
@@ -455,11 +455,6 @@ class Run:
         self.append(AssistantMessage(content=[], stop_reason=StopReason.ERROR, error=error))
         self.error = error
         return Trigger.FAIL
-
-
-def _text_answer(new: list[Message]) -> str:
-    """The run's text answer (as `RunResult.text` gives it)."""
-    return RunResult(State.DONE, [], new, 0, Usage()).text
 
 
 def _takes_signal(hook: object) -> bool:
