@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 import inspect
 import json
 import re
@@ -1814,17 +1815,7 @@ def compare(
                 problems.append(
                     f"resumed in state {obs.resumed_state!r}, the oracle says {state!r}"
                 )
-            resumed = Oracle(
-                max_turns=oracle.max_turns,
-                max_continuations=oracle.max_continuations,
-                max_tokens_policy=oracle.policy,
-                mode=oracle.mode,
-                model_retries=oracle.model_retries,
-                should_continue=oracle.should_continue,
-                transform=oracle.transform,
-                steering_mode=oracle.steering_mode,
-                follow_up_mode=oracle.follow_up_mode,
-            )
+            resumed = copy.copy(oracle)  # the same options and declared hooks, a world of its own
             resumed.world_from(tokens, state)
             pred = resumed.predict_run(scenario.runs[n - 1], ids[n - 1])
             prediction.runs[n - 1] = pred
