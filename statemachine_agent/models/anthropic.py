@@ -150,7 +150,7 @@ class AnthropicModel:
         if temperature is not None:
             options["temperature"] = temperature
         options.update(extra_body or {})
-        self._options = options
+        self._options = valid_json(options)  # cleaned once: they do not change per request
 
     provider_name = "anthropic"
     """The provider's name in traces (``gen_ai.provider.name``)."""
@@ -227,7 +227,7 @@ class AnthropicModel:
             body["system"] = system
         if request.tools or self._server_tools:
             body["tools"] = self._encoder.tools(request.tools, self._server_tools)
-        body.update(valid_json(self._options))
+        body.update(self._options)
         body.update(valid_json(request.settings))
         body["messages"] = self._encoder.messages(request.messages)
         thinking = body.get("thinking")
