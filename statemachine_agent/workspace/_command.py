@@ -135,32 +135,22 @@ async def run_shell(
     loop = asyncio.get_running_loop()
     config = sandbox.config if sandbox is not None else None
     bwrap = sandbox.bwrap if sandbox is not None else None
+    shell = ["/bin/sh", "-c", command]  # what asyncio's subprocess_shell runs on POSIX
     if config is not None and bwrap is not None:
-        argv = [bwrap, *bwrap_arguments(config, Path(cwd)), "--chdir", cwd]
-        transport, protocol = await loop.subprocess_exec(
-            lambda: _Protocol(loop),
-            *argv,
-            "--",
-            "/bin/sh",
-            "-c",
-            command,
-            cwd=cwd,
-            env=sandbox_environment(config, os.environ),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        argv = [bwrap, *bwrap_arguments(config, Path(cwd)), "--chdir", cwd, "--", *shell]
+        env: dict[str, str] | None = sandbox_environment(config, os.environ)
     else:
-        transport, protocol = await loop.subprocess_shell(
-            lambda: _Protocol(loop),
-            command,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        argv, env = shell, None  # the parent's environment
+    transport, protocol = await loop.subprocess_exec(
+        lambda: _Protocol(loop),
+        *argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     pgid = transport.get_pid()
     assert protocol.stdout is not None
     reader = asyncio.ensure_future(_pump(protocol.stdout, output))
