@@ -163,9 +163,14 @@ def cancelling() -> bool:
     return task is not None and task.cancelling() > 0
 
 
+def is_run_cancellation(exc: BaseException) -> bool:
+    """``exc`` is the run's task being cancelled (re-raise it), not the `asyncio.CancelledError`
+    a hook, tool or model raised of its own (a failure of that code)."""
+    return isinstance(exc, asyncio.CancelledError) and cancelling()
+
+
 def raise_if_cancelling() -> None:
     """Re-raise a cancellation of the current task that code it awaited swallowed (a tool or a
     model catching `asyncio.CancelledError`): cancellation is never lost."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
+    if cancelling():
         raise asyncio.CancelledError

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ._accounting import ContextUsage
-from ._cancel import cancelling
+from ._cancel import is_run_cancellation
 from ._errors import ModelError, UsageError
 from ._events import CompactionEnd, CompactionStart
 from ._execution import resolve
@@ -330,7 +330,7 @@ async def compact_context(run: Run) -> str:
         else:
             summary = await resolve(config.summarize(old))
     except (Exception, asyncio.CancelledError) as exc:
-        if isinstance(exc, asyncio.CancelledError) and cancelling():
+        if is_run_cancellation(exc):
             raise
         if isinstance(exc, _Aborted):
             return Trigger.ABORT

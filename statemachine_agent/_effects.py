@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from ._cancel import cancelling
+from ._cancel import cancelling, is_run_cancellation
 from ._compacting import compaction_due
 from ._events import ApprovalRequested, CallDecided
 from ._execution import PendingBatch, resolve
@@ -204,7 +204,7 @@ async def _after_batch(
         try:
             data.keep_going = bool(await resolve(agent.should_continue(info)))
         except (Exception, asyncio.CancelledError) as exc:
-            if isinstance(exc, asyncio.CancelledError) and cancelling():
+            if is_run_cancellation(exc):
                 raise  # the run's task is being cancelled; a hook's own one is its failure
             data.hook_error = f"The should_continue hook failed: {type(exc).__name__}: {exc}"
     if data.output_expected:  # invalid final results, sent back as error results

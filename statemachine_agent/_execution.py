@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from ._cancel import AbortSignal, abort_scope, cancelling
+from ._cancel import AbortSignal, abort_scope, cancelling, is_run_cancellation
 from ._errors import ToolError
 from ._events import Event, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
 from ._hooks import (
@@ -426,7 +426,7 @@ class BatchRun:
             try:
                 decision = await resolve(self._before(info))
             except (Exception, asyncio.CancelledError) as exc:
-                if isinstance(exc, asyncio.CancelledError) and cancelling():
+                if is_run_cancellation(exc):
                     raise  # the run is being cancelled; a hook's own one is its failure
                 return _hook_failed("before_tool_call", call, exc)
             if isinstance(decision, Deny):
@@ -464,7 +464,7 @@ class BatchRun:
             try:
                 replaced = await resolve(self._after(info, result))
             except (Exception, asyncio.CancelledError) as exc:
-                if isinstance(exc, asyncio.CancelledError) and cancelling():
+                if is_run_cancellation(exc):
                     raise  # the run is being cancelled; a hook's own one is its failure
                 slot.ends_run = False
                 return _hook_failed("after_tool_call", call, exc)

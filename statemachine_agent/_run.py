@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._cancel import AbortSignal, cancelling
+from ._cancel import AbortSignal, is_run_cancellation
 from ._compacting import CONTINUE_AFTER_WINDOW, context_window, overflowed
 from ._context import project
 from ._effects import request_model
@@ -370,7 +370,7 @@ class Run:
         except InvalidHistoryError as exc:
             return self.fail(f"The request was not sent: {exc}")
         except (Exception, asyncio.CancelledError) as exc:
-            if isinstance(exc, asyncio.CancelledError) and cancelling():
+            if is_run_cancellation(exc):
                 raise  # the run's task is being cancelled; a hook's own one is its failure
             return self.fail(f"The transform_context hook failed: {type(exc).__name__}: {exc}")
         if self.signal.aborted:  # aborted while the request was built: do not send it
