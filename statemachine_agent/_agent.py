@@ -632,14 +632,20 @@ class Agent:
                 self.max_turns = max_turns
             if first is Trigger.START and user is None and not (self._steering or self._follow_ups):
                 self._check_can_continue()
-            if user is not None:
-                run = Run(self)
-            else:
-                run = Run(self, turns=self._last_turns, counts=self._last_counts)
-            run.first_trigger = first
-            self._run, self._loop, self._loop_thread = run, None, 0
-            self._running = True
+            run = self._claim(first, fresh=user is not None)
         return ClaimedRun(self, run, user)
+
+    def _claim(self, first: str, *, fresh: bool, run_class: type[Run] = Run) -> Run:
+        """Claim the agent for a new run starting with trigger ``first`` (the claim lock held,
+        the checks done): a fresh one for a prompt, else one that keeps counting."""
+        if fresh:
+            run = run_class(self)
+        else:
+            run = run_class(self, turns=self._last_turns, counts=self._last_counts)
+        run.first_trigger = first
+        self._run, self._loop, self._loop_thread = run, None, 0
+        self._running = True
+        return run
 
     async def _drive(self, run: Run, user: UserMessage | None) -> RunResult:
         with self._claim_lock:  # from now on an abort from another thread goes through the loop

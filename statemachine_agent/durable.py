@@ -405,21 +405,11 @@ async def _drive(
             agent.max_turns = max_turns
         if first == Trigger.DECIDED:
             agent._check_decisions(None, decisions)
-        if first == Trigger.START:
-            run_ = DurableRun(agent)
-        else:  # a continued run keeps counting, as agent.run(decisions=...) does
-            run_ = DurableRun(agent, turns=agent._last_turns, counts=agent._last_counts)
+        # A continued run keeps counting, as agent.run(decisions=...) does.
+        run_ = agent._claim(first, fresh=first == Trigger.START, run_class=DurableRun)
         if abort_reason is not None:
             run_.signal.set(abort_reason)
-        run_.first_trigger = first
-        agent._run = run_
-        agent._loop = asyncio.get_running_loop()
-        agent._loop_thread = threading.get_ident()
-        agent._running = True
-    try:
-        return await run_.drive(user, first)
-    finally:
-        agent._release(run_)
+    return await agent._drive(run_, user)
 
 
 async def _wait_for_decisions(
