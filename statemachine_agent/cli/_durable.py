@@ -41,17 +41,16 @@ def _durable() -> Any:
 
 
 def _workspace_factory(workspace: Path, model_spec: str, yes: bool) -> Any:
-    from ..workspace import Permissions, Workspace, workspace_tools
-    from ._run import SYSTEM_PROMPT, load_model
+    from ..workspace import Permissions, Workspace
+    from ._run import build_agent, load_model
 
     ws = Workspace(workspace)
 
     def factory() -> Agent:
-        return Agent(
+        return build_agent(
+            ws,
             load_model(model_spec),
-            tools=workspace_tools(ws),
-            system=SYSTEM_PROMPT.format(root=ws.root),
-            before_tool_call=Permissions(
+            permissions=Permissions(
                 allow_all=yes,
                 how_to_allow="The worker's operator can allow it with --yes.",
             ),
