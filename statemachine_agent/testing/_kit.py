@@ -29,7 +29,7 @@ from .._events import (
 )
 from .._execution import ToolExecution, resolve
 from .._hooks import BeforeToolCall, Decision, Defer, Deny, ToolCallInfo
-from .._messages import Message, UserMessage
+from .._messages import Message
 from .._protocol import find_violations, with_open_batch
 from .._result import RunResult
 from .._states import RUN_STOPS
@@ -37,7 +37,7 @@ from .._tools import Tool, ToolContext, ToolResult, tool
 from ..models._base import ModelRequest, StreamEvent
 from ..models._offline import ScriptedModel
 from ._compaction import CompactionWatch
-from ._oracle import ORACLE_TOOLS, ScenarioHooks, cut_stream
+from ._oracle import ORACLE_TOOLS, ScenarioHooks, cut_stream, queue_input
 from .strategies import AbortPoint, Behaviour, DeliveryMode, QueuedInput
 
 
@@ -290,7 +290,7 @@ async def drive_run(
     task: asyncio.Future[RunResult] | None = None
     for item in inputs:
         if item.after_events == 0:
-            _queue(agent, item)
+            queue_input(agent, item.kind, item.text)
 
     watch = CompactionWatch(agent, report.compaction_cuts, report.compaction_problems)
 
@@ -300,7 +300,7 @@ async def drive_run(
         count = len(report.events)
         for item in inputs:
             if item.after_events == count:
-                _queue(agent, item)
+                queue_input(agent, item.kind, item.text)
         if abort is not None and abort.after_events == count:
             if abort.how == "abort" or task is None:
                 agent.abort("aborted by the property-test kit")
@@ -327,14 +327,6 @@ async def drive_run(
     if isinstance(model, ScriptPlayer):
         report.requests = model.requests[first_request:]
     return report
-
-
-def _queue(agent: Agent, item: QueuedInput) -> None:
-    message = UserMessage(item.text)
-    if item.kind == "steer":
-        agent.steer(message)
-    else:
-        agent.follow_up(message)
 
 
 def check_history(agent: Agent) -> list[str]:

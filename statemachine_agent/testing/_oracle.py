@@ -1336,6 +1336,11 @@ class ScenarioModel:
         return ScriptedModel(steps, record_requests=False).stream(request)  # type: ignore[arg-type]
 
 
+def queue_input(agent: Agent, kind: str, text: str) -> None:
+    """Queue ``text`` on ``agent`` as steering (``kind == "steer"``) or as a follow-up."""
+    (agent.steer if kind == "steer" else agent.follow_up)(UserMessage(text))
+
+
 async def cut_stream() -> AsyncIterator[StreamEvent]:
     """A response stream that ends before its stop event (the engine retries it)."""
     yield ResponseStart("oracle-scenario")
@@ -1530,7 +1535,7 @@ async def drive_scenario_run(
     end: list[RunResult] = []
     for item in spec.inputs:
         if item.event is None:
-            (agent.steer if item.kind == "steer" else agent.follow_up)(f"queued {item.kind}")
+            queue_input(agent, item.kind, f"queued {item.kind}")
 
     def on_event(event: Event) -> None:
         name: AnchorEvent | None = None
@@ -1548,7 +1553,7 @@ async def drive_scenario_run(
         counters[name] += 1
         for item in spec.inputs:
             if item.event == name and item.k == counters[name]:
-                (agent.steer if item.kind == "steer" else agent.follow_up)(f"queued {item.kind}")
+                queue_input(agent, item.kind, f"queued {item.kind}")
         anchor = spec.abort
         if anchor is not None and anchor.event == name and anchor.k == counters[name]:
             if anchor.how == "abort" or task is None:

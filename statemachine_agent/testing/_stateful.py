@@ -55,6 +55,7 @@ from ._oracle import (
     RunSpec,
     compare_run,
     drive_scenario_run,
+    queue_input,
     run_ids,
     run_steps,
     tokens_of,
@@ -337,7 +338,7 @@ class AgentStateMachine(RuleBasedStateMachine):
         assert agent is not None
         self.input_pending = self.input_pending or bool(inputs)
         for item in inputs:
-            (agent.steer if item.kind == "steer" else agent.follow_up)(item.text)
+            queue_input(agent, item.kind, item.text)
 
     @invariant()
     def protocol_holds(self) -> None:
