@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from hypothesis import Phase, settings
+from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
+from kit_find import FIND as BASE_FIND
+from kit_find import kit_failure
 
 from statemachine_agent import (
     Agent,
@@ -41,21 +43,7 @@ from statemachine_agent.testing.steps import call, text_response, tool_response
 # machine. The timeout only catches a hang; no behaviour here depends on time.
 pytestmark = pytest.mark.timeout(900)
 
-# Fixed settings: these tests are about what the kit finds, not about the profile in use.
-FIND = settings(
-    max_examples=60,
-    stateful_step_count=4,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    phases=[Phase.explicit, Phase.generate, Phase.shrink],
-    report_multiple_bugs=False,
-)
-STEP = re.compile(
-    r"^state\.(run|continue_run|oracle_run|queue_between_runs|run_deferring|decide"
-    r"|resume_in_a_new_agent)\(",
-    re.MULTILINE,
-)
+FIND = settings(BASE_FIND, max_examples=60)
 
 
 # -- a user's agent and hooks, with compaction on ----------------------------------------------
@@ -191,12 +179,7 @@ def test_the_kit_with_compaction_catches_a_planted_compaction_bug(
 ) -> None:
     plant(monkeypatch)
     machine = agent_state_machine(compaction=kit_compaction(), name="BrokenCompaction")
-    with pytest.raises(AssertionError) as caught:
-        run_state_machine_as_test(machine, settings=FIND)
-    example = "\n".join(getattr(caught.value, "__notes__", []))
-    assert "Failing test case" in example, example
-    assert 1 <= len(STEP.findall(example)) <= 3, f"not shrunk to a short script:\n{example}"
-    report = str(caught.value)
+    report, _example = kit_failure(machine, FIND)
     assert re.search(r"compaction \d+: ", report), report  # caught at the compaction itself
     assert expected in report, report
 

@@ -3,12 +3,12 @@ case 1)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
-from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
+from kit_find import FIND
+from kit_find import kit_failure as find_failure
 
 from statemachine_agent import (
     Agent,
@@ -27,31 +27,10 @@ from statemachine_agent.testing import AgentKit, agent_state_machine
 # catches a hang; no behaviour here depends on time.
 pytestmark = pytest.mark.timeout(900)
 
-# Fixed settings: these tests are about what the kit finds, not about the profile in use.
-FIND = settings(
-    max_examples=100,
-    stateful_step_count=4,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    phases=[Phase.explicit, Phase.generate, Phase.shrink],
-    report_multiple_bugs=False,  # a broken hook may fail by several routes: show the shortest
-)
-STEP = re.compile(
-    r"^state\.(run|continue_run|oracle_run|queue_between_runs|run_deferring|decide"
-    r"|resume_in_a_new_agent)\(",
-    re.MULTILINE,
-)
-
 
 def kit_failure(factory: Any) -> str:
     """Run the kit on ``factory``'s agent, expect it to fail, return the shrunk example."""
-    with pytest.raises(AssertionError) as caught:
-        run_state_machine_as_test(agent_state_machine(factory), settings=FIND)
-    example = "\n".join(getattr(caught.value, "__notes__", []))
-    assert "Failing test case" in example, example
-    assert 1 <= len(STEP.findall(example)) <= 3, f"not shrunk to a short script:\n{example}"
-    return f"{caught.value}\n{example}"
+    return "\n".join(find_failure(agent_state_machine(factory)))
 
 
 # -- broken hooks -------------------------------------------------------------------------------
