@@ -18,7 +18,6 @@ from statemachine_agent.models import ScriptedModel
 from statemachine_agent.testing import (
     Anchor,
     Call,
-    Oracle,
     RunSpec,
     Scenario,
     Step,
@@ -27,6 +26,7 @@ from statemachine_agent.testing import (
     play,
     scenario_ids,
 )
+from statemachine_agent.testing._oracle import oracle_for
 from statemachine_agent.testing.strategies import scenarios
 
 # The comparison is cheap (a few ms per example): five times the profile's examples.
@@ -78,15 +78,7 @@ def test_every_scenario_class_reaches_its_minimum_share() -> None:
     def draw(scenario: Scenario) -> None:
         nonlocal total
         total += 1
-        oracle = Oracle(
-            max_turns=scenario.max_turns,
-            max_continuations=scenario.max_continuations,
-            max_tokens_policy=scenario.max_tokens_policy,
-            mode=scenario.mode,
-            should_continue=scenario.should_continue,
-            transform=scenario.transform,
-        )
-        seen.update(oracle.predict(scenario, scenario_ids(scenario)).labels)
+        seen.update(oracle_for(scenario).predict(scenario, scenario_ids(scenario)).labels)
 
     draw()
     shares = {name: seen[name] / total for name in MINIMUM_SHARES}
