@@ -20,7 +20,7 @@ from ._accounting import ContextMeter, ContextUsage
 from ._compacting import Compaction, context_window
 from ._context import ContextProjector, project
 from ._errors import AgentBusyError, ToolDefinitionError, UsageError
-from ._events import Event, RunEnd, RunStart
+from ._events import SLOW_SUBSCRIBER_SECONDS, Event, RunEnd, RunStart
 from ._execution import PendingBatch, ToolExecution
 from ._handles import DEFAULT_MAX_QUEUE, ClaimedRun, EventStream, RunHandle, keep_until_done
 from ._hooks import (
@@ -59,16 +59,35 @@ logger = logging.getLogger("statemachine_agent")
 DeliveryMode = Literal["all", "one_at_a_time"]
 """How queued input is delivered: every queued message at once, or one per delivery point."""
 
-SLOW_SUBSCRIBER_SECONDS = 0.02
-"""A subscriber that takes longer than this on one event is logged (once) at warning level."""
-
 
 class _Subscriber:
+    """A subscribed callback; `Run.emit` calls it (and these methods on a failure or when slow)."""
+
     __slots__ = ("callback", "warned")
 
     def __init__(self, callback: Callable[[Event], Any]) -> None:
         self.callback = callback
         self.warned = False
+
+    def failed(self, event: Event) -> None:
+        """The callback raised on ``event`` (called in its ``except``): logged, never raised."""
+        logger.exception("event subscriber %r failed on %s", self.callback, event.type)
+
+    def took(self, event: Event, seconds: float) -> None:
+        """The callback took ``seconds`` on ``event``: warn once if over
+        `SLOW_SUBSCRIBER_SECONDS`."""
+        if seconds <= SLOW_SUBSCRIBER_SECONDS or self.warned:
+            return
+        self.warned = True
+        logger.warning(
+            "event subscriber %r took %.0f ms on a %s event (more than %.0f ms); it "
+            "holds up every agent on its event loop: consume slow work through "
+            "agent.events() instead (logged once per subscriber)",
+            self.callback,
+            seconds * 1000,
+            event.type,
+            SLOW_SUBSCRIBER_SECONDS * 1000,
+        )
 
 
 class Agent:
@@ -472,25 +491,14 @@ class Agent:
         return bool(self._subscribers)
 
     def _emit(self, event: Event) -> None:
+        """Send ``event`` to every subscriber (`Run.emit` does the same inline)."""
         for subscriber in self._subscribers:  # the tuple of this moment: a snapshot
             started = _perf_counter()
             try:
                 subscriber.callback(event)
             except Exception:
-                logger.exception(
-                    "event subscriber %r failed on %s", subscriber.callback, event.type
-                )
-            if not subscriber.warned and _perf_counter() - started > SLOW_SUBSCRIBER_SECONDS:
-                subscriber.warned = True
-                logger.warning(
-                    "event subscriber %r took %.0f ms on a %s event (more than %.0f ms); it "
-                    "holds up every agent on its event loop: consume slow work through "
-                    "agent.events() instead (logged once per subscriber)",
-                    subscriber.callback,
-                    (time.perf_counter() - started) * 1000,
-                    event.type,
-                    SLOW_SUBSCRIBER_SECONDS * 1000,
-                )
+                subscriber.failed(event)
+            subscriber.took(event, _perf_counter() - started)
 
     # -- queued input and abort ---------------------------------------------------------------
 

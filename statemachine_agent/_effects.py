@@ -105,8 +105,9 @@ async def run_tools(run: Run) -> str:
         return await _run_decided(run, agent._pending)
     response = data.response
     assert response is not None
-    data.tool_calls += len(response.tool_calls)
-    batch = run.batch(response.tool_calls)
+    calls = response.tool_calls
+    data.tool_calls += len(calls)
+    batch = run.batch(calls)
     try:
         await batch.run()
     finally:

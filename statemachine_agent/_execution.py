@@ -299,7 +299,7 @@ class BatchRun:
     async def _process_inline(self, slot: _Slot) -> None:
         """Process one call in this task (no task of its own: a per-turn cost); an abort gives it
         the grace period, then cancels it (recorded as interrupted)."""
-        async with abort_scope(self._signal, self._grace):
+        with abort_scope(self._signal, self._grace):
             await self._process(slot)
 
     async def _watch(self, tasks: Sequence[asyncio.Future[None]]) -> None:

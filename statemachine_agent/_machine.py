@@ -160,8 +160,8 @@ def unknown_stop_reason(data: LoopData) -> bool:
     a provider added later): its calls are not run, since nothing says they are complete."""
     return (
         data.response is not None
-        and bool(data.response.tool_calls)
         and not is_known_stop_reason(data.response.stop_reason)
+        and bool(data.response.tool_calls)
     )
 
 
@@ -530,7 +530,9 @@ def _fired(trigger: str, source: str, spec: TransitionSpec) -> Fired:
 
 
 _Callbacks = dict[str, tuple[tuple[Callable[[LoopData], None], ...], tuple[Any, ...]]]
-_Compiled = dict[tuple[str, str], tuple[tuple[tuple[Guard, ...], Fired], ...]]
+_Branches = tuple[tuple[tuple[Guard, ...], Fired], ...]
+_Pick = Callable[[LoopData], "Fired | None"]
+_Compiled = dict[tuple[str, str], _Pick]
 
 
 class _Definition:
@@ -685,15 +687,12 @@ class LoopMachine:
         compiled = self._definition.compiled
         if compiled is not None:
             source = self._holder.state
-            branches = compiled.get((trigger, source))
-            if branches is not None:
-                for guards, fired in branches:
-                    for guard in guards:
-                        if not guard(data):
-                            break
-                    else:
-                        self._holder.state = fired.dest_name
-                        return fired
+            pick = compiled.get((trigger, source))
+            if pick is not None:
+                fired = pick(data)
+                if fired is not None:
+                    self._holder.state = fired.dest_name
+                    return fired
                 raise MachineDefinitionError(
                     f"no guard of trigger {trigger!r} passed in state {source!r}"
                 )
@@ -835,7 +834,30 @@ def _compile(machine: Machine) -> _Compiled | None:
                 assert str(spec.dest) == str(transition.dest)
                 guards = tuple(cast(Guard, c.func) for c in transition.conditions)
                 branches.append((guards, _fired(trigger, source, spec)))
-    return {key: tuple(branches) for key, branches in table.items()}
+    return {key: _picker(tuple(branches)) for key, branches in table.items()}
+
+
+def _picker(branches: _Branches) -> _Pick:
+    """One function that tries ``branches`` in order: each one's guards in order, ``and``-ed
+    (the first false one ends the branch, as `transitions` evaluates conditions), returning the
+    first branch's `Fired` whose guards all pass, or None. The same steps as a loop over the
+    branches, without the loop's own cost (nineteen guards a turn)."""
+    namespace: dict[str, Any] = {}
+    lines = ["def pick(data):"]
+    for i, (guards, fired) in enumerate(branches):
+        namespace[f"fired_{i}"] = fired
+        calls = []
+        for j, guard in enumerate(guards):
+            namespace[f"guard_{i}_{j}"] = guard
+            calls.append(f"guard_{i}_{j}(data)")
+        if not calls:
+            lines.append(f"    return fired_{i}")
+            break
+        lines.append(f"    if {' and '.join(calls)}:\n        return fired_{i}")
+    else:
+        lines.append("    return None")
+    exec("\n".join(lines), namespace)
+    return cast(_Pick, namespace["pick"])
 
 
 def _placed(specs: list[TransitionSpec], spec: TransitionSpec) -> list[TransitionSpec]:

@@ -82,6 +82,10 @@ class Usage(_Model):
     cache_read_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
+        if other is NO_USAGE:  # a response that reports none (frozen: the sum is ``self``)
+            return self
+        if self is NO_USAGE:
+            return other
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,

@@ -108,7 +108,7 @@ async def request_response(
         attempt += 1
         partial = Partial()
         try:
-            async with abort_scope(signal) as scope:
+            with abort_scope(signal) as scope:
                 message = await consume(model.stream(request), partial, used_ids, emit, listening)
             if not scope.aborted:
                 return message
@@ -126,7 +126,7 @@ async def request_response(
         if isinstance(error, ModelRetryableError) and attempt <= retries:
             delay = backoff_seconds * 2 ** (attempt - 1)
             emit(ModelRetry(attempt, delay, str(error)))
-            async with abort_scope(signal) as scope:
+            with abort_scope(signal) as scope:
                 await asyncio.sleep(delay)
             if scope.aborted:
                 return RequestAborted(Partial().message(signal.reason or "aborted"))
