@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel
 
 from ._accounting import ContextUsage
+from ._dataclasses import fast_init
 from ._hooks import PendingCall
 from ._messages import AssistantMessage, Message, ToolCallBlock, ToolResultMessage
 
@@ -201,33 +202,6 @@ class CompactionEnd(EventBase):
     messages_cut: int
 
 
-def _fast_init(cls: type[EventBase]) -> None:
-    """Give ``cls`` an ``__init__`` with the dataclass's own signature that writes each field
-    through its slot descriptor: a frozen dataclass's generated one looks ``__setattr__`` up on
-    ``object`` for every field, the larger part of an event's cost (ten events a turn)."""
-    params: list[str] = ["self"]
-    keyword: list[str] = []
-    body: list[str] = []
-    namespace: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        setter = next(k.__dict__[f.name] for k in cls.__mro__ if f.name in k.__dict__).__set__
-        namespace[f"_set_{f.name}"] = setter
-        if f.default is dataclasses.MISSING:
-            param = f.name
-        else:
-            namespace[f"_default_{f.name}"] = f.default
-            param = f"{f.name}=_default_{f.name}"
-        (keyword if f.kw_only else params).append(param)
-        body.append(f"    _set_{f.name}(self, {f.name})")
-    signature = ", ".join([*params, *(["*", *keyword] if keyword else [])])
-    exec(f"def __init__({signature}):\n" + "\n".join(body), namespace)
-    init = namespace["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__module__ = cls.__module__
-    init.__doc__ = cls.__init__.__doc__
-    cls.__init__ = init  # type: ignore[method-assign]
-
-
 Event = (
     RunStart
     | RunEnd
@@ -309,4 +283,4 @@ for _event_class in (
     CompactionStart,
     CompactionEnd,
 ):
-    _fast_init(_event_class)
+    fast_init(_event_class)

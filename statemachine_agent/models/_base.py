@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from .._dataclasses import fast_init
 from .._messages import AssistantMessage, Message
 
 
@@ -81,6 +82,16 @@ class ResponseComplete:
 
 
 StreamEvent = ResponseStart | TextDelta | ThinkingDelta | ToolCallDelta | ResponseComplete
+
+for _built_per_turn in (
+    ModelRequest,
+    ResponseStart,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ResponseComplete,
+):
+    fast_init(_built_per_turn)
 
 
 @runtime_checkable

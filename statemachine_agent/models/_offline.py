@@ -4,6 +4,7 @@ function. Both stream like a real provider, so the engine's streaming path is ex
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -42,6 +43,33 @@ def _stream_message(message: AssistantMessage) -> Iterator[StreamEvent]:
                 raw = json.dumps(block.input) if block.input else "{}"
             yield ToolCallDelta(index, block.id, block.name, raw)
     yield ResponseComplete(message)
+
+
+class _Stream:
+    """The stream events of one response, made when the first one is asked for: ``first()``
+    gives the response (or raises, or waits).
+
+    A class rather than an async generator: the event loop registers every async generator
+    with its finalizer hooks on its first step and the consumer closes it afterwards, a cost on
+    each response that a plain async iterator does not have.
+    """
+
+    __slots__ = ("_events", "_first")
+
+    def __init__(self, first: Callable[[], Awaitable[AssistantMessage]]) -> None:
+        self._first = first
+        self._events: Iterator[StreamEvent] | None = None
+
+    def __aiter__(self) -> _Stream:
+        return self
+
+    async def __anext__(self) -> StreamEvent:
+        events = self._events
+        if events is None:
+            events = self._events = _stream_message(await self._first())
+        for event in events:
+            return event
+        raise StopAsyncIteration
 
 
 class ScriptedModel:
@@ -103,9 +131,9 @@ class ScriptedModel:
                     list(request.messages), request.system, request.tools, request.settings
                 )
             )
-        return self._play(index)
+        return _Stream(functools.partial(self._play, index))
 
-    async def _play(self, index: int) -> AsyncIterator[StreamEvent]:
+    async def _play(self, index: int) -> AssistantMessage:
         if index >= len(self._steps):
             raise ScriptExhaustedError(
                 f"ScriptedModel has no step {index + 1}: the script holds {len(self._steps)} "
@@ -116,8 +144,7 @@ class ScriptedModel:
             await asyncio.sleep(delay)
         if not isinstance(outcome, AssistantMessage):
             raise error_from_body(outcome, status_code=outcome.get("status_code"))
-        for event in _stream_message(outcome):
-            yield event
+        return outcome
 
 
 # Block types a recorded Anthropic response may hold besides text, thinking and tool_use; they are
@@ -203,16 +230,18 @@ class FunctionModel:
         """The model name reported."""
         return self._name
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        """Call the function and stream what it returned."""
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Call the function (when the first event is asked for) and stream what it returned."""
+        return _Stream(functools.partial(self._respond, request))
+
+    async def _respond(self, request: ModelRequest) -> AssistantMessage:
         value = self._function(request.messages, request)
+        if isinstance(value, AssistantMessage):
+            return value
         if inspect.isawaitable(value):
             value = await value
         if isinstance(value, str):
-            message = AssistantMessage(content=[TextBlock(text=value)], stop_reason="end_turn")
-        elif isinstance(value, dict):
-            message = parse_response(value)
-        else:
-            message = value
-        for event in _stream_message(message):
-            yield event
+            return AssistantMessage(content=[TextBlock(text=value)], stop_reason="end_turn")
+        if isinstance(value, dict):
+            return parse_response(value)
+        return value
