@@ -38,11 +38,19 @@ from ._protocol import (
 )
 
 
+def _has_blank(blocks: Sequence[object]) -> bool:
+    # A loop rather than ``any(generator)``: called for every message projected.
+    for block in blocks:
+        if is_blank(block):
+            return True
+    return False
+
+
 def _clean_assistant(message: AssistantMessage) -> AssistantMessage | None:
     content = message.content
     if message.stop_reason in INCOMPLETE_STOP_REASONS:
         content = without_blank_text([b for b in content if isinstance(b, TextBlock)])
-    elif any(is_blank(b) for b in content):
+    elif _has_blank(content):
         content = without_blank_text(content)
     else:
         return message if content else None
@@ -52,14 +60,14 @@ def _clean_assistant(message: AssistantMessage) -> AssistantMessage | None:
 
 
 def _clean_user(message: UserMessage) -> UserMessage | None:
-    if not any(is_blank(b) for b in message.content):
+    if not _has_blank(message.content):
         return message if message.content else None
     content = without_blank_text(message.content)
     return message.model_copy(update={"content": content}) if content else None
 
 
 def _clean_result(message: ToolResultMessage) -> ToolResultMessage:
-    if not any(is_blank(b) for b in message.content):
+    if not _has_blank(message.content):
         return message
     content = without_blank_text(message.content, EMPTY_OUTPUT)
     return message.model_copy(update={"content": content})
@@ -113,9 +121,8 @@ def project(messages: Sequence[Message], start: int = 0) -> list[Message]:
             if result.tool_call_id in wanted and result.tool_call_id not in found:
                 found[result.tool_call_id] = _clean_result(result)
             i += 1
-        out.extend(
-            found.get(call.id) or text_result(call, NO_RESULT, is_error=True) for call in calls
-        )
+        for call in calls:
+            out.append(found.get(call.id) or text_result(call, NO_RESULT, is_error=True))
     return out
 
 

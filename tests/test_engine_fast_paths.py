@@ -159,3 +159,133 @@ async def test_a_message_added_behind_the_engines_back_is_still_checked(where: s
     assert result.error is not None and result.error.startswith("The request was not sent")
     assert "'call_0'" in result.error and "twice" in result.error
     assert agent.model.calls == 1  # type: ignore[attr-defined]  # the second request was not sent
+
+
+# -- issue 17: the cheaper scope, event and stream paths behave as the general ones did ----------
+
+
+async def test_an_abort_set_inside_a_scope_that_then_ends_without_waiting_leaves_no_cancellation() -> (
+    None
+):
+    """The abort schedules the cancellation (as ``asyncio.timeout`` does, on the loop's next
+    pass): a block that sets the signal and ends without awaiting is not aborted, and nothing is
+    left to cancel the task later (a cancellation asked of the task at once would be)."""
+    from statemachine_agent import AbortSignal
+    from statemachine_agent._cancel import abort_scope
+
+    signal = AbortSignal()
+    with abort_scope(signal) as scope:
+        signal.set("stop")
+    assert not scope.aborted
+    await asyncio.sleep(0)  # would raise CancelledError if a cancellation were left behind
+    await asyncio.sleep(0)
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+
+
+async def test_a_scope_aborted_while_waiting_reports_it_and_takes_its_cancellation_back() -> None:
+    from statemachine_agent import AbortSignal
+    from statemachine_agent._cancel import abort_scope
+
+    signal = AbortSignal()
+    loop = asyncio.get_running_loop()
+    loop.call_soon(signal.set, "stop")
+    with abort_scope(signal) as scope:
+        await asyncio.sleep(30)
+    assert scope.aborted
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    assert signal._callbacks == {}  # the scope's callback went with it
+
+
+async def test_an_abort_with_a_grace_period_lets_the_block_finish_within_it() -> None:
+    from statemachine_agent import AbortSignal
+    from statemachine_agent._cancel import abort_scope
+
+    signal = AbortSignal()
+    finished = asyncio.Event()
+    with abort_scope(signal, grace_seconds=30) as scope:
+        signal.set("stop")
+        await asyncio.sleep(0.01)  # shorter than the grace period: not cancelled
+        finished.set()
+    assert finished.is_set() and not scope.aborted
+    with abort_scope(signal, grace_seconds=0.01) as scope:  # already aborted when entered
+        await asyncio.sleep(30)
+    assert scope.aborted
+
+
+async def test_a_cancellation_of_the_task_is_not_taken_for_an_abort() -> None:
+    from statemachine_agent import AbortSignal
+    from statemachine_agent._cancel import abort_scope
+
+    signal = AbortSignal()
+    entered = asyncio.Event()
+
+    async def body() -> None:
+        with abort_scope(signal):
+            entered.set()
+            await asyncio.sleep(30)
+
+    task = asyncio.ensure_future(body())
+    await entered.wait()
+    task.cancel()
+    signal.set("stop")  # both: the caller's cancellation wins and propagates
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def test_events_and_stream_objects_keep_their_dataclass_constructors() -> None:
+    """`fast_init` gives each class the signature ``dataclasses`` made: positional fields,
+    defaults, keyword-only ``run_id``/``seq``, a fresh default from a factory, frozen objects."""
+    import dataclasses
+    import inspect
+
+    from statemachine_agent import MessageDelta, StateChanged, TurnEnd
+    from statemachine_agent.models import ModelRequest, ToolCallDelta
+
+    delta = MessageDelta(2, "text", "hi")
+    assert (delta.index, delta.kind, delta.delta, delta.tool_name) == (2, "text", "hi", None)
+    assert (delta.run_id, delta.seq) == ("", 0)
+    stamped = StateChanged("idle", "awaiting_model", "start", "start", run_id="r", seq=3)
+    assert (stamped.run_id, stamped.seq, stamped.label) == ("r", 3, "start")
+    assert stamped == StateChanged("idle", "awaiting_model", "start", "start")  # not compared
+    assert dataclasses.replace(stamped, dest="done").dest == "done"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        stamped.dest = "done"  # type: ignore[misc]
+    with pytest.raises(TypeError, match="missing"):
+        StateChanged("idle")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        StateChanged("a", "b", "c", "d", "e")  # type: ignore[call-arg]  # run_id is keyword-only
+    assert str(inspect.signature(TurnEnd)).startswith("(turn: 'int', message:")
+    first, second = ModelRequest([]), ModelRequest([])
+    assert first.settings == {} and first.settings is not second.settings
+    assert ModelRequest([], settings={"a": 1}).settings == {"a": 1}
+    assert ToolCallDelta(0, "c1", "noop", "{}") == ToolCallDelta(0, "c1", "noop", "{}")
+
+
+async def test_the_offline_models_call_their_function_when_the_stream_is_read() -> None:
+    """As an async generator did: nothing is asked until the first event is read, and what the
+    function raises comes out of that read."""
+    from statemachine_agent.models import ModelRequest, ResponseComplete
+
+    asked: list[int] = []
+
+    def respond(_messages: Any, _request: Any) -> str:
+        asked.append(1)
+        if len(asked) > 1:
+            raise ValueError("second")
+        return "hello"
+
+    model = FunctionModel(respond)
+    stream = model.stream(ModelRequest([]))
+    assert asked == []
+    events = [event async for event in stream]
+    assert asked == [1] and isinstance(events[-1], ResponseComplete)
+    assert events[-1].message.text == "hello"
+    with pytest.raises(ValueError, match="second"):
+        await model.stream(ModelRequest([])).__anext__()
+    scripted = ScriptedModel([])
+    exhausted = scripted.stream(ModelRequest([]))
+    assert scripted.calls == 1  # counted when asked, as before
+    with pytest.raises(Exception, match="no step 1"):
+        await exhausted.__anext__()
