@@ -38,6 +38,7 @@ from ._messages import (
     AssistantMessage,
     Message,
     StopReason,
+    ToolCallBlock,
     ToolResultMessage,
     Usage,
     UserMessage,
@@ -726,7 +727,10 @@ class Agent:
         self._messages.append(message)
         self._appended += 1  # the request projection trusts what the engine appended
         if isinstance(message, AssistantMessage):
-            self._call_ids.update(call.id for call in message.tool_calls)
+            ids = self._call_ids
+            for block in message.content:  # its tool calls (a loop: one message a turn)
+                if isinstance(block, ToolCallBlock):
+                    ids.add(block.id)
 
 
 def _is_async(callback: Callable[..., Any]) -> bool:

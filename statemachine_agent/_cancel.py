@@ -95,20 +95,11 @@ class AbortSignal:
             raise asyncio.CancelledError(self.reason or "aborted")
 
 
-class AbortScope:
-    """What `abort_scope` yields; after the block, ``aborted`` tells whether the abort (and not
-    the block itself) ended it."""
-
-    __slots__ = ("aborted",)
-
-    def __init__(self) -> None:
-        self.aborted = False
-
-
 class abort_scope:  # named like the function it was: ``with abort_scope(...)``
     """Run the block until it ends or until ``grace_seconds`` after ``signal`` is set, whichever
     comes first; an abort that cuts it short is swallowed and reported as ``scope.aborted``
-    (``with abort_scope(signal) as scope:``, or ``async with``).
+    (``with abort_scope(signal) as scope:``, or ``async with``; the scope is its own outcome:
+    ``aborted`` is False until an abort ends the block).
 
     A `TimeoutError` the block raises itself (a tool's or a model's own timeout) propagates
     unchanged; so does a cancellation of the task (re-raised even when the block swallowed it).
@@ -135,19 +126,19 @@ class abort_scope:  # named like the function it was: ``with abort_scope(...)``
         "_grace",
         "_handle",
         "_key",
-        "_outcome",
         "_signal",
         "_task",
+        "aborted",
     )
 
     def __init__(self, signal: AbortSignal, grace_seconds: float = 0.0) -> None:
         self._signal = signal
         self._grace = grace_seconds
-        self._outcome = AbortScope()
+        self.aborted = False
         self._handle: asyncio.Handle | None = None
         self._expired = False
 
-    def __enter__(self) -> AbortScope:
+    def __enter__(self) -> abort_scope:
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("abort_scope must be used inside a task")
@@ -158,7 +149,7 @@ class abort_scope:  # named like the function it was: ``with abort_scope(...)``
         signal._callbacks[key] = self._on_abort
         if signal._aborted:
             self._on_abort()
-        return self._outcome
+        return self
 
     def _on_abort(self) -> None:
         """The signal was set: cancel the block's task, now or after the grace period."""
@@ -192,7 +183,7 @@ class abort_scope:  # named like the function it was: ``with abort_scope(...)``
             and self._task.uncancel() <= self._cancelling
             and exc_type is asyncio.CancelledError
         ):
-            self._outcome.aborted = True
+            self.aborted = True
             if self._task.cancelling():  # `raise_if_cancelling`, for the task at hand
                 raise asyncio.CancelledError
             return True
@@ -200,7 +191,7 @@ class abort_scope:  # named like the function it was: ``with abort_scope(...)``
             raise asyncio.CancelledError  # a cancellation the block swallowed
         return False
 
-    async def __aenter__(self) -> AbortScope:
+    async def __aenter__(self) -> abort_scope:
         return self.__enter__()
 
     async def __aexit__(

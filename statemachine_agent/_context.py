@@ -39,8 +39,8 @@ from ._protocol import (
 
 
 def _has_blank(blocks: Sequence[object]) -> bool:
-    # A loop rather than ``any(generator)``: called for every message projected.
-    for block in blocks:
+    # A loop rather than ``any(generator)`` (SIM110): called for every message projected.
+    for block in blocks:  # noqa: SIM110
         if is_blank(block):
             return True
     return False

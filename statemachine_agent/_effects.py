@@ -114,7 +114,7 @@ async def run_tools(run: Run) -> str:
         # Every call gets its result, even when the task is being cancelled.
         hold = not cancelling()  # a cancelled task answers every call
         deferred = batch.deferred() if hold else []
-        results = batch.results(hold=hold)
+        results = batch.results(hold=bool(deferred))  # nothing to hold back without deferred calls
         if deferred:
             _hold(run, response, {r.tool_call_id: r for r in results}, deferred)
         else:

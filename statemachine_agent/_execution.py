@@ -219,13 +219,19 @@ class BatchRun:
     @property
     def terminate_reason(self) -> str | None:
         """The reason of the first terminating denial, if any."""
-        return next((s.terminate for s in self._slots if s.terminate), None)
+        for slot in self._slots:
+            if slot.terminate:
+                return slot.terminate
+        return None
 
     @property
     def final_result(self) -> ToolResultMessage | None:
         """The first result (declaration order) marked ``terminate=True``, if any: the run ends
         ``done`` with its text as the final answer."""
-        return next((s.result for s in self._slots if s.ends_run and s.result is not None), None)
+        for slot in self._slots:
+            if slot.ends_run and slot.result is not None:
+                return slot.result
+        return None
 
     def deferred(self) -> list[PendingCall]:
         """The calls deferred for a decision, in declaration order (none once the batch was
@@ -238,9 +244,9 @@ class BatchRun:
         """One result per call in declaration order; calls never reached get "not run". With
         ``hold``, deferred calls (see `deferred`) get none: they wait for a decision."""
         out = []
-        waiting = {call.id for call in self.deferred()} if hold else set()
+        waiting = {call.id for call in self.deferred()} if hold else ()
         for slot in self._slots:
-            if slot.call.id in waiting:
+            if waiting and slot.call.id in waiting:
                 continue
             if slot.result is None:
                 if self._terminated and not self._signal.aborted:
@@ -384,7 +390,7 @@ class BatchRun:
         # The write queue: a call claims its place on its resource before anything it awaits
         # (a permission hook may take any time), so calls on one resource run in declaration
         # order. The place is released on every way out.
-        previous, turn = self._claim(resource)
+        previous, turn = self._claim(resource) if resource is not None else (None, None)
         try:
             return await self._checked_run(slot, tool, kwargs, previous)
         finally:
