@@ -7,7 +7,9 @@ same way (only when pydantic-ai is importable: it lives in the benchmark environ
 project's dependencies). A run is N tool-call turns plus the final answer; the figures are the
 run's CPU time (``time.process_time``) and wall time over its N + 1 turns, medians of repeated runs
 interleaved between the loops, with their min-max spread. Agent construction is outside the
-timing.
+timing. The runs of one size share one event loop, as a service's agents do (warm-up runs first,
+one ``gc.collect()`` before the size, none between runs: a full collection just before a timed
+run evicts the CPU caches, a cost of the benchmark rather than of a run; see `bench_turn_cpu`).
 
 Usage: ``python benchmarks/bench_overhead.py [--quick]``
 """
@@ -144,14 +146,18 @@ def measure(n: int, with_pai: bool) -> dict[str, dict[str, float] | None]:
     counts = repeats(n)
     runs = {name: make(n) for name, make in makers.items() if counts[name]}
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
-    for name in runs:  # warm-up (imports, caches, first-run costs) on a short run
-        asyncio.run(makers[name](20)())
-    for i in range(max(counts.values())):
-        for name, run in runs.items():
-            if i < counts[name]:
-                gc.collect()
-                wall, cpu = asyncio.run(run())
-                samples[name].append((wall / (n + 1) * 1e6, cpu / (n + 1) * 1e6))
+
+    async def interleaved() -> None:
+        for name in runs:  # warm-up (imports, caches, first-run costs) on a short run
+            await makers[name](20)()
+        for i in range(max(counts.values())):
+            for name, run in runs.items():
+                if i < counts[name]:
+                    wall, cpu = await run()
+                    samples[name].append((wall / (n + 1) * 1e6, cpu / (n + 1) * 1e6))
+
+    gc.collect()
+    asyncio.run(interleaved())
     # Every loop has its key (None when it did not run: pydantic-ai not importable, or no
     # repeats at this size), so the table and the JSON keep one shape.
     out: dict[str, dict[str, float] | None] = {name: None for name in LOOPS}

@@ -8,6 +8,13 @@ the running event loop: the loop's creation is not a turn's cost) over its N + 1
 wall time of the same runs. Each cell is the median of several runs; the spread (min-max) is
 printed with it.
 
+The runs of a cell share one event loop, as the agents of a service do: an untimed warm-up run,
+then the timed runs, each with a fresh agent, the garbage collector running as it does in a
+service (one ``gc.collect()`` before the cell, none between runs). Until 2026-11-30 each run had
+its own loop and a ``gc.collect()`` just before it; that full collection evicts the CPU caches
+and added 15-20 µs to every turn of a 20-turn run (measured back to back: 70-75 against 54-57
+µs), a cost of the benchmark that no run in a service pays.
+
 Before/after comparisons of the engine run this file against an older checkout:
 ``PYTHONPATH=/path/to/old/checkout python benchmarks/bench_turn_cpu.py``.
 
@@ -64,19 +71,20 @@ def build(n: int, batch: int) -> tuple[Agent, list[Any]]:
     return agent, seen
 
 
-def one_run(n: int, batch: int) -> tuple[float, float]:
-    """CPU and wall microseconds per turn of one run."""
+async def one_run(n: int, batch: int) -> tuple[float, float]:
+    """CPU and wall microseconds per turn of one run (a fresh agent), in the running loop."""
     agent, _seen = build(n, batch)
+    cpu, wall = time.process_time(), time.perf_counter()
+    result = await agent.run("go")
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    assert result.state == "done", (result.state, result.error)
+    return cpu / (n + 1) * 1e6, wall / (n + 1) * 1e6
 
-    async def timed() -> tuple[float, float]:
-        cpu, wall = time.process_time(), time.perf_counter()
-        result = await agent.run("go")
-        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-        assert result.state == "done", (result.state, result.error)
-        return cpu / (n + 1) * 1e6, wall / (n + 1) * 1e6
 
-    gc.collect()
-    return asyncio.run(timed())
+async def runs(n: int, batch: int, repeats: int) -> list[tuple[float, float]]:
+    """One untimed warm-up run, then ``repeats`` timed runs, all in this event loop."""
+    await one_run(20, batch)
+    return [await one_run(n, batch) for _ in range(repeats)]
 
 
 def repeats_for(n: int, quick: bool) -> int:
@@ -86,11 +94,12 @@ def repeats_for(n: int, quick: bool) -> int:
 
 
 def measure(n: int, batch: int, repeats: int) -> dict[str, float]:
-    """Median and spread of CPU and wall µs per turn over ``repeats`` runs (one warm-up first)."""
-    one_run(20, batch)
-    runs = [one_run(n, batch) for _ in range(repeats)]
-    cpu = [c for c, _ in runs]
-    wall = [w for _, w in runs]
+    """Median and spread of CPU and wall µs per turn over ``repeats`` runs (one warm-up first),
+    in one event loop."""
+    gc.collect()
+    timed = asyncio.run(runs(n, batch, repeats))
+    cpu = [c for c, _ in timed]
+    wall = [w for _, w in timed]
     return {
         "cpu_us": statistics.median(cpu),
         "cpu_min": min(cpu),

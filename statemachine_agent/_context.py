@@ -79,9 +79,12 @@ def _join(first: AssistantMessage, second: AssistantMessage) -> AssistantMessage
     )
 
 
-def project(messages: Sequence[Message], start: int = 0) -> list[Message]:
+def project(
+    messages: Sequence[Message], start: int = 0, call_ids: set[str] | None = None
+) -> list[Message]:
     """Project ``messages[start:]`` (``messages[:start]`` must end on the user side with every
-    call answered) to what a provider may receive. Unchanged messages are the same objects."""
+    call answered) to what a provider may receive. Unchanged messages are the same objects.
+    The ids of the projected calls are added to ``call_ids`` when it is given."""
     out: list[Message] = []
     n = len(messages)
     i = start
@@ -114,6 +117,8 @@ def project(messages: Sequence[Message], start: int = 0) -> list[Message]:
         if not calls:
             continue
         wanted = {call.id for call in calls}
+        if call_ids is not None:
+            call_ids |= wanted
         found: dict[str, ToolResultMessage] = {}
         while i < n and isinstance(messages[i], ToolResultMessage):
             result = messages[i]
@@ -167,7 +172,8 @@ class ContextProjector:
             or (self._done and history[self._done - 1] is not self._last)
         ):
             self._reset(history)
-        tail = project(history, self._done)
+        tail_ids: set[str] = set()
+        tail = project(history, self._done, tail_ids)
         trusted = (
             appended is not None
             and self._mark is not None
@@ -181,9 +187,7 @@ class ContextProjector:
                 raise InvalidHistoryError(problems)
         if history and is_user_side(history[-1]):
             self._out.extend(tail)
-            for message in tail:
-                if isinstance(message, AssistantMessage):
-                    self._ids.update(call.id for call in message.tool_calls)
+            self._ids |= tail_ids
             self._done, self._last = len(history), history[-1]
             self._mark = appended
             return self._out
