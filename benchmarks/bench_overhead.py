@@ -6,10 +6,14 @@ attached), and pydantic-ai's ``Agent`` with its ``FunctionModel``, which builds 
 same way (only when pydantic-ai is importable: it lives in the benchmark environment, never in the
 project's dependencies). A run is N tool-call turns plus the final answer; the figures are the
 run's CPU time (``time.process_time``) and wall time over its N + 1 turns, medians of repeated runs
-interleaved between the loops, with their min-max spread. Agent construction is outside the
-timing. The runs of one size share one event loop, as a service's agents do (warm-up runs first,
-one ``gc.collect()`` before the size, none between runs: a full collection just before a timed
-run evicts the CPU caches, a cost of the benchmark rather than of a run; see `bench_turn_cpu`).
+with their min-max spread. Agent construction is outside the timing.
+
+The runs of one size share one event loop, as a service's agents do, and the collector runs as
+it does in a service (one ``gc.collect()`` before the size, none between runs: a full collection
+just before a timed run evicts the CPU caches, a cost of the benchmark rather than of a run; see
+`bench_turn_cpu`). Each loop's runs go in blocks, back to back (a service runs one framework),
+each block after an untimed warm-up run that also collects what the previous block left; the
+loops take turns in three rounds, so the machine's slow periods fall on all of them.
 
 Usage: ``python benchmarks/bench_overhead.py [--quick]``
 """
@@ -124,6 +128,7 @@ def make_pydantic_ai(n: int) -> Callable[[], Awaitable[tuple[float, float]]]:
 
 
 LOOPS = ("bare", "engine", "pydantic_ai")
+ROUNDS = 3
 
 
 def repeats(n: int) -> dict[str, int]:
@@ -147,17 +152,21 @@ def measure(n: int, with_pai: bool) -> dict[str, dict[str, float] | None]:
     runs = {name: make(n) for name, make in makers.items() if counts[name]}
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
 
-    async def interleaved() -> None:
-        for name in runs:  # warm-up (imports, caches, first-run costs) on a short run
-            await makers[name](20)()
-        for i in range(max(counts.values())):
+    async def in_rounds() -> None:
+        for round_ in range(ROUNDS):
             for name, run in runs.items():
-                if i < counts[name]:
+                # This round's share of the loop's runs, after a warm-up run (first-run costs,
+                # and the collection of what the previous block left behind).
+                share = counts[name] // ROUNDS + (round_ < counts[name] % ROUNDS)
+                if not share:
+                    continue
+                await makers[name](20)()
+                for _ in range(share):
                     wall, cpu = await run()
                     samples[name].append((wall / (n + 1) * 1e6, cpu / (n + 1) * 1e6))
 
     gc.collect()
-    asyncio.run(interleaved())
+    asyncio.run(in_rounds())
     # Every loop has its key (None when it did not run: pydantic-ai not importable, or no
     # repeats at this size), so the table and the JSON keep one shape.
     out: dict[str, dict[str, float] | None] = {name: None for name in LOOPS}
