@@ -8,7 +8,6 @@ import inspect
 import logging
 import os
 import threading
-import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -54,7 +53,6 @@ from .models._base import Model, ModelRequest, ToolDefinition
 if TYPE_CHECKING:
     from .session import SessionLog
 
-_perf_counter = time.perf_counter
 logger = logging.getLogger("statemachine_agent")
 
 DeliveryMode = Literal["all", "one_at_a_time"]
@@ -490,16 +488,6 @@ class Agent:
     def _listening(self) -> bool:
         """Anyone receives events (events are not built otherwise)."""
         return bool(self._subscribers)
-
-    def _emit(self, event: Event) -> None:
-        """Send ``event`` to every subscriber (`Run.emit` does the same inline)."""
-        for subscriber in self._subscribers:  # the tuple of this moment: a snapshot
-            started = _perf_counter()
-            try:
-                subscriber.callback(event)
-            except Exception:
-                subscriber.failed(event)
-            subscriber.took(event, _perf_counter() - started)
 
     # -- queued input and abort ---------------------------------------------------------------
 

@@ -38,13 +38,7 @@ class EventBase:
     seq: int = field(default=0, compare=False, kw_only=True)
 
 
-def stamp(event: EventBase, run_id: str, seq: int) -> None:
-    """Stamp ``event`` with its run and sequence number (once, before any subscriber sees it)."""
-    # Frozen for subscribers, not for its emitter: the slots are written directly.
-    _SET_RUN_ID(event, run_id)
-    _SET_SEQ(event, seq)
-
-
+# `Run.emit` stamps each event through its slots: frozen for subscribers, not for its emitter.
 _SET_RUN_ID = EventBase.__dict__["run_id"].__set__
 _SET_SEQ = EventBase.__dict__["seq"].__set__
 

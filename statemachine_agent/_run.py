@@ -145,7 +145,7 @@ class Run:
         """Stamp ``event`` with the run's id and its next sequence number and send it to the
         agent's subscribers."""
         self._seq = seq = self._seq + 1
-        _SET_RUN_ID(event, self.id)  # `stamp` and `Agent._emit`, inlined: ten events a turn
+        _SET_RUN_ID(event, self.id)  # through the slots: ten events a turn
         _SET_SEQ(event, seq)
         for subscriber in self.agent._subscribers:  # the tuple of this moment: a snapshot
             started = _perf_counter()

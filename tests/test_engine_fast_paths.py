@@ -289,3 +289,25 @@ async def test_the_offline_models_call_their_function_when_the_stream_is_read() 
     assert scripted.calls == 1  # counted when asked, as before
     with pytest.raises(Exception, match="no step 1"):
         await exhausted.__anext__()
+
+
+async def test_a_raising_subscriber_is_logged_with_its_traceback_and_the_event_type(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`Run.emit` delivers inline: a subscriber's exception is logged (error level, traceback,
+    the event's type) for each event it fails on, and the run goes on."""
+    import logging
+
+    agent = Agent(ScriptedModel([_call(1), AssistantMessage(content=[])]), tools=[tool(noop)])
+
+    def bad(event: Any) -> None:
+        if event.type == "tool_execution_end":
+            raise RuntimeError("subscriber bug")
+
+    agent.subscribe(bad)
+    with caplog.at_level(logging.ERROR, logger="statemachine_agent"):
+        result = await agent.run("go")
+    assert result.state is State.DONE
+    failed = [r for r in caplog.records if "failed on tool_execution_end" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info is not None
+    assert "subscriber bug" in str(failed[0].exc_info[1])
