@@ -282,8 +282,12 @@ async def test_the_offline_models_call_their_function_when_the_stream_is_read() 
     events = [event async for event in stream]
     assert asked == [1] and isinstance(events[-1], ResponseComplete)
     assert events[-1].message.text == "hello"
+    failing = model.stream(ModelRequest([]))
     with pytest.raises(ValueError, match="second"):
-        await model.stream(ModelRequest([])).__anext__()
+        await failing.__anext__()
+    with pytest.raises(StopAsyncIteration):  # ended, as an async generator that raised
+        await failing.__anext__()
+    assert len(asked) == 2  # the function was not asked again
     scripted = ScriptedModel([])
     exhausted = scripted.stream(ModelRequest([]))
     assert scripted.calls == 1  # counted when asked, as before

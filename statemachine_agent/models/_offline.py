@@ -66,6 +66,7 @@ class _Stream:
     async def __anext__(self) -> StreamEvent:
         events = self._events
         if events is None:
+            self._events = iter(())  # a first step that raises ends the stream, as a generator's
             events = self._events = _stream_message(await self._first())
         for event in events:
             return event
