@@ -121,6 +121,7 @@ class Tool:
     step_retries: int = 0
     is_async: bool = field(init=False)
     input_schema: dict[str, Any] = field(init=False)
+    _field_names: tuple[str, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not _NAME_RE.fullmatch(self.name):
@@ -130,6 +131,7 @@ class Tool:
         if self.step_retries < 0:
             raise ToolDefinitionError(f"tool {self.name!r}: step_retries must be 0 or more")
         self.is_async = inspect.iscoroutinefunction(self.function)
+        self._field_names = tuple(self.args_model.model_fields)
         schema = self.args_model.model_json_schema()
         schema.pop("title", None)
         schema.setdefault("properties", {})
@@ -151,7 +153,12 @@ class Tool:
             pydantic.ValidationError: with every field error.
         """
         model = self.args_model.model_validate(arguments)
-        return dict(vars(model))  # its fields, validated (pydantic keeps extras and privates apart)
+        values = vars(model)  # the fields as validated (pydantic keeps extras and privates apart)
+        if len(values) == len(self._field_names):
+            return dict(values)
+        # The model cached something in its __dict__ (a ``functools.cached_property``): not a
+        # field, so not an argument of the function.
+        return {name: values[name] for name in self._field_names}
 
     def call(self, kwargs: dict[str, Any], ctx: ToolContext | None) -> Awaitable[Any]:
         """Start the function; returns an awaitable of its return value. ``ctx`` is passed to

@@ -11,9 +11,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import pytest
+from pydantic import BaseModel, model_validator
 
 from statemachine_agent import (
     Agent,
@@ -315,3 +317,211 @@ async def test_a_raising_subscriber_is_logged_with_its_traceback_and_the_event_t
     failed = [r for r in caplog.records if "failed on tool_execution_end" in r.getMessage()]
     assert len(failed) == 1 and failed[0].exc_info is not None
     assert "subscriber bug" in str(failed[0].exc_info[1])
+
+
+# -- review: each fast path's bugs the tests above would not catch ---------------------------------
+
+
+def test_usage_adds_every_field_and_only_the_shared_zero_adds_as_nothing() -> None:
+    """`Usage.__add__` returns the other operand only for ``NO_USAGE`` itself: a usage that reports
+    only cache tokens (no input or output) is added field by field like any other."""
+    from statemachine_agent import Usage
+    from statemachine_agent._messages import NO_USAGE
+
+    used = Usage(input_tokens=3, output_tokens=2)
+    cached_only = Usage(cache_write_tokens=5, cache_read_tokens=7)
+    assert used + cached_only == Usage(
+        input_tokens=3, output_tokens=2, cache_write_tokens=5, cache_read_tokens=7
+    )
+    assert cached_only + used == used + cached_only
+    assert used + NO_USAGE == used and NO_USAGE + used == used
+    assert NO_USAGE + cached_only == cached_only and Usage() == NO_USAGE + NO_USAGE
+
+
+class _Point(BaseModel):
+    x: int
+    y: int = 0
+
+
+class _PlaceArgs(BaseModel):
+    at: _Point
+    limit: int = 10
+
+
+def _place(at: _Point, limit: int = 99) -> str:
+    """Place something."""
+    return f"{at!r} {limit}"
+
+
+def test_a_tool_gets_its_args_model_s_defaults_and_nested_models() -> None:
+    """`Tool.validate` gives every field as the model holds it: defaults of the args model (not
+    of the function) and nested models as model instances (not dumped to dicts)."""
+    from statemachine_agent import Tool
+
+    placed = Tool(name="place", description="Place.", function=_place, args_model=_PlaceArgs)
+    kwargs = placed.validate({"at": {"x": 1}})
+    assert kwargs == {"at": _Point(x=1, y=0), "limit": 10}
+    assert type(kwargs["at"]) is _Point and list(kwargs) == ["at", "limit"]
+    made = tool(_place)
+    assert made.validate({"at": {"x": 2}, "limit": 3}) == {"at": _Point(x=2), "limit": 3}
+    assert type(made.validate({"at": {"x": 2}})["at"]) is _Point
+
+
+def test_the_projector_remembers_the_call_ids_of_what_it_committed() -> None:
+    """A call id of a committed part of the history, used again in a later part that is checked
+    (it came from outside the engine), is refused: the committed ids were kept."""
+    from statemachine_agent import InvalidHistoryError, ToolResultMessage, UserMessage
+    from statemachine_agent._context import ContextProjector
+
+    def result(call_id: str) -> ToolResultMessage:
+        return ToolResultMessage(tool_call_id=call_id, tool_name="noop", content=[])
+
+    history: list[Any] = [UserMessage(content="go"), _call(1), result("call_1")]
+    projector = ContextProjector()
+    assert len(projector.project(history)) == 3
+    history += [
+        AssistantMessage(content=[]),
+        UserMessage(content="more"),
+        _call(2),
+        result("call_2"),
+    ]
+    assert len(projector.project(history)) == 6  # the empty response is left out
+    history += [_call(1), result("call_1")]
+    with pytest.raises(InvalidHistoryError, match="call_1"):
+        projector.project(history)
+
+
+def _two_calls(first: str, second: str) -> AssistantMessage:
+    return AssistantMessage(
+        content=[
+            ToolCallBlock(id=first, name="noop", input={}),
+            ToolCallBlock(id=second, name="noop", input={}),
+        ],
+        stop_reason="tool_use",
+    )
+
+
+async def test_a_response_reusing_any_earlier_call_id_is_refused() -> None:
+    """The agent remembers every call id of each response it appended (not only the first
+    one), so a later response reusing the second call's id is an invalid response."""
+    again = AssistantMessage(
+        content=[ToolCallBlock(id="b", name="noop", input={})], stop_reason="tool_use"
+    )
+    agent = Agent(
+        ScriptedModel([_two_calls("a", "b"), again, AssistantMessage(content=[])]),
+        tools=[noop],
+    )
+    result = await agent.run("go")
+    assert result.state is State.FAILED
+    assert result.error is not None and "reuses tool-call id(s) b" in result.error
+    assert agent._call_ids == {"a", "b"}
+
+
+async def test_an_offline_stream_stays_ended_once_it_has_ended() -> None:
+    """As an async generator did: once the response's events are read, the stream raises
+    `StopAsyncIteration` again and again, and neither replays nor calls the function again."""
+    from statemachine_agent.models import ModelRequest
+
+    asked: list[int] = []
+
+    def respond(_messages: Any, _request: Any) -> str:
+        asked.append(1)
+        return "hello"
+
+    for model in (FunctionModel(respond), ScriptedModel([AssistantMessage(content=[])])):
+        stream = model.stream(ModelRequest([]))
+        events = [event async for event in stream]
+        assert events
+        for _ in range(2):
+            with pytest.raises(StopAsyncIteration):
+                await stream.__anext__()
+    assert asked == [1]
+
+
+class _PathArgs(BaseModel):
+    path: str
+
+    @functools.cached_property
+    def parts(self) -> list[str]:
+        return self.path.split("/")
+
+    @model_validator(mode="after")
+    def _named(self) -> _PathArgs:
+        if not self.parts[-1]:
+            raise ValueError("the path names no file")
+        return self
+
+
+def _read(path: str) -> str:
+    """Read a file."""
+    return f"read {path}"
+
+
+async def test_a_tool_gets_only_its_args_model_s_fields() -> None:
+    """Before today's change `Tool.validate` returned the model's fields; a value the model
+    caches in its ``__dict__`` (a ``functools.cached_property`` read by a validator) is not an
+    argument of the function."""
+    from statemachine_agent import Tool
+
+    read = Tool(name="read", description="Read.", function=_read, args_model=_PathArgs)
+    assert read.validate({"path": "a/b"}) == {"path": "a/b"}
+    call = AssistantMessage(
+        content=[ToolCallBlock(id="c1", name="read", input={"path": "a/b"})],
+        stop_reason="tool_use",
+    )
+    result = await Agent(ScriptedModel([call, AssistantMessage(content=[])]), tools=[read]).run(
+        "go"
+    )
+    assert not result.messages[2].is_error and result.messages[2].text == "read a/b"
+
+
+async def test_a_scope_entered_during_a_cancellation_still_reports_its_abort() -> None:
+    """The scope counts the cancellations its task had when it was entered (as
+    ``asyncio.timeout`` does): one entered while the task is being cancelled, then ended by an
+    abort, reports ``aborted`` and re-raises the task's own cancellation."""
+    from statemachine_agent import AbortSignal
+    from statemachine_agent._cancel import abort_scope
+
+    signal = AbortSignal()
+    seen: list[Any] = []
+    in_scope = asyncio.Event()
+
+    async def body() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            scope = abort_scope(signal)
+            try:
+                with scope:
+                    in_scope.set()
+                    await asyncio.sleep(30)
+            finally:
+                seen.append((scope.aborted, asyncio.current_task().cancelling()))  # type: ignore[union-attr]
+            raise
+
+    task = asyncio.ensure_future(body())
+    await asyncio.sleep(0)
+    task.cancel()
+    await in_scope.wait()
+    signal.set("stop")
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen == [(True, 1)]
+
+
+class _Stop(BaseException):
+    """Not an `Exception`: a subscriber raising it is not a subscriber failure to log."""
+
+
+async def test_a_subscriber_raising_a_base_exception_is_not_swallowed() -> None:
+    """`Run.emit` catches a subscriber's `Exception` only (as ``Agent._emit`` did): a
+    `BaseException` such as ``KeyboardInterrupt`` or ``CancelledError`` comes out of the run."""
+    agent = Agent(ScriptedModel([_call(1), AssistantMessage(content=[])]), tools=[tool(noop)])
+
+    def stop(event: Any) -> None:
+        if event.type == "tool_execution_start":
+            raise _Stop
+
+    agent.subscribe(stop)
+    with pytest.raises(_Stop):
+        await agent.run("go")
