@@ -475,40 +475,6 @@ async def test_a_tool_gets_only_its_args_model_s_fields() -> None:
     assert not result.messages[2].is_error and result.messages[2].text == "read a/b"
 
 
-async def test_a_scope_entered_during_a_cancellation_still_reports_its_abort() -> None:
-    """The scope counts the cancellations its task had when it was entered (as
-    ``asyncio.timeout`` does): one entered while the task is being cancelled, then ended by an
-    abort, reports ``aborted`` and re-raises the task's own cancellation."""
-    from statemachine_agent import AbortSignal
-    from statemachine_agent._cancel import abort_scope
-
-    signal = AbortSignal()
-    seen: list[Any] = []
-    in_scope = asyncio.Event()
-
-    async def body() -> None:
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            scope = abort_scope(signal)
-            try:
-                with scope:
-                    in_scope.set()
-                    await asyncio.sleep(30)
-            finally:
-                seen.append((scope.aborted, asyncio.current_task().cancelling()))  # type: ignore[union-attr]
-            raise
-
-    task = asyncio.ensure_future(body())
-    await asyncio.sleep(0)
-    task.cancel()
-    await in_scope.wait()
-    signal.set("stop")
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert seen == [(True, 1)]
-
-
 class _Stop(BaseException):
     """Not an `Exception`: a subscriber raising it is not a subscriber failure to log."""
 

@@ -556,8 +556,9 @@ async def test_an_abort_ending_a_scope_entered_during_a_cancellation_keeps_the_c
     None
 ):
     """Code cleaning up after a cancellation of its task enters an abort scope; an abort ends the
-    block (swallowed, ``scope.aborted``), yet the task's own pending cancellation is re-raised at
-    the end of the scope, never lost."""
+    block (swallowed, ``scope.aborted``: the scope counts the cancellations its task had when it
+    was entered, as ``asyncio.timeout`` does), yet the task's own pending cancellation is
+    re-raised at the end of the scope, never lost."""
     from statemachine_agent._cancel import abort_scope
 
     signal = AbortSignal()
@@ -569,10 +570,16 @@ async def test_an_abort_ending_a_scope_entered_during_a_cancellation_keeps_the_c
             await asyncio.sleep(30)
         except asyncio.CancelledError:
             log.append("cleaning up")
-            async with abort_scope(signal) as scope:
-                in_scope.set()
-                await asyncio.sleep(30)
-            log.append(("after the scope", scope.aborted))
+            scope = abort_scope(signal)
+            try:
+                async with scope:
+                    in_scope.set()
+                    await asyncio.sleep(30)
+                log.append("after the scope")
+            finally:
+                task = asyncio.current_task()
+                assert task is not None
+                log.append((scope.aborted, task.cancelling()))
         log.append("went on")
 
     task = asyncio.ensure_future(body())
@@ -582,7 +589,7 @@ async def test_an_abort_ending_a_scope_entered_during_a_cancellation_keeps_the_c
     signal.set("stop")
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert log == ["cleaning up"]
+    assert log == ["cleaning up", (True, 1)]
 
 
 def test_setting_run_usage_replaces_the_usage_added_before() -> None:
