@@ -60,7 +60,7 @@ async def request_model(run: Run) -> str:
     kept; with tool calls, its batch answers each "not run"); ``fail`` when the provider failed
     for good or the request could not be built.
     """
-    if run.signal.aborted:  # aborted between two steps: send nothing more
+    if run.signal._aborted:  # aborted between two steps: send nothing more
         return Trigger.ABORT
     if run.data.compaction and compaction_due(run):
         return Trigger.COMPACT  # to compacting: the history would reach the threshold
@@ -70,12 +70,13 @@ async def request_model(run: Run) -> str:
         return response
     data = run.data
     data.compacted = data.overflow_retried = False
-    run.agent._context.counted(run.messages, response.usage)
-    run.add_usage(response.usage)
-    data.usage = data.usage + response.usage  # the guards read it at once
+    usage = response.usage
+    run.agent._context.counted(run.agent._messages, usage)
+    run.add_usage(usage)
+    data.usage = data.usage + usage  # the guards read it at once
     run.turn_message = response
     run.append(response)
-    if run.signal.aborted and not response.tool_calls:
+    if run.signal._aborted and not response.tool_calls:
         run.complete_turn()
         return Trigger.ABORT
     if not is_known_stop_reason(response.stop_reason):
@@ -119,7 +120,7 @@ async def run_tools(run: Run) -> str:
             _hold(run, response, {r.tool_call_id: r for r in results}, deferred)
         else:
             _append_results(run, results)
-    if run.signal.aborted:
+    if run.signal._aborted:
         return Trigger.ABORT
     if deferred:
         return Trigger.TOOLS_FINISHED  # to awaiting_approval: nothing more until decisions

@@ -236,7 +236,7 @@ class BatchRun:
     def deferred(self) -> list[PendingCall]:
         """The calls deferred for a decision, in declaration order (none once the batch was
         aborted or a denial ended the run: those are answered instead)."""
-        if self._terminated or self._signal.aborted:
+        if self._terminated or self._signal._aborted:
             return []
         return [slot.deferred for slot in self._slots if slot.deferred is not None]
 
@@ -284,7 +284,7 @@ class BatchRun:
             return
         if self._one_at_a_time():
             for slot in self._slots:
-                if self._signal.aborted or self._terminated:
+                if self._signal._aborted or self._terminated:
                     break
                 await self._process_inline(slot)
         else:
@@ -514,7 +514,7 @@ class BatchRun:
 
     async def _execute(self, slot: _Slot, tool: Tool, kwargs: dict[str, Any]) -> ToolResultMessage:
         call = slot.call
-        if self._signal.aborted:
+        if self._signal._aborted:
             return text_result(call, NOT_RUN, is_error=True)
         # Only a tool that takes a `ToolContext` gets one (with its progress function).
         ctx = self._context(slot) if tool.context_param is not None else None

@@ -116,7 +116,7 @@ class Run:
     @property
     def messages(self) -> list[Message]:
         """The agent's history (this run appends to it)."""
-        return self.agent.messages
+        return self.agent._messages
 
     @property
     def usage(self) -> Usage:
@@ -202,7 +202,7 @@ class Run:
             turn, self.turn = self.turn, None
             agent = self.agent
             if agent._subscribers:
-                context = agent._context.deferred(agent.messages, context_window(agent.model))
+                context = agent._context.deferred(agent._messages, context_window(agent.model))
                 self.emit(TurnEnd(turn, self.turn_message, self.turn_results, context))
 
     # -- queued input -------------------------------------------------------------------------
@@ -292,7 +292,7 @@ class Run:
             trigger: str | None = first
             while trigger is not None:
                 fired = self.fire(trigger)
-                state = self.machine.states[fired.dest]
+                state = self.machine._definition.states[fired.dest]
                 assert state.effect is not None  # validated: only idle has none
                 trigger = await state.effect(self)
                 if trigger is None and not (state.terminal or state.stops_run):
@@ -387,7 +387,7 @@ class Run:
             if is_run_cancellation(exc):
                 raise  # the run's task is being cancelled; a hook's own one is its failure
             return self.fail(f"The transform_context hook failed: {type(exc).__name__}: {exc}")
-        if self.signal.aborted:  # aborted while the request was built: do not send it
+        if self.signal._aborted:  # aborted while the request was built: do not send it
             return Trigger.ABORT
         if not self.data.winding_down:  # the final turn does not count against the limits
             self.data.requests += 1
@@ -454,7 +454,7 @@ class Run:
             if problems:
                 raise InvalidHistoryError(problems)
         else:
-            projected = agent._projector.project(self.messages, agent._appended)
+            projected = agent._projector.project(agent._messages, agent._appended)
         if self.data.winding_down:  # the final turn: tools disabled, an instruction to answer
             instruction = (
                 agent.final_turn if isinstance(agent.final_turn, str) else FINAL_TURN_PROMPT
