@@ -3,10 +3,10 @@
 A run is stopped in one way only: `AbortSignal.set` (from `Agent.abort`, on the loop's thread).
 Code that must stop when it is set runs inside `abort_scope`, which works as ``asyncio.timeout``
 does: the signal makes it expire (at once, or after a grace period), so the step is cancelled by
-asyncio itself, and the scope tells afterwards whether the abort was the cause. The model request and the one-call tool
-path both use it. A cancellation of the task running the agent is a different thing (the caller
-cancelled it): it is never swallowed, and `raise_if_cancelling` re-raises one that awaited code
-(a tool or a model) swallowed.
+asyncio itself, and the scope tells afterwards whether the abort was the cause. The model request
+and the one-call tool path both use it. A cancellation of the task running the agent is a
+different thing (the caller cancelled it): it is never swallowed, and `raise_if_cancelling`
+re-raises one that awaited code (a tool or a model) swallowed.
 """
 
 from __future__ import annotations
