@@ -383,13 +383,20 @@ async def test_default_summarizer_asks_the_agents_own_model() -> None:
 # -- accounting --------------------------------------------------------------------------------
 
 
-async def test_context_usage_is_the_reported_count_plus_an_estimate_since() -> None:
+async def _one_reported_turn() -> tuple[Agent, list[TurnEnd]]:
+    """An agent after one answer whose request the provider counted as 175 tokens (100 input,
+    50 cache read, 25 cache write), with a 1,000-token window; and its ``turn_end`` events."""
     usage = {"input_tokens": 100, "cache_read_input_tokens": 50, "cache_creation_input_tokens": 25}
     model = ScriptedModel([text_response("hi", usage=usage)], context_window=1_000)
     agent = Agent(model)
     ends: list[TurnEnd] = []
     agent.subscribe(lambda e: ends.append(e) if isinstance(e, TurnEnd) else None)
     await agent.run("hello")
+    return agent, ends
+
+
+async def test_context_usage_is_the_reported_count_plus_an_estimate_since() -> None:
+    agent, ends = await _one_reported_turn()
     context = agent.context_usage
     assert context.reported == 175
     assert context.estimated == estimate_tokens(agent.messages[-1:])  # the response, since
@@ -403,12 +410,7 @@ async def test_context_usage_is_the_reported_count_plus_an_estimate_since() -> N
 async def test_a_turn_end_context_compares_as_the_exact_context_usage_it_stands_for() -> None:
     """The lazily estimated ``TurnEnd.context`` equals, hashes, prints, copies and pickles as the
     `ContextUsage` of its moment, its window included."""
-    usage = {"input_tokens": 100, "cache_read_input_tokens": 50, "cache_creation_input_tokens": 25}
-    model = ScriptedModel([text_response("hi", usage=usage)], context_window=1_000)
-    agent = Agent(model)
-    ends: list[TurnEnd] = []
-    agent.subscribe(lambda e: ends.append(e) if isinstance(e, TurnEnd) else None)
-    await agent.run("hello")
+    _agent, ends = await _one_reported_turn()
     context = ends[-1].context
     estimated = -(-(16 + len("hi")) // 4)
     exact = ContextUsage(175 + estimated, 175, estimated, 1_000)

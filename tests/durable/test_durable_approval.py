@@ -91,6 +91,26 @@ async def _pending_becomes(run_id: str, ids: list[str]) -> tuple[PendingCall, ..
         await asyncio.sleep(0.02)
 
 
+async def _decide_cli(tmp_path: Path, run_id: str, *decisions: str) -> list[str]:
+    """``statemachine-agent decide`` on the test's database, from another process: its output
+    lines (it must exit 0)."""
+    decide = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "statemachine_agent",
+        "decide",
+        "--db",
+        f"sqlite:///{tmp_path / 'runs.sqlite'}",
+        run_id,
+        *decisions,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await decide.communicate()
+    assert decide.returncode == 0, err.decode()
+    return out.decode().splitlines()
+
+
 def _results(result: RunResult) -> dict[str, ToolResultMessage]:
     return {m.tool_call_id: m for m in result.messages if isinstance(m, ToolResultMessage)}
 
@@ -108,22 +128,8 @@ async def test_denial_from_another_process_gives_the_denied_result(
     )
     assert _lines(side) == ["check prod"]  # the rest of the batch ran; deploy waits
 
-    decide = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "statemachine_agent",
-        "decide",
-        "--db",
-        f"sqlite:///{tmp_path / 'runs.sqlite'}",
-        "deny-run",
-        "--deny",
-        f"{DEPLOY_CALL}:not on a Friday",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await decide.communicate()
-    assert decide.returncode == 0, err.decode()
-    assert out.decode().splitlines() == [f"deny-run: sent 1 decision(s) ({DEPLOY_CALL}: deny)"]
+    out = await _decide_cli(tmp_path, "deny-run", "--deny", f"{DEPLOY_CALL}:not on a Friday")
+    assert out == [f"deny-run: sent 1 decision(s) ({DEPLOY_CALL}: deny)"]
 
     result = await asyncio.wait_for(task, SAFETY_SECONDS)
     assert result.state == State.DONE
@@ -292,21 +298,8 @@ async def test_decide_all_from_the_cli_approves_every_pending_call(
     factory.build = lambda: _hooked_agent(log)
     task = asyncio.ensure_future(run("Check and deploy.", run_id="all-run"))
     await _pending_becomes("all-run", ["d1", "d2"])
-    decide = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "statemachine_agent",
-        "decide",
-        "--db",
-        f"sqlite:///{tmp_path / 'runs.sqlite'}",
-        "all-run",
-        "--all",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await decide.communicate()
-    assert decide.returncode == 0, err.decode()
-    assert out.decode().splitlines() == ["all-run: sent 2 decision(s) (d1: approve, d2: approve)"]
+    out = await _decide_cli(tmp_path, "all-run", "--all")
+    assert out == ["all-run: sent 2 decision(s) (d1: approve, d2: approve)"]
     result = await asyncio.wait_for(task, SAFETY_SECONDS)
     assert result.state == State.DONE
     assert log == ["check a", "deploy a", "deploy b"]
