@@ -73,9 +73,9 @@ class _Subscriber:
         logger.exception("event subscriber %r failed on %s", self.callback, event.type)
 
     def took(self, event: Event, seconds: float) -> None:
-        """The callback took ``seconds`` on ``event``: warn once if over
-        `SLOW_SUBSCRIBER_SECONDS`."""
-        if seconds <= SLOW_SUBSCRIBER_SECONDS or self.warned:
+        """The callback took ``seconds`` on ``event``, more than `SLOW_SUBSCRIBER_SECONDS`:
+        warn, once per subscriber."""
+        if self.warned:
             return
         self.warned = True
         logger.warning(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, get_args
 
 from pydantic import BaseModel
 
@@ -259,22 +259,5 @@ def _result_summary(value: Any) -> Any:
     }
 
 
-for _event_class in (
-    RunStart,
-    RunEnd,
-    TurnStart,
-    TurnEnd,
-    MessageStart,
-    MessageDelta,
-    MessageEnd,
-    ToolExecutionStart,
-    ToolExecutionUpdate,
-    ToolExecutionEnd,
-    StateChanged,
-    ModelRetry,
-    ApprovalRequested,
-    CallDecided,
-    CompactionStart,
-    CompactionEnd,
-):
+for _event_class in get_args(Event):
     fast_init(_event_class)

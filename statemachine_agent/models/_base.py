@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, get_args, runtime_checkable
 
 from .._dataclasses import fast_init
 from .._messages import AssistantMessage, Message
@@ -83,14 +83,7 @@ class ResponseComplete:
 
 StreamEvent = ResponseStart | TextDelta | ThinkingDelta | ToolCallDelta | ResponseComplete
 
-for _built_per_turn in (
-    ModelRequest,
-    ResponseStart,
-    TextDelta,
-    ThinkingDelta,
-    ToolCallDelta,
-    ResponseComplete,
-):
+for _built_per_turn in (ModelRequest, *get_args(StreamEvent)):
     fast_init(_built_per_turn)
 
 
