@@ -5,8 +5,8 @@ Code that must stop when it is set runs inside `abort_scope`, which works as ``a
 does: the signal makes it expire (at once, or after a grace period), so the step is cancelled by
 asyncio itself, and the scope tells afterwards whether the abort was the cause. The model request
 and the one-call tool path both use it. A cancellation of the task running the agent is a
-different thing (the caller cancelled it): it is never swallowed, and `raise_if_cancelling`
-re-raises one that awaited code (a tool or a model) swallowed.
+different thing (the caller cancelled it): it is never swallowed, and a scope re-raises one that
+awaited code (a tool or a model) swallowed.
 """
 
 from __future__ import annotations
@@ -57,8 +57,9 @@ class AbortSignal:
     def arm(self, scope: asyncio.Timeout, after_seconds: float = 0.0) -> Callable[[], None]:
         """Make ``scope`` (an ``asyncio.timeout(None)``) expire ``after_seconds`` after an abort,
         cancelling the block it guards; leaving it then raises `TimeoutError` and
-        ``scope.expired()`` is true. Returns the function that disarms it. `abort_scope` is the
-        usual way to use this.
+        ``scope.expired()`` is true. Returns the function that disarms it. For code that guards a
+        block with its own ``asyncio.timeout``; the engine's `abort_scope` takes the same steps
+        without one.
         """
         loop = asyncio.get_running_loop()
 
@@ -185,7 +186,7 @@ class abort_scope:  # named like the function it was: ``with abort_scope(...)``
             and exc_type is asyncio.CancelledError
         ):
             self.aborted = True
-            if self._task.cancelling():  # `raise_if_cancelling`, for the task at hand
+            if self._task.cancelling():  # the task's own cancellation is never lost
                 raise asyncio.CancelledError
             return True
         if exc_type is None and self._task.cancelling():
@@ -216,10 +217,3 @@ def is_run_cancellation(exc: BaseException) -> bool:
     """``exc`` is the run's task being cancelled (re-raise it), not the `asyncio.CancelledError`
     a hook, tool or model raised of its own (a failure of that code)."""
     return isinstance(exc, asyncio.CancelledError) and cancelling()
-
-
-def raise_if_cancelling() -> None:
-    """Re-raise a cancellation of the current task that code it awaited swallowed (a tool or a
-    model catching `asyncio.CancelledError`): cancellation is never lost."""
-    if cancelling():
-        raise asyncio.CancelledError

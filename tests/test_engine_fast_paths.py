@@ -491,3 +491,25 @@ async def test_a_subscriber_raising_a_base_exception_is_not_swallowed() -> None:
     agent.subscribe(stop)
     with pytest.raises(_Stop):
         await agent.run("go")
+
+
+async def test_arm_makes_a_timeout_scope_expire_on_abort_and_disarms() -> None:
+    """`AbortSignal.arm` (public; the engine's own scope no longer uses it) expires an
+    ``asyncio.timeout(None)`` after the abort, and its returned function disarms it."""
+    from statemachine_agent import AbortSignal
+
+    signal = AbortSignal()
+    asyncio.get_running_loop().call_soon(signal.set, "stop")
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(None) as scope:
+            signal.arm(scope)
+            await asyncio.sleep(30)
+    assert scope.expired()
+    other = AbortSignal()
+    async with asyncio.timeout(None) as kept:
+        disarm = other.arm(kept)
+        disarm()
+        other.set("too late")
+        for _ in range(3):  # an armed scope would expire on the loop's next pass
+            await asyncio.sleep(0)
+    assert not kept.expired()
