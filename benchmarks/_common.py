@@ -85,3 +85,40 @@ def emit(figure: str, data: dict[str, Any]) -> None:
 def quick() -> bool:
     """``--quick`` was passed: fewer repeats, for a smoke run."""
     return "--quick" in sys.argv
+
+
+async def bare_run(respond: Any, tool: Any, prompt: str = "go") -> list[Any]:
+    """One run of the least any agent loop must do, with no engine: the reference the engine's
+    figures are read against.
+
+    It asks the same model function for each response (so the same response objects are built),
+    awaits the tool of each call and builds its result message (a `ToolResultMessage` with one
+    `TextBlock`, validated as the engine's are), and keeps the history; no events, no protocol
+    checks, no projection, no state machine, no abort scopes. Returns the history.
+
+    Args:
+        respond: the benchmark's model function, ``respond(messages, request)``, sync or async
+            (``request`` is None here).
+        tool: the async tool function every call runs, called with the call's input.
+        prompt: the first user message's text.
+    """
+    import inspect
+
+    from statemachine_agent import TextBlock, ToolResultMessage, UserMessage
+
+    messages: list[Any] = [UserMessage(prompt)]
+    while True:
+        response = respond(messages, None)
+        if inspect.isawaitable(response):
+            response = await response
+        messages.append(response)
+        calls = response.tool_calls
+        if not calls:
+            return messages
+        for call in calls:
+            output = await tool(**call.input)
+            messages.append(
+                ToolResultMessage(
+                    tool_call_id=call.id, tool_name=call.name, content=[TextBlock(text=output)]
+                )
+            )

@@ -11,10 +11,12 @@ past a few hundred agents, so this is what grows if anything is super-linear); t
 CPU per turn at 5,000 agents within 1.2x of that at 100. Memory (tracemalloc, after
 ``gc.collect()``): an idle agent (constructed, no history), and an agent after its 10 turns minus
 its messages (the retained memory of the agents after their runs, less what clearing their histories
-frees); both targets are 10 KiB. The growth is measured twice: with CPython's default collector
-thresholds, and with the generation-0 threshold raised to 10,000 (``gc.set_threshold``), which
-shows how much of it is the collector walking a heap of message objects that grows with the number
-of agents (the engine itself adds nothing per agent that grows: see the benchmarks README).
+frees); both targets are 10 KiB. Each size also shows its full (generation-2) collections and
+the CPU time they took per turn (``gc.callbacks``). The growth is measured three ways: with
+CPython's default collector thresholds; with the generation-0 threshold raised to 10,000
+(``gc.set_threshold``); and, at the smallest and largest sizes, for bare loops that build and keep
+the same messages with no engine at all (`_common.bare_run`): the growth a loop that keeps its
+history as these message objects has before any engine is added (see the benchmarks README).
 
 Usage: ``python benchmarks/bench_scale.py [--quick]``
 """
@@ -29,7 +31,7 @@ import tracemalloc
 from collections.abc import Sequence
 from typing import Any
 
-from _common import emit, median, quick, table
+from _common import bare_run, emit, median, quick, table
 
 from statemachine_agent import (
     Agent,
@@ -92,26 +94,65 @@ async def run_all(agents: list[Agent]) -> tuple[float, float]:
     return wall, cpu
 
 
-def scale(n: int, reps: int, threshold: int | None = None) -> dict[str, float]:
-    """Wall, turns/s and CPU per turn of ``n`` agents (``threshold``: the collector's
-    generation-0 threshold during the runs; None keeps CPython's default)."""
+def scale(
+    n: int, reps: int, threshold: int | None = None, *, bare: bool = False
+) -> dict[str, float]:
+    """Wall, turns/s and CPU per turn of ``n`` agents, and the full collections during the runs
+    (``threshold``: the collector's generation-0 threshold during the runs, None keeps CPython's
+    default; ``bare``: `_common.bare_run` loops instead of agents, the same responses and
+    results with no engine)."""
     default = gc.get_threshold()
     if threshold is not None:
         gc.set_threshold(threshold, default[1], default[2])
     try:
-        return _scale(n, reps)
+        return _scale(n, reps, bare)
     finally:
         gc.set_threshold(*default)
 
 
-def _scale(n: int, reps: int) -> dict[str, float]:
-    walls, cpus = [], []
+class _FullCollections:
+    """Counts the collector's full (generation 2) collections and the CPU time they take."""
+
+    def __init__(self) -> None:
+        self.count, self.seconds, self._started = 0, 0.0, 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._started = time.process_time()
+        else:
+            self.count += 1
+            self.seconds += time.process_time() - self._started
+
+    def __enter__(self) -> _FullCollections:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        gc.callbacks.remove(self)
+
+
+async def run_bare(n: int) -> tuple[float, float]:
+    """Wall seconds and CPU seconds of ``n`` bare loops run concurrently."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    histories = await asyncio.gather(*(bare_run(respond, noop) for _ in range(n)))
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    assert all(len(h) == 2 * TURNS for h in histories)
+    return wall, cpu
+
+
+def _scale(n: int, reps: int, bare: bool) -> dict[str, float]:
+    walls, cpus, fulls, full_us = [], [], [], []
     for _ in range(reps):
-        agents = build(n)
+        agents = None if bare else build(n)
         gc.collect()
-        wall, cpu = asyncio.run(run_all(agents))
+        with _FullCollections() as full:
+            wall, cpu = asyncio.run(run_bare(n) if agents is None else run_all(agents))
         walls.append(wall)
         cpus.append(cpu / (n * TURNS) * 1e6)
+        fulls.append(full.count)
+        full_us.append(full.seconds / (n * TURNS) * 1e6)
         del agents
     return {
         "wall_s": median(walls),
@@ -119,6 +160,8 @@ def _scale(n: int, reps: int) -> dict[str, float]:
         "cpu_us_per_turn": median(cpus),
         "cpu_min": min(cpus),
         "cpu_max": max(cpus),
+        "full_collections": median(fulls),
+        "full_collection_us_per_turn": median(full_us),
     }
 
 
@@ -162,6 +205,8 @@ def main() -> dict[str, Any]:
     # The same with the collector's generation-0 threshold raised (a service setting, see the
     # benchmarks README): what is left of the growth is the collector's, not the engine's.
     tuned = {n: scale(n, 1, TUNED_THRESHOLD) for n in (min(sizes), max(sizes))}
+    # The floor: bare loops (no engine) building and keeping the same messages, at both ends.
+    bare = {n: scale(n, reps, bare=True) for n in (min(sizes), max(sizes))}
     rss_growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
     mem = memory(MEMORY_AGENTS)
     rows = [
@@ -171,12 +216,22 @@ def main() -> dict[str, Any]:
             f["turns_per_s"],
             f["cpu_us_per_turn"],
             f"{f['cpu_min']:.1f}-{f['cpu_max']:.1f}",
+            f["full_collections"],
+            f["full_collection_us_per_turn"],
         ]
-        for n, f in figures.items()
+        for n, f in [*figures.items(), *((f"{n} bare", f) for n, f in bare.items())]
     ]
     print(
         table(
-            ["agents", "wall s", "turns/s", "CPU µs/turn", "CPU spread"],
+            [
+                "agents",
+                "wall s",
+                "turns/s",
+                "CPU µs/turn",
+                "CPU spread",
+                "full collections",
+                "their CPU µs/turn",
+            ],
             rows,
             f"Figure 5: agents x {TURNS} turns, 10 ms model, a subscriber each (median of {reps})",
         )
@@ -184,6 +239,7 @@ def main() -> dict[str, Any]:
     largest = max(figures)
     growth = figures[largest]["cpu_us_per_turn"] / figures[min(figures)]["cpu_us_per_turn"]
     tuned_growth = tuned[largest]["cpu_us_per_turn"] / tuned[min(figures)]["cpu_us_per_turn"]
+    bare_growth = bare[largest]["cpu_us_per_turn"] / bare[min(figures)]["cpu_us_per_turn"]
     mem_rows = [
         ["memory per idle agent (KiB)", mem["idle_kib"]],
         ["memory per agent after 10 turns (KiB)", mem["after_10_turns_kib"]],
@@ -195,6 +251,12 @@ def main() -> dict[str, Any]:
             f" ({tuned[min(figures)]['cpu_us_per_turn']:.0f} -> "
             f"{tuned[largest]['cpu_us_per_turn']:.0f} µs)",
             tuned_growth,
+        ],
+        [
+            f"  a bare loop keeping the same messages, no engine"
+            f" ({bare[min(figures)]['cpu_us_per_turn']:.0f} -> "
+            f"{bare[largest]['cpu_us_per_turn']:.0f} µs)",
+            bare_growth,
         ],
         ["peak RSS growth of the process (MiB)", rss_growth],
     ]
@@ -214,6 +276,8 @@ def main() -> dict[str, Any]:
         "cpu_growth": growth,
         "cpu_growth_tuned_gc": tuned_growth,
         "tuned": {str(n): f for n, f in tuned.items()},
+        "cpu_growth_bare_loop": bare_growth,
+        "bare_loop": {str(n): f for n, f in bare.items()},
         "targets": targets,
     }
     emit("scale", data)

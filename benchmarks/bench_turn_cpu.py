@@ -15,11 +15,17 @@ its own loop and a ``gc.collect()`` just before it; that full collection evicts 
 and added 15-20 µs to every turn of a 20-turn run (measured back to back: 70-75 against 54-57
 µs), a cost of the benchmark that no run in a service pays.
 
+Beside the single-call cells, the same runs done by a bare loop (`_common.bare_run`: the same
+response objects and result messages, no engine: no events, checks, projection or machine) give
+the least any loop pays for these turns, and the machine's speed at the moment of the run: a
+contended period of the VM slows both.
+
 Before/after comparisons of the engine run this file against an older checkout:
 ``PYTHONPATH=/path/to/old/checkout python benchmarks/bench_turn_cpu.py``.
 
 Usage: ``python benchmarks/bench_turn_cpu.py [--quick]`` (all cells), or
-``python benchmarks/bench_turn_cpu.py N BATCH [REPEATS]`` (one cell, a line of text).
+``python benchmarks/bench_turn_cpu.py N BATCH [REPEATS] [--bare]`` (one cell, a line of text;
+``--bare``: the bare loop's).
 """
 
 from __future__ import annotations
@@ -81,10 +87,24 @@ async def one_run(n: int, batch: int) -> tuple[float, float]:
     return cpu / (n + 1) * 1e6, wall / (n + 1) * 1e6
 
 
-async def runs(n: int, batch: int, repeats: int) -> list[tuple[float, float]]:
-    """One untimed warm-up run, then ``repeats`` timed runs, all in this event loop."""
-    await one_run(20, batch)
-    return [await one_run(n, batch) for _ in range(repeats)]
+async def one_bare_run(n: int, batch: int) -> tuple[float, float]:
+    """CPU and wall microseconds per turn of the same run done by a bare loop (no engine)."""
+    from _common import bare_run
+
+    respond = responder(n, batch)
+    cpu, wall = time.process_time(), time.perf_counter()
+    history = await bare_run(respond, noop)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    assert len(history) == 2 + n * (1 + batch), len(history)
+    return cpu / (n + 1) * 1e6, wall / (n + 1) * 1e6
+
+
+async def runs(n: int, batch: int, repeats: int, bare: bool = False) -> list[tuple[float, float]]:
+    """One untimed warm-up run, then ``repeats`` timed runs, all in this event loop (``bare``:
+    of the bare loop instead of the engine)."""
+    run = one_bare_run if bare else one_run
+    await run(20, batch)
+    return [await run(n, batch) for _ in range(repeats)]
 
 
 def repeats_for(n: int, quick: bool) -> int:
@@ -93,11 +113,11 @@ def repeats_for(n: int, quick: bool) -> int:
     return 21 if n < 200 else 5
 
 
-def measure(n: int, batch: int, repeats: int) -> dict[str, float]:
+def measure(n: int, batch: int, repeats: int, bare: bool = False) -> dict[str, float]:
     """Median and spread of CPU and wall µs per turn over ``repeats`` runs (one warm-up first),
-    in one event loop."""
+    in one event loop (``bare``: of the bare loop)."""
     gc.collect()
-    timed = asyncio.run(runs(n, batch, repeats))
+    timed = asyncio.run(runs(n, batch, repeats, bare))
     cpu = [c for c, _ in timed]
     wall = [w for _, w in timed]
     return {
@@ -146,23 +166,44 @@ def main() -> dict[str, Any]:
             "Headline: per-turn cost, subscriber attached, responses built per turn (median)",
         )
     )
+    bare = {f"n{n}_batch1": measure(n, 1, repeats_for(n, quick()), bare=True) for n in SIZES}
+    print(
+        table(
+            ["N turns", "calls/turn", "bare loop CPU µs/turn", "spread", "engine", "engine - bare"],
+            [
+                [
+                    key[1:].split("_batch")[0],
+                    1,
+                    r["cpu_us"],
+                    f"{r['cpu_min']:.1f}-{r['cpu_max']:.1f}",
+                    results[key]["cpu_us"],
+                    results[key]["cpu_us"] - r["cpu_us"],
+                ]
+                for key, r in bare.items()
+            ],
+            "The same runs with no engine: a bare loop building the same responses and results "
+            "(median)",
+        )
+    )
     worst = max(r["cpu_us"] for k, r in results.items() if k.endswith("_batch1"))
     targets = {f"cpu_us_per_turn_single_call_le_{TARGET_US:g}": worst <= TARGET_US}
     print(f"targets: {', '.join(f'{k}: {v}' for k, v in targets.items())}")
-    out = {"cells": results, "targets": targets}
+    out = {"cells": results, "bare_loop": bare, "targets": targets}
     emit("turn_cpu", out)
     return out
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2:
-        size, width = int(sys.argv[1]), int(sys.argv[2])
-        count = int(sys.argv[3]) if len(sys.argv) > 3 else 7
-        r = measure(size, width, count)
+    positional = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if len(positional) > 1:
+        size, width = int(positional[0]), int(positional[1])
+        count = int(positional[2]) if len(positional) > 2 else 7
+        without = "--bare" in sys.argv
+        r = measure(size, width, count, bare=without)
         print(
             f"N={size} batch={width}: median {r['cpu_us']:.1f} µs CPU/turn "
             f"({r['cpu_min']:.1f}-{r['cpu_max']:.1f}), wall {r['wall_us']:.1f} µs/turn, "
-            f"{count} runs, subscriber attached"
+            f"{count} runs, " + ("a bare loop (no engine)" if without else "subscriber attached")
         )
     else:
         main()
