@@ -6,6 +6,7 @@ those lines). Times are medians of repeated runs; ratios compare numbers measure
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import platform
@@ -19,6 +20,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
+
+from statemachine_agent import (  # noqa: E402  (after the path is set)
+    AssistantMessage,
+    TextBlock,
+    ToolResultMessage,
+    UserMessage,
+)
 
 SETUP = "python3 -m venv .benchvenv && .benchvenv/bin/pip install -e '.[dbos]' pydantic-ai-slim"
 
@@ -87,9 +95,9 @@ def quick() -> bool:
     return "--quick" in sys.argv
 
 
-async def bare_run(respond: Any, tool: Any, prompt: str = "go") -> list[Any]:
-    """One run of the least any agent loop must do, with no engine: the reference the engine's
-    figures are read against.
+async def minimal_run(respond: Any, tool: Any, prompt: str = "go") -> list[Any]:
+    """One run of the minimal loop: the least any agent loop must do, with no engine; the
+    reference the engine's figures are read against (not figure 1's bare loop over dicts).
 
     It asks the same model function for each response (so the same response objects are built),
     awaits the tool of each call and builds its result message (a `ToolResultMessage` with one
@@ -102,10 +110,6 @@ async def bare_run(respond: Any, tool: Any, prompt: str = "go") -> list[Any]:
         tool: the async tool function every call runs, called with the call's input.
         prompt: the first user message's text.
     """
-    import inspect
-
-    from statemachine_agent import TextBlock, ToolResultMessage, UserMessage
-
     messages: list[Any] = [UserMessage(prompt)]
     while True:
         response = respond(messages, None)
@@ -122,3 +126,21 @@ async def bare_run(respond: Any, tool: Any, prompt: str = "go") -> list[Any]:
                     tool_call_id=call.id, tool_name=call.name, content=[TextBlock(text=output)]
                 )
             )
+
+
+def check_minimal(history: Sequence[Any], batch: int, turns: int, output: str = "ok") -> None:
+    """Raise AssertionError unless ``history`` is what `minimal_run` must leave for ``turns``
+    responses of ``batch`` calls then an answer: each call answered, in order, by a result
+    carrying the tool's ``output``."""
+    if len(history) != 2 + turns * (1 + batch):
+        raise AssertionError(f"{len(history)} messages, expected {2 + turns * (1 + batch)}")
+    for i, message in enumerate(history):
+        if isinstance(message, AssistantMessage) and message.tool_calls:
+            results = history[i + 1 : i + 1 + len(message.tool_calls)]
+            for call, result in zip(message.tool_calls, results, strict=True):
+                if not (
+                    isinstance(result, ToolResultMessage)
+                    and result.tool_call_id == call.id
+                    and result.text == output
+                ):
+                    raise AssertionError(f"call {call.id} is not answered by its tool's output")

@@ -45,7 +45,10 @@ async def once(command: str, root: Path, sandbox: SandboxStatus | None) -> float
     start = time.perf_counter()
     result = await run_shell(command, str(root), None, 60.0, sandbox=sandbox)
     elapsed = time.perf_counter() - start
-    assert result.details["exit_code"] == 0, result.text
+    assert result.details["exit_code"] == 0, (
+        f"{command!r} exited {result.details['exit_code']} (an interpreter the sandbox cannot see, "
+        f"e.g. a venv under /tmp, exits 127): {result.content}"
+    )
     return elapsed * 1e3
 
 

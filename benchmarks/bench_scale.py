@@ -14,8 +14,8 @@ its messages (the retained memory of the agents after their runs, less what clea
 frees); both targets are 10 KiB. Each size also shows its full (generation-2) collections and
 the CPU time they took per turn (``gc.callbacks``). The growth is measured three ways: with
 CPython's default collector thresholds; with the generation-0 threshold raised to 10,000
-(``gc.set_threshold``); and, at the smallest and largest sizes, for bare loops that build and keep
-the same messages with no engine at all (`_common.bare_run`): the growth a loop that keeps its
+(``gc.set_threshold``); and, at the smallest and largest sizes, for minimal loops that build and keep
+the same messages with no engine at all (`_common.minimal_run`): the growth a loop that keeps its
 history as these message objects has before any engine is added (see the benchmarks README).
 
 Usage: ``python benchmarks/bench_scale.py [--quick]``
@@ -24,6 +24,7 @@ Usage: ``python benchmarks/bench_scale.py [--quick]``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import resource
 import time
@@ -31,7 +32,7 @@ import tracemalloc
 from collections.abc import Sequence
 from typing import Any
 
-from _common import bare_run, emit, median, quick, table
+from _common import check_minimal, emit, median, minimal_run, quick, table
 
 from statemachine_agent import (
     Agent,
@@ -85,27 +86,29 @@ def _drop(_event: object) -> None:
     pass
 
 
-async def run_all(agents: list[Agent]) -> tuple[float, float]:
-    """Wall seconds and CPU seconds of running every agent once, concurrently."""
-    cpu, wall = time.process_time(), time.perf_counter()
-    results = await asyncio.gather(*(agent.run("go") for agent in agents))
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+async def run_all(agents: list[Agent], full: _FullCollections | None = None) -> tuple[float, float]:
+    """Wall seconds and CPU seconds of running every agent once, concurrently (``full``: counts
+    the full collections over the same window)."""
+    with full or contextlib.nullcontext():
+        cpu, wall = time.process_time(), time.perf_counter()
+        results = await asyncio.gather(*(agent.run("go") for agent in agents))
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     assert all(r.state is State.DONE and r.turns == TURNS for r in results)
     return wall, cpu
 
 
 def scale(
-    n: int, reps: int, threshold: int | None = None, *, bare: bool = False
+    n: int, reps: int, threshold: int | None = None, *, minimal: bool = False
 ) -> dict[str, float]:
     """Wall, turns/s and CPU per turn of ``n`` agents, and the full collections during the runs
     (``threshold``: the collector's generation-0 threshold during the runs, None keeps CPython's
-    default; ``bare``: `_common.bare_run` loops instead of agents, the same responses and
+    default; ``minimal``: `_common.minimal_run` loops instead of agents, the same responses and
     results with no engine)."""
     default = gc.get_threshold()
     if threshold is not None:
         gc.set_threshold(threshold, default[1], default[2])
     try:
-        return _scale(n, reps, bare)
+        return _scale(n, reps, minimal)
     finally:
         gc.set_threshold(*default)
 
@@ -133,35 +136,37 @@ class _FullCollections:
         gc.callbacks.remove(self)
 
 
-async def run_bare(n: int) -> tuple[float, float]:
-    """Wall seconds and CPU seconds of ``n`` bare loops run concurrently."""
-    cpu, wall = time.process_time(), time.perf_counter()
-    histories = await asyncio.gather(*(bare_run(respond, noop) for _ in range(n)))
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    assert all(len(h) == 2 * TURNS for h in histories)
+async def run_minimal(n: int, full: _FullCollections) -> tuple[float, float]:
+    """Wall seconds and CPU seconds of ``n`` minimal loops run concurrently (``full``: counts the
+    full collections over the same window)."""
+    with full:
+        cpu, wall = time.process_time(), time.perf_counter()
+        histories = await asyncio.gather(*(minimal_run(respond, noop) for _ in range(n)))
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    for history in histories:
+        check_minimal(history, 1, TURNS - 1, "ok")
     return wall, cpu
 
 
-def _scale(n: int, reps: int, bare: bool) -> dict[str, float]:
-    walls, cpus, fulls, full_us = [], [], [], []
+def _scale(n: int, reps: int, minimal: bool) -> dict[str, float]:
+    runs = []
     for _ in range(reps):
-        agents = None if bare else build(n)
+        agents = None if minimal else build(n)
         gc.collect()
-        with _FullCollections() as full:
-            wall, cpu = asyncio.run(run_bare(n) if agents is None else run_all(agents))
-        walls.append(wall)
-        cpus.append(cpu / (n * TURNS) * 1e6)
-        fulls.append(full.count)
-        full_us.append(full.seconds / (n * TURNS) * 1e6)
+        full = _FullCollections()
+        wall, cpu = asyncio.run(run_minimal(n, full) if agents is None else run_all(agents, full))
+        runs.append((cpu / (n * TURNS) * 1e6, wall, full.count, full.seconds / (n * TURNS) * 1e6))
         del agents
+    cpus = [r[0] for r in runs]
+    middle = sorted(runs)[(reps - 1) // 2]  # the run with the median CPU (the lower middle)
     return {
-        "wall_s": median(walls),
-        "turns_per_s": n * TURNS / median(walls),
+        "wall_s": median([r[1] for r in runs]),
+        "turns_per_s": n * TURNS / median([r[1] for r in runs]),
         "cpu_us_per_turn": median(cpus),
         "cpu_min": min(cpus),
         "cpu_max": max(cpus),
-        "full_collections": median(fulls),
-        "full_collection_us_per_turn": median(full_us),
+        "full_collections": middle[2],  # of the median run, as the CPU they took
+        "full_collection_us_per_turn": middle[3],
     }
 
 
@@ -205,8 +210,8 @@ def main() -> dict[str, Any]:
     # The same with the collector's generation-0 threshold raised (a service setting, see the
     # benchmarks README): what is left of the growth is the collector's, not the engine's.
     tuned = {n: scale(n, 1, TUNED_THRESHOLD) for n in (min(sizes), max(sizes))}
-    # The floor: bare loops (no engine) building and keeping the same messages, at both ends.
-    bare = {n: scale(n, reps, bare=True) for n in (min(sizes), max(sizes))}
+    # The floor: minimal loops (no engine) building and keeping the same messages, at both ends.
+    minimal = {n: scale(n, reps, minimal=True) for n in (min(sizes), max(sizes))}
     rss_growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
     mem = memory(MEMORY_AGENTS)
     rows = [
@@ -219,7 +224,7 @@ def main() -> dict[str, Any]:
             f["full_collections"],
             f["full_collection_us_per_turn"],
         ]
-        for n, f in [*figures.items(), *((f"{n} bare", f) for n, f in bare.items())]
+        for n, f in [*figures.items(), *((f"{n} minimal", f) for n, f in minimal.items())]
     ]
     print(
         table(
@@ -233,13 +238,14 @@ def main() -> dict[str, Any]:
                 "their CPU µs/turn",
             ],
             rows,
-            f"Figure 5: agents x {TURNS} turns, 10 ms model, a subscriber each (median of {reps})",
+            f"Figure 5: agents x {TURNS} turns, 10 ms model, a subscriber each; minimal rows: "
+            f"no engine, no subscriber (median of {reps})",
         )
     )
     largest = max(figures)
     growth = figures[largest]["cpu_us_per_turn"] / figures[min(figures)]["cpu_us_per_turn"]
     tuned_growth = tuned[largest]["cpu_us_per_turn"] / tuned[min(figures)]["cpu_us_per_turn"]
-    bare_growth = bare[largest]["cpu_us_per_turn"] / bare[min(figures)]["cpu_us_per_turn"]
+    minimal_growth = minimal[largest]["cpu_us_per_turn"] / minimal[min(figures)]["cpu_us_per_turn"]
     mem_rows = [
         ["memory per idle agent (KiB)", mem["idle_kib"]],
         ["memory per agent after 10 turns (KiB)", mem["after_10_turns_kib"]],
@@ -253,10 +259,10 @@ def main() -> dict[str, Any]:
             tuned_growth,
         ],
         [
-            f"  a bare loop keeping the same messages, no engine"
-            f" ({bare[min(figures)]['cpu_us_per_turn']:.0f} -> "
-            f"{bare[largest]['cpu_us_per_turn']:.0f} µs)",
-            bare_growth,
+            f"  a minimal loop keeping the same messages, no engine"
+            f" ({minimal[min(figures)]['cpu_us_per_turn']:.0f} -> "
+            f"{minimal[largest]['cpu_us_per_turn']:.0f} µs)",
+            minimal_growth,
         ],
         ["peak RSS growth of the process (MiB)", rss_growth],
     ]
@@ -276,8 +282,8 @@ def main() -> dict[str, Any]:
         "cpu_growth": growth,
         "cpu_growth_tuned_gc": tuned_growth,
         "tuned": {str(n): f for n, f in tuned.items()},
-        "cpu_growth_bare_loop": bare_growth,
-        "bare_loop": {str(n): f for n, f in bare.items()},
+        "cpu_growth_minimal_loop": minimal_growth,
+        "minimal_loop": {str(n): f for n, f in minimal.items()},
         "targets": targets,
     }
     emit("scale", data)

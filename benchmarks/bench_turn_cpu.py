@@ -15,17 +15,18 @@ its own loop and a ``gc.collect()`` just before it; that full collection evicts 
 and added 15-20 µs to every turn of a 20-turn run (measured back to back: 70-75 against 54-57
 µs), a cost of the benchmark that no run in a service pays.
 
-Beside the single-call cells, the same runs done by a bare loop (`_common.bare_run`: the same
-response objects and result messages, no engine: no events, checks, projection or machine) give
-the least any loop pays for these turns, and the machine's speed at the moment of the run: a
-contended period of the VM slows both.
+Beside the single-call cells, the same runs done by the minimal loop (`_common.minimal_run`: the
+same response objects and result messages, no engine: no events, checks, projection or machine;
+not figure 1's bare loop over dicts) give the least any loop pays for these turns. They run after
+the engine's cells, so on a VM whose speed changes within seconds the difference of the two is
+only as good as the moment.
 
 Before/after comparisons of the engine run this file against an older checkout:
 ``PYTHONPATH=/path/to/old/checkout python benchmarks/bench_turn_cpu.py``.
 
 Usage: ``python benchmarks/bench_turn_cpu.py [--quick]`` (all cells), or
-``python benchmarks/bench_turn_cpu.py N BATCH [REPEATS] [--bare]`` (one cell, a line of text;
-``--bare``: the bare loop's).
+``python benchmarks/bench_turn_cpu.py N BATCH [REPEATS] [--minimal]`` (one cell, a line of text;
+``--minimal``: the minimal loop's).
 """
 
 from __future__ import annotations
@@ -87,22 +88,24 @@ async def one_run(n: int, batch: int) -> tuple[float, float]:
     return cpu / (n + 1) * 1e6, wall / (n + 1) * 1e6
 
 
-async def one_bare_run(n: int, batch: int) -> tuple[float, float]:
-    """CPU and wall microseconds per turn of the same run done by a bare loop (no engine)."""
-    from _common import bare_run
+async def one_minimal_run(n: int, batch: int) -> tuple[float, float]:
+    """CPU and wall microseconds per turn of the same run done by a minimal loop (no engine)."""
+    from _common import check_minimal, minimal_run
 
     respond = responder(n, batch)
     cpu, wall = time.process_time(), time.perf_counter()
-    history = await bare_run(respond, noop)
+    history = await minimal_run(respond, noop)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    assert len(history) == 2 + n * (1 + batch), len(history)
+    check_minimal(history, batch, n)
     return cpu / (n + 1) * 1e6, wall / (n + 1) * 1e6
 
 
-async def runs(n: int, batch: int, repeats: int, bare: bool = False) -> list[tuple[float, float]]:
-    """One untimed warm-up run, then ``repeats`` timed runs, all in this event loop (``bare``:
-    of the bare loop instead of the engine)."""
-    run = one_bare_run if bare else one_run
+async def runs(
+    n: int, batch: int, repeats: int, minimal: bool = False
+) -> list[tuple[float, float]]:
+    """One untimed warm-up run, then ``repeats`` timed runs, all in this event loop (``minimal``:
+    of the minimal loop instead of the engine)."""
+    run = one_minimal_run if minimal else one_run
     await run(20, batch)
     return [await run(n, batch) for _ in range(repeats)]
 
@@ -113,11 +116,11 @@ def repeats_for(n: int, quick: bool) -> int:
     return 21 if n < 200 else 5
 
 
-def measure(n: int, batch: int, repeats: int, bare: bool = False) -> dict[str, float]:
+def measure(n: int, batch: int, repeats: int, minimal: bool = False) -> dict[str, float]:
     """Median and spread of CPU and wall µs per turn over ``repeats`` runs (one warm-up first),
-    in one event loop (``bare``: of the bare loop)."""
+    in one event loop (``minimal``: of the minimal loop)."""
     gc.collect()
-    timed = asyncio.run(runs(n, batch, repeats, bare))
+    timed = asyncio.run(runs(n, batch, repeats, minimal))
     cpu = [c for c, _ in timed]
     wall = [w for _, w in timed]
     return {
@@ -166,10 +169,17 @@ def main() -> dict[str, Any]:
             "Headline: per-turn cost, subscriber attached, responses built per turn (median)",
         )
     )
-    bare = {f"n{n}_batch1": measure(n, 1, repeats_for(n, quick()), bare=True) for n in SIZES}
+    minimal = {f"n{n}_batch1": measure(n, 1, repeats_for(n, quick()), minimal=True) for n in SIZES}
     print(
         table(
-            ["N turns", "calls/turn", "bare loop CPU µs/turn", "spread", "engine", "engine - bare"],
+            [
+                "N turns",
+                "calls/turn",
+                "minimal loop CPU µs/turn",
+                "spread",
+                "engine",
+                "engine - minimal",
+            ],
             [
                 [
                     key[1:].split("_batch")[0],
@@ -179,16 +189,16 @@ def main() -> dict[str, Any]:
                     results[key]["cpu_us"],
                     results[key]["cpu_us"] - r["cpu_us"],
                 ]
-                for key, r in bare.items()
+                for key, r in minimal.items()
             ],
-            "The same runs with no engine: a bare loop building the same responses and results "
+            "The same runs with no engine: a minimal loop building the same responses and results "
             "(median)",
         )
     )
     worst = max(r["cpu_us"] for k, r in results.items() if k.endswith("_batch1"))
     targets = {f"cpu_us_per_turn_single_call_le_{TARGET_US:g}": worst <= TARGET_US}
     print(f"targets: {', '.join(f'{k}: {v}' for k, v in targets.items())}")
-    out = {"cells": results, "bare_loop": bare, "targets": targets}
+    out = {"cells": results, "minimal_loop": minimal, "targets": targets}
     emit("turn_cpu", out)
     return out
 
@@ -198,12 +208,12 @@ if __name__ == "__main__":
     if len(positional) > 1:
         size, width = int(positional[0]), int(positional[1])
         count = int(positional[2]) if len(positional) > 2 else 7
-        without = "--bare" in sys.argv
-        r = measure(size, width, count, bare=without)
+        without = "--minimal" in sys.argv
+        r = measure(size, width, count, minimal=without)
         print(
             f"N={size} batch={width}: median {r['cpu_us']:.1f} µs CPU/turn "
             f"({r['cpu_min']:.1f}-{r['cpu_max']:.1f}), wall {r['wall_us']:.1f} µs/turn, "
-            f"{count} runs, " + ("a bare loop (no engine)" if without else "subscriber attached")
+            f"{count} runs, " + ("a minimal loop (no engine)" if without else "subscriber attached")
         )
     else:
         main()
