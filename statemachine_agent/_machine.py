@@ -52,6 +52,7 @@ from . import _effects as fx
 from ._errors import MachineDefinitionError
 from ._limits import UsageLimits
 from ._messages import (
+    NO_USAGE,
     TRUNCATING_STOP_REASONS,
     AssistantMessage,
     StopReason,
@@ -125,7 +126,7 @@ class LoopData:
     limits: UsageLimits | None = None
     requests: int = 0
     tool_calls: int = 0
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = NO_USAGE  # frozen: the shared zero (one less model per run)
     final_turn: bool = False
     winding_down: bool = False
     output_expected: bool = False

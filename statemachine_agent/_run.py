@@ -39,6 +39,7 @@ from ._limits import FINAL_TURN_PROMPT
 from ._machine import Fired, LoopData
 from ._messages import (
     CONTINUE_PROMPT,
+    NO_USAGE,
     AssistantMessage,
     Message,
     StopReason,
@@ -97,7 +98,7 @@ class Run:
         )
         if counts is not None:  # a continued run keeps counting toward its usage limits
             self.data.requests, self.data.tool_calls, self.data.usage = counts
-        self._usage = Usage()
+        self._usage = NO_USAGE  # frozen: the shared zero until a response reports usage
         self._usage_parts: list[Usage] = []  # added since `usage` was last read
         self.error: str | None = None
         self.fired: Fired | None = None

@@ -22,6 +22,7 @@ from statemachine_agent import (
     AssistantMessage,
     State,
     StopReason,
+    TextBlock,
     ToolCallBlock,
     tool,
 )
@@ -513,3 +514,25 @@ async def test_arm_makes_a_timeout_scope_expire_on_abort_and_disarms() -> None:
         for _ in range(3):  # an armed scope would expire on the loop's next pass
             await asyncio.sleep(0)
     assert not kept.expired()
+
+
+async def test_a_run_counts_usage_from_the_shared_zero_until_a_response_reports_some() -> None:
+    # No model of its own per run (two were built, each a tracked object with its field set,
+    # alive for the whole run: garbage-collector work per running agent).
+    from statemachine_agent._messages import NO_USAGE
+
+    seen: list[tuple[object, object]] = []
+
+    async def look() -> str:
+        """Look at the run's usage."""
+        run = agent._run
+        assert run is not None
+        seen.append((run._usage, run.data.usage))
+        return "ok"
+
+    answer = AssistantMessage(content=[TextBlock(text="done")], stop_reason="end_turn")
+    agent = Agent(ScriptedModel([_call(1, "look"), answer]), tools=[look])
+    result = await agent.run("go")
+    assert result.state is State.DONE
+    assert seen == [(NO_USAGE, NO_USAGE)]
+    assert seen[0][0] is NO_USAGE and seen[0][1] is NO_USAGE
