@@ -32,7 +32,7 @@ async def run(n: int) -> None:
 
 def where(func: tuple[str, int, str]) -> str:
     path, line, name = func
-    for marker in ("statemachine_agent/", "site-packages/", "python3."):
+    for marker in ("statemachine_agent/", "benchmarks/", "site-packages/", "python3."):
         if marker in path:
             path = path.split(marker, 1)[1]
             break
