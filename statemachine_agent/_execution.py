@@ -246,7 +246,7 @@ class BatchRun:
         out = []
         waiting = {call.id for call in self.deferred()} if hold else ()
         for slot in self._slots:
-            if waiting and slot.call.id in waiting:
+            if slot.call.id in waiting:
                 continue
             if slot.result is None:
                 if self._terminated and not self._signal.aborted:
@@ -390,7 +390,7 @@ class BatchRun:
         # The write queue: a call claims its place on its resource before anything it awaits
         # (a permission hook may take any time), so calls on one resource run in declaration
         # order. The place is released on every way out.
-        previous, turn = self._claim(resource) if resource is not None else (None, None)
+        previous, turn = self._claim(resource)
         try:
             return await self._checked_run(slot, tool, kwargs, previous)
         finally:
