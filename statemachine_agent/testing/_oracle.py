@@ -475,15 +475,20 @@ def _last_of(tokens: Sequence[Token]) -> tuple[str, list[str]]:
                 return ("open" if tokens[-1] is token else "result"), []
             dangling = [i for i in ids if i not in answered]
             if tokens[-1] is token:
-                if ids:
-                    return "open", dangling
-                if stop == PAUSE_TURN:
-                    return "open", []
-                return ("cut" if stop in TRUNCATING else "answer"), []
+                return ("open", dangling) if ids else (_after_answer(stop), [])
             return "result", dangling
         else:
             return ("user" if tokens[-1] is token else "result"), []
     return "result", []
+
+
+def _after_answer(stop: str) -> str:
+    """The world's ``last`` after a response without calls that stopped with ``stop``: ``open``
+    (paused: sent back as it is), ``cut`` (the token limit or the context window cut it: a run
+    without a prompt asks the model to go on) or ``answer`` (complete: nothing to continue)."""
+    if stop == PAUSE_TURN:
+        return "open"
+    return "cut" if stop in TRUNCATING else "answer"
 
 
 def _paused(tokens: Sequence[Token]) -> bool:
@@ -911,14 +916,7 @@ class Oracle:
             w.turns += 1
             stop = step.kind
             has_calls = bool(step.calls)
-            if has_calls:
-                w.last = "open"
-            else:
-                # A cut answer (token limit, context window) is continued by a run without a
-                # prompt, which asks the model to go on; a complete one is not.
-                w.last = (
-                    "open" if stop == PAUSE_TURN else ("cut" if stop in TRUNCATING else "answer")
-                )
+            w.last = "open" if has_calls else _after_answer(stop)
             w.paused = stop == PAUSE_TURN and not has_calls
             if fire("response"):
                 aborted = True
