@@ -74,7 +74,7 @@ def test_case1_deferred_call_waits_then_runs_once_approved() -> None:
     agent.subscribe(events.append)
     first = agent.run_sync("Read a, write b, read c")
     assert first.state is State.AWAITING_APPROVAL
-    assert log == ["read a", "read c"]
+    assert sorted(log) == ["read a", "read c"]  # one batch, run at once: no order promised
     assert first.pending == (PendingCall("w_b", "write", {"path": "b"}, REVIEW),)
     assert agent.pending == list(first.pending)
     assert len(model.requests) == 1
@@ -86,7 +86,7 @@ def test_case1_deferred_call_waits_then_runs_once_approved() -> None:
     second = agent.run_sync(decisions={"w_b": Approve()})
     assert second.state is State.DONE
     assert second.text == "All three done."
-    assert log == ["read a", "read c", "write b"]
+    assert log[2:] == ["write b"]  # after the reads, which ran in the first run
     assert len(model.requests) == 2
     tail = model.requests[1].messages[-3:]
     assert [m.tool_call_id for m in tail if isinstance(m, ToolResultMessage)] == [
@@ -156,7 +156,7 @@ def test_case2_another_process_denies(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "awaiting_approval ['w_b']"
-    assert side.read_text().splitlines() == ["read a", "read c"]
+    assert sorted(side.read_text().splitlines()) == ["read a", "read c"]  # ran at once
 
     log: list[str] = []
     model = ScriptedModel([text_response("b was not written.")])
