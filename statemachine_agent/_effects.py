@@ -113,9 +113,8 @@ async def run_tools(run: Run) -> str:
         await batch.run()
     finally:
         # Every call gets its result, even when the task is being cancelled.
-        hold = not cancelling()  # a cancelled task answers every call
-        deferred = batch.deferred() if hold else []
-        results = batch.results(hold=bool(deferred))  # nothing to hold back without deferred calls
+        deferred = [] if cancelling() else batch.deferred()  # a cancelled task answers every call
+        results = batch.results(deferred)
         if deferred:
             _hold(run, response, {r.tool_call_id: r for r in results}, deferred)
         else:

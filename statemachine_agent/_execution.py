@@ -240,11 +240,11 @@ class BatchRun:
             return []
         return [slot.deferred for slot in self._slots if slot.deferred is not None]
 
-    def results(self, *, hold: bool = True) -> list[ToolResultMessage]:
-        """One result per call in declaration order; calls never reached get "not run". With
-        ``hold``, deferred calls (see `deferred`) get none: they wait for a decision."""
+    def results(self, held: Sequence[PendingCall] = ()) -> list[ToolResultMessage]:
+        """One result per call in declaration order; calls never reached get "not run". The
+        ``held`` calls (the caller's `deferred`) get none: they wait for a decision."""
         out = []
-        waiting = {call.id for call in self.deferred()} if hold else ()
+        waiting = {call.id for call in held} if held else ()
         for slot in self._slots:
             if slot.call.id in waiting:
                 continue
