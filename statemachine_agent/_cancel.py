@@ -147,6 +147,8 @@ class abort_scope:  # named like the function it was: ``with abort_scope(...)``
         self._task = task
         self._cancelling = task.cancelling()
         signal = self._signal
+        # `AbortSignal.add_callback`'s steps, without the remover it builds: every model
+        # request and inline tool call enters a scope, and `__exit__` removes by the key.
         self._key = key = next(signal._keys)
         signal._callbacks[key] = self._on_abort
         if signal._aborted:
