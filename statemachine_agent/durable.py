@@ -15,6 +15,10 @@ are started in declaration order even in a parallel batch (a call starts its ste
 before it has started its own), so a step's position never depends on timing, and the call id in
 each step name makes DBOS refuse a replay that would not line up.
 
+A model whose answers depend on how many requests it was asked (`ScriptedModel`, the CLI's
+``script:FILE``; see `PositionedModel`) is moved past the replayed requests, so a recovered run
+continues its script after the last recorded step.
+
 A call in flight when its worker died (started, no result recorded) is run again on recovery only
 when its tool is ``@tool(idempotent=True)``; otherwise it is answered with the session log's
 "no result recorded ... may or may not have run" text (`statemachine_agent._protocol.NO_RESULT`).
@@ -83,7 +87,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 try:
     from dbos import DBOS, DBOSClient, SetWorkflowID, StepOptions
@@ -225,6 +229,31 @@ def decode_result(data: dict[str, Any]) -> RunResult:
 
 # -- the durable run: the engine with its I/O recorded as steps --------------------------------
 
+_POSITION_KEY = "model_position"
+
+
+@runtime_checkable
+class PositionedModel(Protocol):
+    """A model whose next response depends on how many requests it was asked, such as
+    `ScriptedModel` (a script plays step ``n`` for request ``n``).
+
+    A durable run records ``calls`` after each ``model_request`` step; when DBOS replays a
+    recorded step (a restarted or recovering worker), the model is not asked, so the run calls
+    ``seek(calls)`` with the recorded value and the next request plays the step that follows
+    the recorded history. The count is recorded rather than read from the history because one
+    request step may play several steps (an error, then its retries) and a compaction request
+    adds no assistant message. A factory should build such a model per run, as the CLI's
+    ``script:FILE`` worker does: a model shared by runs on one worker moves for all of them.
+
+    Attributes:
+        calls: the requests played so far (over every run that used this model).
+    """
+
+    calls: int
+
+    def seek(self, calls: int) -> None:
+        """Continue as if ``calls`` requests had been asked."""
+
 
 def _current_incarnation() -> str:
     return _incarnation
@@ -321,15 +350,27 @@ class DurableRun(Run):
     ) -> AssistantMessage | RequestAborted | RequestFailed:
         """Send the request as a ``model_request`` step: on replay, the recorded outcome."""
         send = super().send
+        model = self.agent.model
+        positioned = model if isinstance(model, PositionedModel) else None
+        asked = False
 
         async def model_request() -> dict[str, str]:
+            nonlocal asked
+            asked = True
             try:
                 outcome = await send(request)
             except Exception as exc:  # a bug in a model: the run fails with it, recorded
                 outcome = RequestFailed(f"The model request failed: {type(exc).__name__}: {exc}")
-            return _encode_outcome(outcome)
+            data = _encode_outcome(outcome)
+            if positioned is not None:
+                data[_POSITION_KEY] = str(positioned.calls)
+            return data
 
         data = await DBOS.run_step_async({"name": "model_request"}, model_request)
+        if not asked and positioned is not None and _POSITION_KEY in data:
+            # Replayed from the database: the model was not asked, so its position is where
+            # the recorded step left it (an error and its retries may have played several).
+            positioned.seek(int(data[_POSITION_KEY]))
         return _decode_outcome(data)
 
     async def _build_request(self) -> ModelRequest:
@@ -851,6 +892,7 @@ __all__ = [
     "Client",
     "DurableBatch",
     "DurableRun",
+    "PositionedModel",
     "RunStatus",
     "ToolStepFailed",
     "abort",

@@ -18,13 +18,16 @@ import sys
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .._agent import Agent
 from .._errors import UsageError
 from .._hooks import Approve
+
+if TYPE_CHECKING:  # imported on use: it needs the dbos extra
+    from ..durable import RunStatus
 
 DB_HELP = (
     "The system database: sqlite:////abs/path/runs.sqlite, or postgresql://user@host:port/db "
@@ -83,7 +86,8 @@ def _workspace_factory(workspace: Path, model_spec: str, yes: bool) -> Any:
     default=None,
     metavar="NAME|script:FILE",
     help="Without --factory (then required): an Anthropic model name (needs ANTHROPIC_API_KEY), "
-    "or script:FILE (played from its first step in every run and after a recovery: for demos).",
+    "or script:FILE (for demos and tests: each run plays it from its first step; a recovered "
+    "run continues after its last recorded step).",
 )
 @click.option("--yes", is_flag=True, help="Without --factory: allow commands and writes.")
 @click.option(
@@ -205,6 +209,10 @@ def submit_command(
 def status_command(db: str, as_json: bool, run_id: str) -> None:
     """Show where RUN_ID is (queued, running, or its result).
 
+    The first line names the DBOS workflow status (ENQUEUED, PENDING, SUCCESS, ERROR...) and
+    the run's state (done, failed, aborted, awaiting_approval...) apart: SUCCESS says the
+    workflow ran to its end, the state says how the run ended.
+
     Exit codes: 0 the run exists (whatever its state), 1 no such run.
     """
     durable = _durable()
@@ -227,12 +235,7 @@ def status_command(db: str, as_json: bool, run_id: str) -> None:
         }
         click.echo(json.dumps(data))
         return
-    line = f"{status.run_id}: {status.status} (worker {status.executor_id})"
-    if result is not None:
-        line += f", state {result.state}, {result.turns} turn(s)"
-    elif status.pending:
-        line += ", state awaiting_approval"
-    click.echo(line)
+    click.echo(status_line(status))
     if result is not None:
         click.echo(result.error or result.text)
     elif status.error:
@@ -245,6 +248,33 @@ def status_command(db: str, as_json: bool, run_id: str) -> None:
             "--approve ID | --deny ID:REASON | --all"
         )
         click.echo(pending_text(status.pending, hint))
+
+
+def status_line(status: RunStatus) -> str:
+    """The first line of ``status``: the DBOS workflow's status, then the run's state, each
+    named, since they differ (a workflow that ran to its end is ``SUCCESS`` whatever state the
+    run ended in).
+
+    Args:
+        status: the run's status (`statemachine_agent.durable.Client.status`).
+
+    Returns:
+        For example ``r1: SUCCESS (workflow status; worker w1); the run ended in state failed
+        after 2 turn(s)``.
+    """
+    worker = "no worker yet" if status.executor_id is None else f"worker {status.executor_id}"
+    line = f"{status.run_id}: {status.status} (workflow status; {worker})"
+    result = status.result
+    if result is not None:
+        return f"{line}; the run ended in state {result.state} after {result.turns} turn(s)"
+    if status.pending:
+        return f"{line}; the run is in state awaiting_approval"
+    run_state = {
+        "ENQUEUED": "the run has not started",
+        "PENDING": "the run is in progress",
+        "ERROR": "the workflow failed, so the run has no result",
+    }.get(status.status)
+    return line if run_state is None else f"{line}; {run_state}"
 
 
 @click.command("decide")

@@ -91,6 +91,13 @@ class ScriptedModel:
     Running out of steps raises `ScriptExhaustedError` in the request, which ends the run in
     ``failed`` with a message saying how many steps the script holds.
 
+    The script's position is ``calls``: request ``n`` (counting from 1, over every run that
+    uses this model) plays step ``n``, whether it is an answer, an error or a retry. A durable
+    run (`statemachine_agent.durable`) records the position after each model request step; when
+    DBOS replays recorded requests in a new process (a restarted or recovering worker), it
+    moves this model there with `seek`, so the run continues with the step after the last
+    recorded one and plays no step twice.
+
     Raises:
         UsageError: a step is malformed (not an object, neither ``content`` nor ``error``,
             ``content`` not a list of blocks, a block of an unknown type, a bad delay); the
@@ -121,6 +128,24 @@ class ScriptedModel:
     def remaining(self) -> int:
         """Steps not yet played."""
         return len(self._steps) - self.calls
+
+    def seek(self, calls: int) -> None:
+        """Continue the script as if ``calls`` requests had been asked: the next request plays
+        step ``calls + 1``.
+
+        For requests answered without asking this model: a durable run calls it when DBOS
+        replays recorded model requests (their responses come from the database). ``calls`` and
+        ``remaining`` follow; ``requests`` keeps only the requests this model was really asked.
+
+        Args:
+            calls: the number of steps already played (0: start again from the first step).
+
+        Raises:
+            UsageError: ``calls`` is negative or not an int.
+        """
+        if not isinstance(calls, int) or isinstance(calls, bool) or calls < 0:
+            raise UsageError(f"ScriptedModel.seek: calls must be an int >= 0, got {calls!r}")
+        self.calls = calls
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Play the next step (see the class docstring)."""

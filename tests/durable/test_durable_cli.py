@@ -78,7 +78,8 @@ def test_worker_submit_status_with_the_workspace_tools(tmp_path: Path) -> None:
             timeout=SAFETY_SECONDS,
         )
         assert plain.stdout.splitlines() == [
-            "cli-run: SUCCESS (worker cli-worker), state done, 2 turn(s)",
+            "cli-run: SUCCESS (workflow status; worker cli-worker); "
+            "the run ended in state done after 2 turn(s)",
             "One file.",
         ]
         missing = subprocess.run(

@@ -179,7 +179,8 @@ def test_case3_killed_while_awaiting_approval_then_approved_from_a_third_process
     )
     assert status.returncode == 0, status.stderr
     assert status.stdout.splitlines()[:3] == [
-        f"{run_id}: PENDING (worker approval-worker), state awaiting_approval",
+        f"{run_id}: PENDING (workflow status; worker approval-worker); "
+        "the run is in state awaiting_approval",
         "Awaiting approval:",
         f'  {DEPLOY_CALL}: deploy {{"target": "prod"}} (deploy requires approval)',
     ]
