@@ -60,7 +60,7 @@ def test_return_values_become_results() -> None:
     call = ToolCallBlock(id="c", name="f", input={})
     assert to_result(call, "hi").text == "hi"
     assert to_result(call, None).text == "(no output)"
-    assert to_result(call, {"a": 1}).text == '{"a": 1}'
+    assert to_result(call, {"a": 1}).text == '{"a":1}'  # compact JSON (issue 31)
     assert to_result(call, [TextBlock(text="x")]).text == "x"
 
 
