@@ -494,10 +494,28 @@ def tool(
     ``step_retries`` asks the durable engine to retry a failed call (see `Tool`).
 
     The name is the function's, the description its docstring, the JSON schema comes from the
-    annotated parameters (pydantic), parameter descriptions from the docstring's ``Args:``.
+    annotated parameters (pydantic), parameter descriptions from the docstring's ``Args:``. A
+    parameter pydantic reserves as a field name (``_path``, ``model_config``, ``json``...) keeps
+    its name in the schema and in the call (the model field takes it as its alias).
+
+    Which callables: see the module docstring (functions, methods, partials, objects with a
+    ``__call__``, decorated functions; sync ones run in a worker thread).
+
+    What a call's return value becomes (the call's result):
+
+    - ``str``: the text; ``None``: ``(no output)``; a `TextBlock`/`ImageBlock` or a list of them:
+      sent as is; a `ToolResult`: its content, ``is_error``, ``details`` and ``terminate``.
+    - any other value: compact JSON through pydantic (`result_json`), e.g. ``{"x":1,"y":2}``; a
+      value pydantic cannot serialize: an error result naming its type.
+    - an awaitable (a sync wrapper of a coroutine function): awaited on the event loop, once.
+    - a generator or async generator: consumed; each yielded value is a progress update
+      (``ToolExecutionUpdate``, as `ToolContext.progress` sends) and the result is the **last**
+      yielded value, or a sync generator's ``return`` value when it is not None. A cancelled
+      call (abort past its grace, timeout) stops a generator at its next value.
 
     Raises:
-        ToolDefinitionError: a parameter lacks an annotation or the name is invalid.
+        ToolDefinitionError: naming the tool: a parameter lacks an annotation, has a type with no
+            JSON schema, is ``*args``/``**kwargs``, or the name is invalid. No other exception.
     """
 
     def wrap(fn: ToolFunction) -> Tool:
