@@ -51,7 +51,14 @@ from ._protocol import (
     TRUNCATED,
     without_blank_text,
 )
-from ._tools import Tool, ToolContext, ToolResult, format_validation_error, repr_json
+from ._tools import (
+    Tool,
+    ToolContext,
+    ToolResult,
+    format_validation_error,
+    repr_json,
+    result_json,
+)
 
 ToolExecution = Literal["parallel", "sequential"]
 
@@ -146,8 +153,9 @@ def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
         blocks = _clean([value])
     elif isinstance(value, list) and all(isinstance(b, TextBlock | ImageBlock) for b in value):
         blocks = _clean(value)
-    else:
-        blocks = [TextBlock(text=repr_json(value))]
+    else:  # data: compact JSON (pydantic); what cannot be serialized is an error result
+        text, failed = result_json(value)
+        blocks, is_error = [TextBlock(text=text)], is_error or failed
     return ToolResultMessage(
         tool_call_id=call.id,
         tool_name=call.name,
@@ -516,8 +524,8 @@ class BatchRun:
         call = slot.call
         if self._signal._aborted:
             return text_result(call, NOT_RUN, is_error=True)
-        # Only a tool that takes a `ToolContext` gets one (with its progress function).
-        ctx = self._context(slot) if tool.context_param is not None else None
+        # Only a tool that takes a `ToolContext` (or may yield progress) gets one.
+        ctx = self._context(slot) if tool.needs_context else None
         slot.started = True
         deadline = None
         try:

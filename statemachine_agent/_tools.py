@@ -1,24 +1,32 @@
-"""Tool definitions: `@tool` turns a typed function into a `Tool` with a JSON schema (pydantic).
+"""Tool definitions: `@tool` turns a typed callable into a `Tool` with a JSON schema (pydantic).
 
 A parameter annotated `ToolContext` is not part of the schema; it receives the abort signal, the call
 id and a progress callback. Google-style ``Args:`` sections of the docstring describe the parameters.
+
+Which callables are tools: functions and methods, sync or ``async``; generator functions, sync or
+``async`` (consumed: see `tool`); a `functools.partial` (its bound arguments are not in the schema);
+an object with a ``__call__`` method; a sync wrapper (a decorator) whose return value is awaitable,
+an async generator or a generator: it is called like any sync tool, then what it returned is
+awaited or consumed on the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
+import keyword
 import re
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, get_type_hints, overload
+from typing import Any, Literal, get_type_hints, overload
 
 import docstring_parser
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
-from pydantic.fields import FieldInfo
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
 from ._cancel import AbortSignal
 from ._errors import ToolDefinitionError
@@ -120,8 +128,12 @@ class Tool:
     idempotent: bool = False
     step_retries: int = 0
     is_async: bool = field(init=False)
+    needs_context: bool = field(init=False)
     input_schema: dict[str, Any] = field(init=False)
+    _kind: _Kind = field(init=False, repr=False)
     _field_names: tuple[str, ...] = field(init=False, repr=False)
+    _keywords: tuple[str, ...] = field(init=False, repr=False)
+    _renamed: bool = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not _NAME_RE.fullmatch(self.name):
@@ -130,9 +142,27 @@ class Tool:
             )
         if self.step_retries < 0:
             raise ToolDefinitionError(f"tool {self.name!r}: step_retries must be 0 or more")
-        self.is_async = inspect.iscoroutinefunction(self.function)
-        self._field_names = tuple(self.args_model.model_fields)
-        schema = self.args_model.model_json_schema()
+        self._kind = _kind_of(self.function)
+        # Called on the event loop (a coroutine or async generator function); else in a thread.
+        self.is_async = self._kind != "sync"
+        # A `ToolContext` is made for the call when the function takes one, or when what it
+        # returns may be a generator whose values become progress updates.
+        self.needs_context = self.context_param is not None or self._kind != "async"
+        fields = self.args_model.model_fields
+        self._field_names = tuple(fields)
+        # A model built by `tool` names an awkward parameter (``_path``, ``model_config``...)
+        # by its alias: the function is called with the alias.
+        renamed = issubclass(self.args_model, _ArgsBase)
+        self._keywords = tuple(
+            (info.alias or name) if renamed else name for name, info in fields.items()
+        )
+        self._renamed = self._keywords != self._field_names
+        try:
+            schema = self.args_model.model_json_schema()
+        except Exception as exc:  # pydantic's schema errors: a type with no JSON schema
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: its arguments have no JSON schema: {exc}"
+            ) from exc
         schema.pop("title", None)
         schema.setdefault("properties", {})
         self.input_schema = schema
@@ -154,31 +184,204 @@ class Tool:
         """
         model = self.args_model.model_validate(arguments)
         values = vars(model)  # the fields as validated (pydantic keeps extras and privates apart)
-        if len(values) == len(self._field_names):
+        if not self._renamed and len(values) == len(self._field_names):
             return dict(values)
         # The model cached something in its __dict__ (a ``functools.cached_property``): not a
-        # field, so not an argument of the function.
-        return {name: values[name] for name in self._field_names}
+        # field, so not an argument of the function. A renamed field is passed by its alias.
+        return {
+            kw: values[name] for name, kw in zip(self._field_names, self._keywords, strict=True)
+        }
 
     def call(self, kwargs: dict[str, Any], ctx: ToolContext | None) -> Awaitable[Any]:
-        """Start the function; returns an awaitable of its return value. ``ctx`` is passed to
-        the tool's `ToolContext` parameter (None only for a tool that has none)."""
+        """Start the function; returns an awaitable of its result. ``ctx`` is passed to the
+        tool's `ToolContext` parameter; its ``progress`` gets a generator's values (None only
+        for a tool whose `needs_context` is False).
+
+        What the function returns is settled first: an awaitable is awaited on the event loop,
+        a generator or async generator is consumed (see `tool`)."""
         if self.context_param is not None:
             kwargs = {**kwargs, self.context_param: ctx}
-        if self.is_async:
+        if self._kind == "async":
             return self.function(**kwargs)  # type: ignore[no-any-return]
+        progress = _no_progress if ctx is None else ctx.progress
+        if self._kind == "async_generator":
+            return _last_of(self.function(**kwargs), progress)
         if self.run_in_thread:
-            run = functools.partial(contextvars.copy_context().run, self.function, **kwargs)
-            return asyncio.get_running_loop().run_in_executor(_sync_tool_pool, run)
-        return _completed(self.function(**kwargs))
+            return _in_thread(functools.partial(self.function, **kwargs), progress)
+        return _settled(self.function(**kwargs), progress)
 
 
-async def _completed(value: Any) -> Any:
+_Kind = Literal["async", "async_generator", "sync"]
+
+
+def _kind_of(function: ToolFunction) -> _Kind:
+    """How a function is called: on the loop and awaited, on the loop and iterated, or as a
+    sync function (what it returns is settled at run time)."""
+    candidates: list[Any] = [function]
+    if not inspect.isroutine(function) and not isinstance(function, type | functools.partial):
+        candidates.append(getattr(type(function), "__call__", None))  # noqa: B004
+    if any(inspect.iscoroutinefunction(c) for c in candidates):
+        return "async"
+    if any(inspect.isasyncgenfunction(c) for c in candidates):
+        return "async_generator"
+    return "sync"
+
+
+def _no_progress(update: Any) -> None:
+    """Progress of a call made without a `ToolContext` goes nowhere."""
+
+
+async def _settled(value: Any, progress: Callable[[Any], None]) -> Any:
+    """What a tool returned, settled on the event loop: an awaitable (a sync wrapper of a
+    coroutine function) awaited, a generator or async generator consumed."""
+    if inspect.isawaitable(value):
+        value = await value
+    if inspect.isasyncgen(value):
+        return await _last_of(value, progress)
+    if inspect.isgenerator(value):  # a sync tool run on the loop (``run_in_thread=False``)
+        return _drain(value, progress, None)
     return value
+
+
+async def _last_of(values: AsyncGenerator[Any, Any], progress: Callable[[Any], None]) -> Any:
+    """Consume an async generator: each value a progress update; returns the last (or None)."""
+    last = None
+    async with contextlib.aclosing(values):
+        async for last in values:
+            progress(last)
+    return last
+
+
+def _drain(
+    values: Generator[Any, Any, Any],
+    progress: Callable[[Any], None],
+    handoff: _Handoff | None,
+) -> Any:
+    """Consume a generator: each value a progress update; returns its ``return`` value when not
+    None, else the last value. Stops (closing it) at the next value once ``handoff`` is stopped."""
+    last = None
+    with contextlib.closing(values):
+        while handoff is None or not handoff.stopped:
+            try:
+                last = next(values)
+            except StopIteration as end:
+                return last if end.value is None else end.value
+            progress(last)
+    return None
+
+
+class _Handoff:
+    """What a worker thread hands to the loop, and the loop's word that it stopped waiting.
+
+    A coroutine the thread made after the wait was cancelled would never be awaited: whichever
+    side comes second closes it (under a lock), so it is never left unawaited."""
+
+    __slots__ = ("_lock", "_value", "stopped")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.stopped = False
+        self._value: Any = None
+
+    def give(self, value: Any) -> Any:
+        with self._lock:
+            if not self.stopped:
+                self._value = value
+                return value
+        _discard(value)
+        return None
+
+    def stop(self) -> None:
+        with self._lock:
+            self.stopped = True
+            value, self._value = self._value, None
+        _discard(value)
+
+
+def _discard(value: Any) -> None:
+    """Close a coroutine or generator nobody will await or consume."""
+    if inspect.iscoroutine(value) or inspect.isgenerator(value):
+        value.close()
+
+
+def _thread_body(run: Callable[[], Any], progress: Callable[[Any], None], handoff: _Handoff) -> Any:
+    value = run()
+    if inspect.isgenerator(value):  # consumed here, in the worker thread
+        value = _drain(value, progress, handoff)
+    return handoff.give(value)
+
+
+async def _in_thread(run: Callable[[], Any], progress: Callable[[Any], None]) -> Any:
+    """Run a sync function in the tool pool; settle what it returned on the loop."""
+    handoff = _Handoff()
+    job = functools.partial(contextvars.copy_context().run, _thread_body, run, progress, handoff)
+    try:
+        value = await asyncio.get_running_loop().run_in_executor(_sync_tool_pool, job)
+    except asyncio.CancelledError:
+        handoff.stop()  # the thread stops a generator at its next value
+        raise
+    return await _settled(value, progress)
 
 
 class _ArgsBase(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+
+def _parts(function: ToolFunction) -> tuple[str, str | None, Any]:
+    """A callable's default tool name, its docstring and what holds its annotations: a
+    partial's come from its function, an instance's from its ``__call__`` (name: its class's)."""
+    if isinstance(function, functools.partial):
+        return _parts(function.func)
+    if inspect.isroutine(function) or isinstance(function, type):
+        return getattr(function, "__name__", ""), inspect.getdoc(function), function
+    call = getattr(function, "__call__", None)  # noqa: B004 (an instance: its method)
+    doc = getattr(call, "__doc__", None) or type(function).__doc__
+    name = getattr(function, "__name__", None) or type(function).__name__
+    return name, inspect.cleandoc(doc) if doc else None, call
+
+
+def _renames(name: str) -> bool:
+    """A parameter name pydantic refuses or warns about as a field name (leading underscore,
+    ``model_`` prefix, a `BaseModel` attribute, a keyword): the field gets another name and
+    this one as its alias (the schema and the function keep it)."""
+    return (
+        name.startswith(("_", "model_"))
+        or hasattr(_ArgsBase, name)
+        or not name.isidentifier()
+        or keyword.iskeyword(name)
+    )
+
+
+def _args_model(tool_name: str, params: dict[str, tuple[Any, Any, str | None]]) -> type[BaseModel]:
+    """The arguments model of ``params`` (name: annotation, default, description).
+
+    Raises:
+        ToolDefinitionError: naming the parameter pydantic refuses.
+    """
+    fields: dict[str, Any] = {}
+    taken = set(params)
+    for index, (param, (annotation, default, description)) in enumerate(params.items()):
+        field_name = param
+        alias = None
+        if _renames(param):
+            field_name = f"param_{index}"
+            while field_name in taken:
+                field_name += "_"
+            taken.add(field_name)
+            alias = param
+        fields[field_name] = (annotation, Field(default, alias=alias, description=description))
+    try:
+        return create_model(f"{tool_name}_arguments", __base__=_ArgsBase, **fields)
+    except Exception as exc:
+        for (param, spec), item in zip(params.items(), fields.items(), strict=True):
+            try:
+                create_model("probe", __base__=_ArgsBase, **dict([item]))
+            except Exception:
+                raise ToolDefinitionError(
+                    f"tool {tool_name!r}: parameter {param!r} (type {spec[0]!r}) "
+                    f"cannot be validated: {exc}"
+                ) from exc
+        raise ToolDefinitionError(f"tool {tool_name!r}: invalid parameters: {exc}") from exc
 
 
 def tool_from_function(
@@ -194,24 +397,33 @@ def tool_from_function(
     idempotent: bool = False,
     step_retries: int = 0,
 ) -> Tool:
-    """Build a `Tool` from a typed function (see `tool`).
+    """Build a `Tool` from a typed callable (see `tool`).
 
     Raises:
-        ToolDefinitionError: a parameter has no annotation, or ``*args``/``**kwargs`` are used.
+        ToolDefinitionError: a parameter has no annotation or a type with no JSON schema,
+            ``*args``/``**kwargs`` are used, or the name is invalid.
     """
-    tool_name = name or function.__name__
-    doc = docstring_parser.parse(inspect.getdoc(function) or "")
+    own_name, documented, annotated = _parts(function)
+    tool_name = name or own_name
+    doc = docstring_parser.parse(documented or "")
     param_docs = {p.arg_name: p.description for p in doc.params}
     try:
         # ToolContext resolves even where it was imported locally (string annotations).
-        hints = get_type_hints(function, localns={"ToolContext": ToolContext})
+        hints = get_type_hints(annotated, localns={"ToolContext": ToolContext})
     except Exception as exc:
         raise ToolDefinitionError(f"tool {tool_name!r}: cannot resolve annotations: {exc}") from exc
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError) as exc:
+        raise ToolDefinitionError(f"tool {tool_name!r}: no signature: {exc}") from exc
+    bound = set(function.keywords) if isinstance(function, functools.partial) else set()
     fields: dict[str, Any] = {}
     context_param = None
-    for param in inspect.signature(function).parameters.values():
+    for param in parameters:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ToolDefinitionError(f"tool {tool_name!r}: *args and **kwargs are not supported")
+        if param.name in bound:  # fixed by the partial: not the model's to choose
+            continue
         annotation = hints.get(param.name, inspect.Parameter.empty)
         if annotation is ToolContext:
             context_param = param.name
@@ -221,11 +433,8 @@ def tool_from_function(
                 f"tool {tool_name!r}: parameter {param.name!r} needs a type annotation"
             )
         default = ... if param.default is inspect.Parameter.empty else param.default
-        fields[param.name] = (
-            annotation,
-            FieldInfo(default=default, description=param_docs.get(param.name)),
-        )
-    args_model = create_model(f"{tool_name}_arguments", __base__=_ArgsBase, **fields)
+        fields[param.name] = (annotation, default, param_docs.get(param.name))
+    args_model = _args_model(tool_name, fields)
     text = description
     if text is None:
         text = "\n\n".join(part for part in (doc.short_description, doc.long_description) if part)
@@ -285,10 +494,28 @@ def tool(
     ``step_retries`` asks the durable engine to retry a failed call (see `Tool`).
 
     The name is the function's, the description its docstring, the JSON schema comes from the
-    annotated parameters (pydantic), parameter descriptions from the docstring's ``Args:``.
+    annotated parameters (pydantic), parameter descriptions from the docstring's ``Args:``. A
+    parameter pydantic reserves as a field name (``_path``, ``model_config``, ``json``...) keeps
+    its name in the schema and in the call (the model field takes it as its alias).
+
+    Which callables: see the module docstring (functions, methods, partials, objects with a
+    ``__call__``, decorated functions; sync ones run in a worker thread).
+
+    What a call's return value becomes (the call's result):
+
+    - ``str``: the text; ``None``: ``(no output)``; a `TextBlock`/`ImageBlock` or a list of them:
+      sent as is; a `ToolResult`: its content, ``is_error``, ``details`` and ``terminate``.
+    - any other value: compact JSON through pydantic (`result_json`), e.g. ``{"x":1,"y":2}``; a
+      value pydantic cannot serialize: an error result naming its type.
+    - an awaitable (a sync wrapper of a coroutine function): awaited on the event loop, once.
+    - a generator or async generator: consumed; each yielded value is a progress update
+      (``ToolExecutionUpdate``, as `ToolContext.progress` sends) and the result is the **last**
+      yielded value, or a sync generator's ``return`` value when it is not None. A cancelled
+      call (abort past its grace, timeout) stops a generator at its next value.
 
     Raises:
-        ToolDefinitionError: a parameter lacks an annotation or the name is invalid.
+        ToolDefinitionError: naming the tool: a parameter lacks an annotation, has a type with no
+            JSON schema, is ``*args``/``**kwargs``, or the name is invalid. No other exception.
     """
 
     def wrap(fn: ToolFunction) -> Tool:
@@ -317,6 +544,33 @@ def format_validation_error(tool_name: str, error: ValidationError, arguments: A
     lines.append(f"Arguments received: {_cap(repr_json(arguments), 500)}")
     lines.append("Fix the arguments and call the tool again.")
     return "\n".join(lines)
+
+
+_ANY = TypeAdapter(Any)
+
+
+def result_json(value: Any) -> tuple[str, bool]:
+    """The text the model reads for a tool's return value that is not text or blocks.
+
+    Compact JSON of the data through pydantic's own serialization (a pydantic model, a
+    dataclass, a date, a dict, a list... nested too; non-ASCII kept; bytes as UTF-8 text;
+    NaN and infinities as ``null``), e.g. ``{"x":1,"y":2}``.
+
+    Returns:
+        ``(text, is_error)``: for a value pydantic cannot serialize, an error text naming the
+        value's type (never its ``str()``) and True.
+    """
+    try:
+        return _ANY.dump_json(value).decode(), False
+    except Exception as exc:  # PydanticSerializationError, or a custom serializer's own error
+        kind = type(value)
+        where = "" if kind.__module__ == "builtins" else f"{kind.__module__}."
+        return (
+            f"The tool returned a value of type {where}{kind.__qualname__} that cannot be "
+            f"turned into JSON ({exc}). A tool returns text, content blocks, a ToolResult, a "
+            "pydantic model, a dataclass or JSON-like data (dict, list, str, number, bool, None).",
+            True,
+        )
 
 
 def repr_json(value: Any) -> str:

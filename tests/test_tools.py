@@ -60,7 +60,7 @@ def test_return_values_become_results() -> None:
     call = ToolCallBlock(id="c", name="f", input={})
     assert to_result(call, "hi").text == "hi"
     assert to_result(call, None).text == "(no output)"
-    assert to_result(call, {"a": 1}).text == '{"a": 1}'
+    assert to_result(call, {"a": 1}).text == '{"a":1}'  # compact JSON (issue 31)
     assert to_result(call, [TextBlock(text="x")]).text == "x"
 
 
@@ -113,3 +113,26 @@ def test_agent_refuses_what_is_not_a_tool() -> None:
 
     with pytest.raises(ToolDefinitionError, match="Tool objects or typed functions"):
         Agent(ScriptedModel([]), tools=[...])
+
+
+def test_a_coroutine_made_after_its_call_was_cancelled_is_closed_not_left_unawaited() -> None:
+    """A sync wrapper may return its coroutine after the call was cancelled (the thread kept
+    running): whichever of the thread and the loop comes second closes it."""
+    import inspect
+
+    from statemachine_agent._tools import _Handoff
+
+    async def body() -> str:
+        return "never"
+
+    late = _Handoff()
+    late.stop()  # the loop stopped waiting first
+    made_late = body()
+    assert late.give(made_late) is None
+    assert inspect.getcoroutinestate(made_late) == inspect.CORO_CLOSED
+
+    early = _Handoff()
+    made_early = body()
+    assert early.give(made_early) is made_early  # handed over, then the wait was cancelled
+    early.stop()
+    assert inspect.getcoroutinestate(made_early) == inspect.CORO_CLOSED
