@@ -424,23 +424,79 @@ async def test_case6_unreachable_url_without_the_variable_names_only_the_url(
 # -- case 7: current model names, one deprecation warning -----------------------------------------
 
 
+OLD_MODEL = "claude-replay-retired"
+OLD_MODEL_TABLE = {OLD_MODEL: "June 1st, 2099"}  # the test's own table: no SDK's list is read
+
+
 async def test_case7_a_deprecated_model_warns_once_not_per_request(
     server: ReplayServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(anthropic_module, "_warned_deprecated", set())
     for _ in range(3):
-        server.add(reply([text("ok")], "end_turn", "claude-sonnet-4-5-20250929"))
+        server.add(reply([text("ok")], "end_turn", OLD_MODEL))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        old = model(server, "claude-sonnet-4-5")
-        agent = Agent(old)
+        agent = Agent(model(server, OLD_MODEL, deprecated_models=OLD_MODEL_TABLE))
+        Agent(model(server, OLD_MODEL, deprecated_models=OLD_MODEL_TABLE))  # a second model
         for prompt in ("one", "two", "three"):
             assert (await agent.run(prompt)).state is State.DONE
     about = [w for w in caught if "end-of-life" in str(w.message)]
     assert len(server.requests) == 3
     assert len(about) == 1
-    assert "claude-sonnet-4-5" in str(about[0].message) and "2026" in str(about[0].message)
+    assert issubclass(about[0].category, FutureWarning)
+    assert OLD_MODEL in str(about[0].message) and "June 1st, 2099" in str(about[0].message)
     assert "claude-sonnet-4-6" in str(about[0].message)  # what to use instead
+
+
+def test_case7_the_package_table_of_deprecated_models_can_be_extended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(anthropic_module, "_warned_deprecated", set())
+    monkeypatch.setitem(anthropic_module.DEPRECATED_MODELS, OLD_MODEL, "June 1st, 2099")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AnthropicModel(OLD_MODEL, api_key="test")
+        AnthropicModel("claude-replay-current", api_key="test")
+    assert [str(w.message).split(" is deprecated")[0] for w in caught] == [
+        f"The model {OLD_MODEL!r}"
+    ]
+
+
+def test_case7_a_model_not_in_the_table_gets_no_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(anthropic_module, "_warned_deprecated", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AnthropicModel(OLD_MODEL, api_key="test", deprecated_models={})
+    assert caught == []
+
+
+def test_case7_the_sdks_per_request_warning_for_a_listed_model_is_silenced_in_this_package(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What the SDK warns on each request for a model it lists, attributed (stacklevel) to the
+    # engine's frame in this package; another model's warning, or one elsewhere, stays.
+    monkeypatch.setattr(anthropic_module, "_warned_deprecated", set())
+
+    def sdk_warning(name: str, module: str) -> None:
+        warnings.warn_explicit(
+            f"The model '{name}' is deprecated and will reach end-of-life on June 1st, 2099.",
+            DeprecationWarning,
+            f"{module}.py",
+            1,
+            module=module,
+        )
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AnthropicModel(OLD_MODEL, api_key="test", deprecated_models=OLD_MODEL_TABLE)
+        caught.clear()  # our own, once
+        sdk_warning(OLD_MODEL, "statemachine_agent._responses")
+        sdk_warning("claude-replay-other", "statemachine_agent._responses")
+        sdk_warning(OLD_MODEL, "user_code")
+    assert [(str(w.message).split("'")[1], w.filename) for w in caught] == [
+        ("claude-replay-other", "statemachine_agent._responses.py"),
+        (OLD_MODEL, "user_code.py"),
+    ]
 
 
 def test_case7_readme_and_package_name_a_current_model() -> None:
