@@ -17,6 +17,7 @@ library's `ModelError` family:
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import re
 import threading
@@ -434,7 +435,7 @@ def _unreachable(exc: Exception, url: str | None, *, retried: bool) -> str:
     cause = exc.__cause__ or exc.__context__
     why = str(cause) if cause is not None and str(cause) else ""
     if not why or why == str(exc):
-        why = str(exc) if str(exc) and str(exc) != "Connection error." else type(exc).__name__
+        why = str(exc) if str(exc) and str(exc) != _sdk_connection_text() else type(exc).__name__
     where = (url or "the Anthropic API").rstrip("/")
     text = (
         f"could not reach {where} ({why})"
@@ -445,6 +446,13 @@ def _unreachable(exc: Exception, url: str | None, *, retried: bool) -> str:
     if env and url is not None and env.rstrip("/") == url.rstrip("/"):
         text += "; the address comes from the ANTHROPIC_BASE_URL environment variable: check it"
     return text
+
+
+@functools.cache
+def _sdk_connection_text() -> str:
+    """The SDK's generic text of a connection error ("Connection error." today), which says
+    nothing the message does not: taken from the SDK, so a new wording stays recognised."""
+    return str(anthropic.APIConnectionError(request=httpx2.Request("POST", "http://localhost")))
 
 
 def _server_tool_names(tools: Sequence[dict[str, Any]]) -> frozenset[str]:
