@@ -16,10 +16,15 @@ library's `ModelError` family:
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
 import re
+import threading
 import warnings
-from collections.abc import AsyncIterator, Mapping, Sequence
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self, cast
 
@@ -32,7 +37,7 @@ from ._anthropic_request import RequestEncoder, same_model, valid_json
 from ._anthropic_response import StreamAccumulator, error_from_body
 from ._base import ModelRequest, ResponseComplete, StreamEvent, ToolDefinition
 
-__all__ = ["AnthropicModel"]
+__all__ = ["DEPRECATED_MODELS", "AnthropicModel"]
 
 DEFAULT_MAX_TOKENS = 8192
 NO_KEY = (
@@ -43,7 +48,15 @@ NO_KEY = (
 _SDK_RETRIED = frozenset({408, 409, 429})
 # The Messages API's rule for a tool name (custom and server tools alike).
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
-_DEPRECATION = r"The model '.*' is deprecated and will reach end-of-life"
+DEPRECATED_MODELS: dict[str, str] = {
+    "claude-opus-4-5": "January 22nd, 2027",
+    "claude-opus-4-5-20251101": "January 22nd, 2027",
+}
+"""Deprecated model names and their end-of-life dates (as written on
+https://docs.anthropic.com/en/docs/resources/model-deprecations). `AnthropicModel` warns once per
+process for a name listed here (or in its ``deprecated_models=``); add entries as models are
+deprecated: ``DEPRECATED_MODELS["claude-x"] = "June 1st, 2027"``. This package's own table: the
+SDK's list is private and changes with the SDK's version."""
 _warned_deprecated: set[str] = set()
 
 
@@ -51,11 +64,13 @@ class AnthropicModel:
     """Claude via the Anthropic Messages API, streamed.
 
     Args:
-        model: the model name, e.g. ``"claude-sonnet-4-6"``. A model the SDK lists as
-            deprecated gets one ``FutureWarning`` per process (with its end-of-life date), not
-            one per request.
+        model: the model name, e.g. ``"claude-sonnet-4-6"``. A model listed in
+            ``deprecated_models`` gets one ``FutureWarning`` per process (with its end-of-life
+            date), not one per request; the SDK's own per-request ``DeprecationWarning`` for it
+            is silenced where this package sends the request.
         client: a ready ``anthropic.AsyncAnthropic``; when given, ``api_key``, ``base_url``,
-            ``max_retries`` and ``timeout_seconds`` are the client's business.
+            ``max_retries`` and ``timeout_seconds`` are the client's business. Such a client
+            serves one event loop (the first this model sends a request on): see below.
         api_key: the API key; default the ``ANTHROPIC_API_KEY`` environment variable (or any
             other credential the SDK finds: ``ANTHROPIC_AUTH_TOKEN``, a profile). It is handed
             to the SDK only: never stored on this object, logged or written to a session log.
@@ -80,10 +95,23 @@ class AnthropicModel:
         context_window: the model's context window in tokens (what a request may hold, input
             and output). Default: `default_context_window` of the model's family (200,000 for
             every current Claude model). Automatic compaction's fractional threshold is taken of it.
+        deprecated_models: model name -> end-of-life date of deprecated models; default the
+            module's `DEPRECATED_MODELS` (read when the model is built).
+
+    Event loops: an SDK client's connections belong to the event loop that opened them, so the
+    model keeps one client per event loop, built on first use with the same settings (the SDK's
+    ``copy()`` with its default HTTP transport). It therefore works across any number of
+    ``agent.run_sync`` / ``asyncio.run`` calls, in a thread's own loop, and in a sub-agent run
+    with ``run_sync`` inside a tool. The client of a loop ended by ``asyncio.run`` (or an
+    ``asyncio.Runner``) is closed as that loop shuts down its async generators; on a loop you
+    close by hand, ``await model.aclose()`` first. A ``client`` passed in is used as given on the
+    first loop and never copied (its transport may be the owner's own): a request on another
+    loop raises `UsageError`; pass ``api_key=`` / ``base_url=`` instead to use several loops.
 
     Close it when done: ``await model.aclose()``, or ``async with AnthropicModel(...) as model:``.
-    This closes the HTTP client the model created itself; a ``client`` passed in is left open
-    (its owner closes it).
+    This closes the HTTP clients the model created itself (those of other loops still running
+    are closed on their own loop; it may be used again afterwards, with new clients); a
+    ``client`` passed in is left open (its owner closes it).
 
     Thinking in a resumed history: thinking and redacted-thinking blocks signed by another model
     (an `AssistantMessage` whose ``model`` is not this one) are not sent, as the API checks each
@@ -100,7 +128,8 @@ class AnthropicModel:
     Raises:
         UsageError: no credential was found (the message names ``ANTHROPIC_API_KEY``),
             ``client`` was combined with ``api_key`` / ``base_url``, or a server tool has no
-            valid ``name`` or shares one with another server tool.
+            valid ``name`` or shares one with another server tool. `stream` and
+            `count_tokens` raise it when a ``client`` passed in is used on a second event loop.
     """
 
     def __init__(
@@ -120,6 +149,7 @@ class AnthropicModel:
         server_tools: Sequence[Mapping[str, Any]] = (),
         extra_body: Mapping[str, Any] | None = None,
         context_window: int | None = None,
+        deprecated_models: Mapping[str, str] | None = None,
     ) -> None:
         if context_window is not None and context_window <= 0:
             raise UsageError(
@@ -131,13 +161,20 @@ class AnthropicModel:
         self._owns_client = client is None
         if client is None:
             client = _make_client(api_key, base_url, max_retries, timeout_seconds)
-        self._client = client
+        self._client = client  # serves the first loop; other loops get copies (_loop_client)
+        self._first_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
         self._model = model
         self.max_tokens = max_tokens
         self._encoder = RequestEncoder(cache=cache, model=model)
         self._server_tools = [dict(t) for t in server_tools]
         self._server_tool_names = _server_tool_names(self._server_tools)
-        _warn_if_deprecated(model)
+        _warn_if_deprecated(
+            model, DEPRECATED_MODELS if deprecated_models is None else deprecated_models
+        )
         options: dict[str, Any] = {}
         if thinking is not None:
             options["thinking"] = (
@@ -162,20 +199,90 @@ class AnthropicModel:
 
     @property
     def client(self) -> anthropic.AsyncAnthropic:
-        """The SDK client in use."""
-        return self._client
+        """The SDK client serving the running event loop (outside a loop, or before a request
+        on this one: the client built, or passed in, first)."""
+        try:
+            entry = self._loops.get(asyncio.get_running_loop())
+        except RuntimeError:
+            entry = None
+        return self._client if entry is None else entry.client
 
-    def __repr__(self) -> str:
-        return f"AnthropicModel({self._model!r})"  # never the key
+    async def _loop_client(self) -> anthropic.AsyncAnthropic:
+        """The client of the running loop, built on first use (see the class docstring).
+
+        Raises:
+            UsageError: a ``client`` passed in, already used on another loop.
+        """
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            entry = self._loops.get(loop)
+            if entry is not None:
+                return entry.client
+            dead = self._pop_closed_loops()
+            first = self._first_loop() if self._first_loop is not None else None
+            if self._first_loop is None or (first is loop and not self._client.is_closed()):
+                client = self._client
+            elif not self._owns_client:
+                raise UsageError(
+                    "this AnthropicModel(client=...) already sent requests on another event loop, "
+                    "and an SDK client's connections belong to the loop that opened them: use the "
+                    "model on one event loop, or pass api_key= / base_url= instead of client= "
+                    "(the model then keeps one client per event loop)"
+                )
+            else:
+                client = self._client.copy(
+                    http_client=anthropic.DefaultAsyncHttpxClient(
+                        base_url=self._client.base_url, timeout=self._client.timeout
+                    )
+                )
+            if self._first_loop is None:
+                self._first_loop = weakref.ref(loop)
+            entry = _LoopClient(client)
+            if self._owns_client:
+                entry.closer = _close_at_loop_end(entry, self._forget_loop)
+            self._loops[loop] = entry
+        for gone in dead:
+            gone.abandon()
+        if entry.closer is not None:
+            # Its first step registers it with the loop (asyncgen hooks): the loop's
+            # shutdown_asyncgens (asyncio.run, Runner) then closes it, and with it the client.
+            await entry.closer.__anext__()
+        return client
+
+    def _forget_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            self._loops.pop(loop, None)
+
+    def _pop_closed_loops(self) -> list[_LoopClient]:
+        """Take out the clients of loops closed without shutting down their async generators:
+        their connections cannot be closed any more (no loop runs them). Under ``_lock``."""
+        dead = [(loop, entry) for loop, entry in self._loops.items() if loop.is_closed()]
+        for loop, _ in dead:
+            del self._loops[loop]
+        return [entry for _, entry in dead]
 
     async def aclose(self) -> None:
-        """Close the HTTP client if this model created it (a ``client`` passed in is left open).
+        """Close the HTTP clients this model created (a ``client`` passed in is left open): the
+        running loop's here, those of other running loops on their own loop (waited for).
 
-        Safe to call more than once. Without it, the client's open connections are torn down
-        when the event loop is already closed ("Event loop is closed" noise at exit).
+        Safe to call more than once; the model builds new clients if used again. Without it, a
+        loop closed by hand (not by ``asyncio.run``) leaves its client's connections open.
         """
-        if self._owns_client:
-            await self._client.close()
+        if not self._owns_client:
+            return
+        here = asyncio.get_running_loop()
+        with self._lock:
+            entries = list(self._loops.items())
+            self._loops.clear()
+        for loop, entry in entries:
+            if loop is here:
+                await entry.close()
+            elif loop.is_running():
+                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(entry.close(), loop))
+            else:
+                entry.abandon()
+        if self._first_loop is None:
+            await self._client.close()  # built, never used on a loop
 
     async def __aenter__(self) -> Self:
         return self
@@ -260,8 +367,9 @@ class AnthropicModel:
         """
         body = self.body(request)
         fields = {k: body[k] for k in ("system", "tools", "thinking") if k in body}
+        client = await self._loop_client()
         try:
-            counted = await self._client.messages.count_tokens(
+            counted = await client.messages.count_tokens(
                 model=body["model"], messages=cast(Any, body["messages"]), extra_body=fields
             )
         except (anthropic.APIStatusError, anthropic.APIConnectionError) as exc:
@@ -275,9 +383,8 @@ class AnthropicModel:
         by the SDK (max_retries) already: the engine must not multiply it."""
         if isinstance(exc, anthropic.APIStatusError):
             return _status_error(exc)
-        return _connection_error(
-            exc, self._client.timeout, retried=True, url=str(self._client.base_url)
-        )
+        client = self.client
+        return _connection_error(exc, client.timeout, retried=True, url=str(client.base_url))
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Stream the response to ``request``; the last item is `ResponseComplete`.
@@ -295,8 +402,9 @@ class AnthropicModel:
             body.pop("max_tokens"),
             body.pop("messages"),
         )
+        client = await self._loop_client()
         try:
-            events = await self._client.messages.create(
+            events = await client.messages.create(
                 model=model,
                 max_tokens=max_tokens,
                 messages=cast(Any, messages),
@@ -316,9 +424,7 @@ class AnthropicModel:
                 except anthropic.APIStatusError as exc:
                     raise _status_error(exc) from None
                 except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
-                    raise _connection_error(
-                        exc, self._client.timeout, url=str(self._client.base_url)
-                    ) from None
+                    raise _connection_error(exc, client.timeout, url=str(client.base_url)) from None
                 for item in accumulator.feed(event.to_dict(mode="json")):
                     yield item
         yield ResponseComplete(accumulator.message())
@@ -329,7 +435,7 @@ def _unreachable(exc: Exception, url: str | None, *, retried: bool) -> str:
     cause = exc.__cause__ or exc.__context__
     why = str(cause) if cause is not None and str(cause) else ""
     if not why or why == str(exc):
-        why = str(exc) if str(exc) and str(exc) != "Connection error." else type(exc).__name__
+        why = str(exc) if str(exc) and str(exc) != _sdk_connection_text() else type(exc).__name__
     where = (url or "the Anthropic API").rstrip("/")
     text = (
         f"could not reach {where} ({why})"
@@ -340,6 +446,13 @@ def _unreachable(exc: Exception, url: str | None, *, retried: bool) -> str:
     if env and url is not None and env.rstrip("/") == url.rstrip("/"):
         text += "; the address comes from the ANTHROPIC_BASE_URL environment variable: check it"
     return text
+
+
+@functools.cache
+def _sdk_connection_text() -> str:
+    """The SDK's generic text of a connection error ("Connection error." today), which says
+    nothing the message does not: taken from the SDK, so a new wording stays recognised."""
+    return str(anthropic.APIConnectionError(request=httpx2.Request("POST", "http://localhost")))
 
 
 def _server_tool_names(tools: Sequence[dict[str, Any]]) -> frozenset[str]:
@@ -357,17 +470,20 @@ def _server_tool_names(tools: Sequence[dict[str, Any]]) -> frozenset[str]:
     return frozenset(names)
 
 
-def _warn_if_deprecated(model: str) -> None:
-    """One warning per process for a model the SDK lists as deprecated. The SDK's own warning,
-    issued on every request, is silenced where this package makes the request (the SDK attributes
-    it to a frame a few levels up: the engine's, which is in this package too)."""
-    try:
-        from anthropic._data import DEPRECATED_MODELS  # the SDK's list; private, may move
-    except ImportError:  # pragma: no cover - an SDK without the list: its own warning stays
+def _warn_if_deprecated(model: str, deprecated: Mapping[str, str]) -> None:
+    """One ``FutureWarning`` per process for a model ``deprecated`` lists. The SDK's own warning
+    for it, issued on every request, is silenced by its message where this package makes the
+    request (the SDK attributes it to a frame a few levels up: the engine's, in this package)."""
+    end = deprecated.get(model)
+    if end is None:
         return
-    warnings.filterwarnings("ignore", _DEPRECATION, DeprecationWarning, r"statemachine_agent(\.|$)")
-    end = DEPRECATED_MODELS.get(model)
-    if end is None or model in _warned_deprecated:
+    warnings.filterwarnings(
+        "ignore",
+        f"The model '{re.escape(model)}' is deprecated",
+        DeprecationWarning,
+        r"statemachine_agent(\.|$)",
+    )
+    if model in _warned_deprecated:
         return
     _warned_deprecated.add(model)
     warnings.warn(
@@ -377,6 +493,48 @@ def _warn_if_deprecated(model: str) -> None:
         FutureWarning,
         stacklevel=3,
     )
+
+
+@dataclass(eq=False)
+class _LoopClient:
+    """The SDK client of one event loop, and the async generator that closes it when the loop
+    shuts down its async generators (``asyncio.run``, ``asyncio.Runner``)."""
+
+    client: anthropic.AsyncAnthropic
+    closer: AsyncGenerator[None, None] | None = None
+    abandoned: bool = False
+
+    async def close(self) -> None:
+        """Close the client on its own (running) loop."""
+        if self.closer is not None:
+            await self.closer.aclose()  # runs its finally: closes the client
+        else:
+            await self.client.close()
+
+    def abandon(self) -> None:
+        """Finish the closer without awaiting (its loop is closed: nothing can run there)."""
+        self.abandoned = True
+        if self.closer is not None:
+            step = self.closer.aclose()
+            try:
+                step.send(None)
+            except StopIteration:
+                pass
+            finally:
+                step.close()
+
+
+async def _close_at_loop_end(
+    entry: _LoopClient, forget: Callable[[asyncio.AbstractEventLoop], None]
+) -> AsyncGenerator[None, None]:
+    """Wait at its ``yield`` until closed; then close the client and drop the loop's entry
+    (the finished generator still refers to its loop, which would keep the entry alive)."""
+    try:
+        yield
+    finally:
+        if not entry.abandoned:
+            forget(asyncio.get_running_loop())
+            await entry.client.close()
 
 
 def _make_client(

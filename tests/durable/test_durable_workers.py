@@ -1,6 +1,12 @@
 """Case 2 of issue 12: two workers on a throwaway Postgres share 40 runs; one is SIGKILLed after
 about 10 have finished, its runs are handed back to the queue (``recover``) and finished by the
-other."""
+other.
+
+The killed worker's last statements may still commit after its process is gone (e.g. a dequeue
+that makes one more run PENDING under its id): the server runs what it already received and only
+then finds the client dead. So the test counts the worker's orphans once the server has ended all
+of its sessions (each worker logs in as a database role of its own), and ``recover`` must
+report that count (issue 30: it once saw one more run than counted just after the kill)."""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
-
+import psycopg  # the Postgres driver DBOS uses (installed with it)
 from throwaway_pg import ThrowawayPostgres
 from worker_process import cli as _cli
 from worker_process import start_worker
@@ -30,9 +36,34 @@ TURNS = 3
 
 
 def _start_worker(db: str, worker_id: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """A worker logged in as its own role (`_role`), so its sessions can be told apart."""
+    role = _role(worker_id)
+    with psycopg.connect(_maintenance(db), autocommit=True) as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN SUPERUSER')
+    own_db = db.replace("://postgres@", f"://{role}@", 1)
+    assert own_db != db
     return start_worker(
-        db, worker_id, env, "--factory", "durable_agents:turns_agent", "--concurrency", "4"
+        own_db, worker_id, env, "--factory", "durable_agents:turns_agent", "--concurrency", "4"
     )
+
+
+def _role(worker_id: str) -> str:
+    return f"sma_test_worker_{worker_id}"
+
+
+def _maintenance(db: str) -> str:
+    """The server's ``postgres`` database (always there), for the test's own queries."""
+    return db.rsplit("/", 1)[0] + "/postgres"
+
+
+def _sessions(db: str, worker_id: str) -> int:
+    """How many database sessions of worker ``worker_id`` the server still has."""
+    with psycopg.connect(_maintenance(db)) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = %s", (_role(worker_id),)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def _wait_for(predicate: object, what: str) -> None:
@@ -73,8 +104,13 @@ def test_case2_postgres_two_workers_one_killed(tmp_path: Path, postgres: Throwaw
             lambda: client.count("SUCCESS") >= 10 and client.count("PENDING", executor_id="w1") > 0,
             "10 finished runs and w1 running one",
         )
+        assert _sessions(db, "w1") > 0  # its sessions are told apart: the wait below is real
         workers["w1"].send_signal(signal.SIGKILL)
         workers["w1"].wait()
+        # Whatever w1 had sent is committed or rolled back once the server has ended its sessions.
+        _wait_for(
+            lambda: _sessions(db, "w1") == 0, "the server to end the killed worker's sessions"
+        )
         orphans = client.count("PENDING", executor_id="w1")
 
         recovered = subprocess.run(

@@ -3,13 +3,15 @@ and run through `AnthropicModel` and the real SDK against the local replay serve
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from pathlib import Path
 from typing import Any
 
+import anthropic
+import httpx2
 import pytest
-from anthropic._utils._json import openapi_dumps
 
 from statemachine_agent import (
     Agent,
@@ -33,6 +35,8 @@ from statemachine_agent.testing import assert_valid_history
 from .replay_server import ReplayServer, Reply, load_sse, message_to_sse, sse_reply
 
 MODEL = "claude-replay-test"
+# The SDK's own text for a connection error (whatever the installed version says).
+SDK_CONNECTION_TEXT = str(anthropic.APIConnectionError(request=httpx2.Request("POST", "http://x")))
 
 
 def model(server: ReplayServer, name: str = MODEL, **kwargs: Any) -> AnthropicModel:
@@ -332,8 +336,9 @@ def test_case2_every_text_of_a_request_is_made_valid() -> None:
     ]
     tools = [ToolDefinition("read", f"Read {FS_NAME}", {"type": "object", "properties": {}})]
     body = body_model.body(ModelRequest(history, system=CUT_EMOJI, tools=tools))
-    encoded = openapi_dumps(body)  # what the SDK does with it; raised UnicodeEncodeError before
-    text_sent = encoded.decode("utf-8")
+    # Sent as UTF-8 JSON: a lone surrogate raised UnicodeEncodeError in the SDK's encoder before.
+    text_sent = json.dumps(body, ensure_ascii=False)
+    text_sent.encode("utf-8")  # raises UnicodeEncodeError on a lone surrogate
     assert "\udce9" not in text_sent and "\ud835" not in text_sent
     assert body["messages"][1]["content"][0]["input"] == {
         "path": "caf\ufffd.txt",
@@ -403,7 +408,7 @@ async def test_case6_unreachable_base_url_named_with_its_environment_variable(
     assert result.error is not None
     assert "could not reach http://127.0.0.1:9" in result.error
     assert "ANTHROPIC_BASE_URL" in result.error
-    assert "Connection error." not in result.error
+    assert SDK_CONNECTION_TEXT not in result.error
     assert result.error.lower().count("connection error") <= 1  # said once, in the kind
 
 
@@ -424,23 +429,79 @@ async def test_case6_unreachable_url_without_the_variable_names_only_the_url(
 # -- case 7: current model names, one deprecation warning -----------------------------------------
 
 
+OLD_MODEL = "claude-replay-retired"
+OLD_MODEL_TABLE = {OLD_MODEL: "June 1st, 2099"}  # the test's own table: no SDK's list is read
+
+
 async def test_case7_a_deprecated_model_warns_once_not_per_request(
     server: ReplayServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(anthropic_module, "_warned_deprecated", set())
     for _ in range(3):
-        server.add(reply([text("ok")], "end_turn", "claude-sonnet-4-5-20250929"))
+        server.add(reply([text("ok")], "end_turn", OLD_MODEL))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        old = model(server, "claude-sonnet-4-5")
-        agent = Agent(old)
+        agent = Agent(model(server, OLD_MODEL, deprecated_models=OLD_MODEL_TABLE))
+        Agent(model(server, OLD_MODEL, deprecated_models=OLD_MODEL_TABLE))  # a second model
         for prompt in ("one", "two", "three"):
             assert (await agent.run(prompt)).state is State.DONE
     about = [w for w in caught if "end-of-life" in str(w.message)]
     assert len(server.requests) == 3
     assert len(about) == 1
-    assert "claude-sonnet-4-5" in str(about[0].message) and "2026" in str(about[0].message)
+    assert issubclass(about[0].category, FutureWarning)
+    assert OLD_MODEL in str(about[0].message) and "June 1st, 2099" in str(about[0].message)
     assert "claude-sonnet-4-6" in str(about[0].message)  # what to use instead
+
+
+def test_case7_the_package_table_of_deprecated_models_can_be_extended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(anthropic_module, "_warned_deprecated", set())
+    monkeypatch.setitem(anthropic_module.DEPRECATED_MODELS, OLD_MODEL, "June 1st, 2099")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AnthropicModel(OLD_MODEL, api_key="test")
+        AnthropicModel("claude-replay-current", api_key="test")
+    assert [str(w.message).split(" is deprecated")[0] for w in caught] == [
+        f"The model {OLD_MODEL!r}"
+    ]
+
+
+def test_case7_a_model_not_in_the_table_gets_no_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(anthropic_module, "_warned_deprecated", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AnthropicModel(OLD_MODEL, api_key="test", deprecated_models={})
+    assert caught == []
+
+
+def test_case7_the_sdks_per_request_warning_for_a_listed_model_is_silenced_in_this_package(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What the SDK warns on each request for a model it lists, attributed (stacklevel) to the
+    # engine's frame in this package; another model's warning, or one elsewhere, stays.
+    monkeypatch.setattr(anthropic_module, "_warned_deprecated", set())
+
+    def sdk_warning(name: str, module: str) -> None:
+        warnings.warn_explicit(
+            f"The model '{name}' is deprecated and will reach end-of-life on June 1st, 2099.",
+            DeprecationWarning,
+            f"{module}.py",
+            1,
+            module=module,
+        )
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AnthropicModel(OLD_MODEL, api_key="test", deprecated_models=OLD_MODEL_TABLE)
+        caught.clear()  # our own, once
+        sdk_warning(OLD_MODEL, "statemachine_agent._responses")
+        sdk_warning("claude-replay-other", "statemachine_agent._responses")
+        sdk_warning(OLD_MODEL, "user_code")
+    assert [(str(w.message).split("'")[1], w.filename) for w in caught] == [
+        ("claude-replay-other", "statemachine_agent._responses.py"),
+        (OLD_MODEL, "user_code.py"),
+    ]
 
 
 def test_case7_readme_and_package_name_a_current_model() -> None:
