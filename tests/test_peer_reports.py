@@ -90,7 +90,7 @@ def quiet_resets(server: ReplayServer) -> ReplayServer:
     connection: a model that failed to close (the fault some tests here catch) leaves its
     sockets to the garbage collector. That printing would also happen on a server thread while
     pytest formats a failure, and Python 3.11's traceback module parses source with `ast` (not
-    thread-safe there: "AST constructor recursion depth mismatch", CPython gh-106905)."""
+    thread-safe there: pytest crashed with "AST constructor recursion depth mismatch")."""
     httpd = server._httpd
     default = httpd.handle_error
 
