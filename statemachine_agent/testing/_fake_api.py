@@ -110,7 +110,7 @@ def message_to_sse(message: dict[str, Any]) -> list[dict[str, Any]]:
         kind = block["type"]
         deltas: list[dict[str, Any]] = []
         if kind == "text":
-            first = {"type": "text", "text": ""}
+            first: dict[str, Any] = {"type": "text", "text": ""}
             if "citations" in block:
                 first["citations"] = []
                 deltas += [
