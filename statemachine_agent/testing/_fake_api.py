@@ -68,7 +68,7 @@ class RecordedRequest:
 
     Attributes:
         path: the request path (``/v1/messages``).
-        headers: its headers.
+        headers: its headers, names in lower case.
         body: its JSON body, parsed (the model, messages, tools, ... the SDK sent).
     """
 
@@ -309,7 +309,7 @@ class FakeMessagesAPI:
         self.requests: list[RecordedRequest] = []
         self._queue: list[_Planned | Reply] = []
         self._steps = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._closing = threading.Event()
         self.add(*steps)
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -348,6 +348,19 @@ class FakeMessagesAPI:
             self._steps = number
             self._queue.extend(planned)
 
+    def wait_for_requests(self, count: int, timeout_seconds: float = 30.0) -> bool:
+        """Block until ``count`` requests have arrived (e.g. to abort a run mid-request).
+
+        Args:
+            count: how many requests to wait for, counted from the first.
+            timeout_seconds: the longest wait.
+
+        Returns:
+            True once they have arrived; False when ``timeout_seconds`` passed first.
+        """
+        with self._lock:
+            return self._lock.wait_for(lambda: len(self.requests) >= count, timeout_seconds)
+
     def model(self, name: str = "claude-sonnet-4-6", **options: Any) -> AnthropicModel:
         """An `AnthropicModel` that talks to this server (``base_url=url``, ``api_key="test"``).
 
@@ -364,6 +377,7 @@ class FakeMessagesAPI:
     def _next(self, request: RecordedRequest) -> Reply:
         with self._lock:
             self.requests.append(request)
+            self._lock.notify_all()
             if self._queue:
                 planned = self._queue.pop(0)
                 return planned if isinstance(planned, Reply) else planned.reply(request.body)
@@ -411,7 +425,9 @@ def _handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
                 body = json.loads(raw or b"{}")
             except ValueError:
                 body = {"_unparsable": raw.decode("utf-8", "replace")}
-            reply = api._next(RecordedRequest(self.path, dict(self.headers.items()), body))
+            reply = api._next(
+                RecordedRequest(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+            )
             if reply.delay_seconds and api._closing.wait(reply.delay_seconds):
                 self.close_connection = True
                 return
