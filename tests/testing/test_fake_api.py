@@ -5,6 +5,8 @@ ScriptedModel refuses them."""
 from __future__ import annotations
 
 import asyncio
+import re
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -281,3 +283,14 @@ async def test_an_abort_while_the_server_delays_its_answer_ends_the_run_aborted(
 def test_wait_for_requests_says_false_when_none_arrives_in_time() -> None:
     with FakeMessagesAPI([ANSWER]) as api:
         assert api.wait_for_requests(1, timeout_seconds=0) is False
+
+
+def test_the_readme_example_prints_what_it_says(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```", readme, re.M | re.S)
+    ours = [b for b in blocks if "FakeMessagesAPI(" in b]
+    assert len(ours) == 1
+    exec(compile(ours[0], "README.md", "exec"), {"__name__": "readme_example"})
+    printed = capsys.readouterr().out.splitlines()
+    expected = [line[2:] for line in ours[0].splitlines() if line.startswith("# ")]
+    assert printed == expected == ["done It is 3. 3", "t1 3"]
