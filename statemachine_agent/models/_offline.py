@@ -181,11 +181,14 @@ _PROVIDER_BLOCK_TYPES = frozenset(
 _REQUIRED_FIELDS = {"text": ("text",), "thinking": ("thinking",), "tool_use": ("id", "name")}
 
 
-def _checked_step(number: int, step: Step) -> tuple[float, AssistantMessage | dict[str, Any]]:
-    """``(delay_seconds, response or error body)`` for one step, or a UsageError naming it."""
+def _checked_step(
+    number: int, step: Step, owner: str = "ScriptedModel"
+) -> tuple[float, AssistantMessage | dict[str, Any]]:
+    """``(delay_seconds, response or error body)`` for one step, or a UsageError naming it (and
+    ``owner``, the class the script was given to)."""
     if isinstance(step, AssistantMessage):
         return 0.0, step
-    where = f"ScriptedModel step {number}"
+    where = f"{owner} step {number}"
     if not isinstance(step, dict):
         raise UsageError(f"{where}: expected a response object, got {type(step).__name__}")
     delay = step.get("delay_seconds", step.get("delay", 0)) or 0

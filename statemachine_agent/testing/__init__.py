@@ -14,6 +14,9 @@
 - `kit_compaction()`: automatic compaction with a tiny threshold and a scripted summarizer
   (`kit_summarize`), for ``agent_state_machine(..., compaction=kit_compaction())`` or
   ``AgentKit(compaction=...)``; `CompactionWatch` checks every compaction as it happens.
+- `FakeMessagesAPI`: a local fake of the Anthropic Messages API playing `ScriptedModel`'s steps
+  on the real wire (SSE streams, error statuses, mid-stream errors, cut connections), for testing
+  through `AnthropicModel` and the real SDK; it records every request (`RecordedRequest`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 from .._protocol import assert_valid_history, find_violations
 from . import strategies
 from ._compaction import CompactionWatch
+from ._fake_api import FakeMessagesAPI, RecordedRequest
 from ._kit import (
     KIT_TOOLS,
     AgentKit,
@@ -82,10 +86,12 @@ __all__ = [
     "CompactionWatch",
     "Cut",
     "Declared",
+    "FakeMessagesAPI",
     "Input",
     "Oracle",
     "Prediction",
     "QueuedInput",
+    "RecordedRequest",
     "RunPrediction",
     "RunReport",
     "RunSpec",

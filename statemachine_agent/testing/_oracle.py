@@ -1511,7 +1511,13 @@ def _history(kind: str) -> list[Message]:
 
 
 async def drive_scenario_run(
-    agent: Agent, model: Any, spec: RunSpec, steps: Sequence[Any], hooks: ScenarioHooks
+    agent: Agent,
+    model: Any,
+    spec: RunSpec,
+    steps: Sequence[Any],
+    hooks: ScenarioHooks,
+    *,
+    sync: bool = False,
 ) -> RunObservation:
     """Play one run of a scenario on ``agent`` (anchored abort or cancellation and input).
 
@@ -1522,6 +1528,8 @@ async def drive_scenario_run(
         spec: the run.
         steps: its rendered steps (`run_steps`).
         hooks: the scenario's hooks (they learn the agent, for the hook-anchored abort).
+        sync: run it with `Agent.run_sync` in a worker thread (its own event loop), unless it
+            is cancelled at an anchor.
     """
     obs = RunObservation()
     model.load(steps)
@@ -1567,20 +1575,25 @@ async def drive_scenario_run(
     unwatch = agent.subscribe(watch)
     try:
         result: RunResult | None = None
-        try:  # run() claims the agent when called: a refusal raises here, not when awaited
-            task = asyncio.ensure_future(
-                agent.run("do the task" if spec.prompt else None, max_turns=spec.max_turns)
-            )
-        except UsageError:
-            obs.started = False
-        else:
+        prompt = "do the task" if spec.prompt else None
+        if sync and (spec.abort is None or spec.abort.how != "cancel"):
             try:
-                result = await task
-            except asyncio.CancelledError:
-                if not task.cancelled():
-                    raise
-                obs.cancelled = True
-                result = end[-1] if end else None
+                result = await asyncio.to_thread(agent.run_sync, prompt, max_turns=spec.max_turns)
+            except UsageError:  # run_sync claims the agent first: a refusal raises before
+                obs.started = False
+        else:
+            try:  # run() claims the agent when called: a refusal raises here, not when awaited
+                task = asyncio.ensure_future(agent.run(prompt, max_turns=spec.max_turns))
+            except UsageError:
+                obs.started = False
+            else:
+                try:
+                    result = await task
+                except asyncio.CancelledError:
+                    if not task.cancelled():
+                        raise
+                    obs.cancelled = True
+                    result = end[-1] if end else None
     finally:
         unwatch()
         unsubscribe()
@@ -1662,9 +1675,25 @@ def rendered_steps(scenario: Scenario) -> list[list[Any]]:
     return [run_steps(run, ids[r]) for r, run in enumerate(scenario.runs)]
 
 
-async def play(scenario: Scenario, workdir: Path | None = None) -> ScenarioObservation:
-    """Play ``scenario`` on a fresh agent (a session log in ``workdir`` when it has a cut)."""
-    model = ScenarioModel()
+async def play(
+    scenario: Scenario,
+    workdir: Path | None = None,
+    *,
+    model: Any = None,
+    sync_runs: bool = False,
+) -> ScenarioObservation:
+    """Play ``scenario`` on a fresh agent (a session log in ``workdir`` when it has a cut).
+
+    Args:
+        scenario: what to play.
+        workdir: where the session log goes (default a temporary folder).
+        model: plays each run's steps (``load(steps)``, ``requests``, as `ScenarioModel`, the
+            default, does); e.g. one that serves them over HTTP to a real SDK.
+        sync_runs: play each run with `Agent.run_sync` in a worker thread (a new event loop per
+            run, as a synchronous caller has), except a run cancelled at an anchor (it needs
+            its task).
+    """
+    model = ScenarioModel() if model is None else model
     hooks = ScenarioHooks()
     ids = scenario_ids(scenario)
     for r, run in enumerate(scenario.runs):
@@ -1697,7 +1726,9 @@ async def play(scenario: Scenario, workdir: Path | None = None) -> ScenarioObser
                 agent = Agent.resume(path, model=model, **agent_options(scenario, hooks))
                 obs.resumed = tokens_of(agent.messages)
                 obs.resumed_state = str(agent.state)
-            obs.runs.append(await drive_scenario_run(agent, model, run, steps[r], hooks))
+            obs.runs.append(
+                await drive_scenario_run(agent, model, run, steps[r], hooks, sync=sync_runs)
+            )
             obs.histories.append(list(agent.messages))
         obs.agent = agent
         if agent.session is not None:
@@ -1852,20 +1883,22 @@ def check_scenario(
     workdir: Path | None = None,
     *,
     loop: asyncio.AbstractEventLoop | None = None,
+    model: Any = None,
+    sync_runs: bool = False,
 ) -> Prediction:
     """Play ``scenario`` (in ``loop``, else a new event loop), check the invariants and
-    compare with the oracle.
+    compare with the oracle. ``model`` and ``sync_runs`` are `play`'s.
 
     Raises:
         AssertionError: listing every difference and broken invariant.
     """
     if loop is not None:
-        obs = loop.run_until_complete(play(scenario, workdir))
+        obs = loop.run_until_complete(play(scenario, workdir, model=model, sync_runs=sync_runs))
     else:
         # A plain loop, not asyncio.run: its SIGINT handling costs more than a short run.
         own = asyncio.new_event_loop()
         try:
-            obs = own.run_until_complete(play(scenario, workdir))
+            obs = own.run_until_complete(play(scenario, workdir, model=model, sync_runs=sync_runs))
             own.run_until_complete(own.shutdown_asyncgens())
         finally:
             own.close()
