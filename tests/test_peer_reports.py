@@ -85,34 +85,17 @@ def wire_results(body: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def quiet_resets(server: ReplayServer) -> ReplayServer:
-    """``server`` without the traceback ``socketserver`` prints when a client resets a kept-alive
-    connection: a model that failed to close (the fault some tests here catch) leaves its
-    sockets to the garbage collector. That printing would also happen on a server thread while
-    pytest formats a failure, and Python 3.11's traceback module parses source with `ast` (not
-    thread-safe there: pytest crashed with "AST constructor recursion depth mismatch")."""
-    httpd = server._httpd
-    default = httpd.handle_error
-
-    def handle_error(request: Any, client_address: Any) -> None:
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            default(request, client_address)
-
-    httpd.handle_error = handle_error  # type: ignore[method-assign]
-    return server
-
-
 @pytest.fixture
 def replay() -> Iterator[ReplayServer]:
     """A running replay server for tests that drive their own event loops (``run_sync``)."""
-    with quiet_resets(ReplayServer()) as running:
+    with ReplayServer() as running:
         yield running
 
 
 @pytest.fixture
 async def server() -> AsyncIterator[ReplayServer]:
     """A running replay server; models in ``server.models`` are closed in the test's loop."""
-    with quiet_resets(ReplayServer()) as running:
+    with ReplayServer() as running:
         try:
             yield running
         finally:

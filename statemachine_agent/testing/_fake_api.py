@@ -10,6 +10,7 @@ transfer encoding), an error with a status as a JSON error body, an error withou
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -267,6 +268,16 @@ def _plan(number: int, step: Step) -> _Planned:
     return _Planned(number, delay, outcome, dict(headers), cut, source)
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A server that does not print a traceback when a client resets or drops its connection
+    (a client closed without closing its kept-alive connections, a client timeout): that is the
+    client's business, and the printing, on a server thread, can interleave with the test's."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class FakeMessagesAPI:
     """A fake Anthropic Messages API on 127.0.0.1 that plays a script, for testing an agent
     through `AnthropicModel` and the real ``anthropic`` SDK.
@@ -312,7 +323,7 @@ class FakeMessagesAPI:
         self._lock = threading.Condition()
         self._closing = threading.Event()
         self.add(*steps)
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._httpd = _QuietServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
