@@ -294,4 +294,3 @@ def test_the_readme_example_prints_what_it_says(capsys: pytest.CaptureFixture[st
     printed = capsys.readouterr().out.splitlines()
     expected = [line[2:] for line in ours[0].splitlines() if line.startswith("# ")]
     assert printed == expected == ["done It is 3. 3", "t1 3"]
-
