@@ -60,7 +60,7 @@ from ._hooks import (
     TransformContext,
     TurnInfo,
 )
-from ._limits import FINAL_TURN_PROMPT, LimitHit, UsageLimits
+from ._limits import FINAL_TURN_PROMPT, LimitHit, RunCounts, UsageLimits
 from ._machine import (
     TERMINAL_STATES,
     Action,
@@ -144,6 +144,7 @@ __all__ = [
     "PendingCall",
     "ProviderBlock",
     "Run",
+    "RunCounts",
     "RunEnd",
     "RunHandle",
     "RunResult",

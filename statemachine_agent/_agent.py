@@ -31,7 +31,7 @@ from ._hooks import (
     TransformContext,
     check_decisions,
 )
-from ._limits import UsageLimits
+from ._limits import RunCounts, UsageLimits
 from ._machine import LoopMachine, MaxTokensPolicy
 from ._messages import (
     AssistantMessage,
@@ -97,8 +97,11 @@ class Agent:
         tools: `Tool` objects or typed functions (wrapped with `tool`).
         system: the system prompt.
         max_turns: the turn cap of a run (a turn is one model response plus its tool batch);
-            reaching it ends the run in ``max_turns``. A run continued without a prompt keeps
-            counting.
+            reaching it ends the run in ``max_turns``. A run continued without a prompt
+            (``run()``, decisions, a resumed session log, a durable run) is the same run and
+            keeps counting: continued at the cap it reached, it stops at once in ``max_turns``
+            with no new turn and no request; pass a higher ``max_turns`` to go on. A prompt
+            starts a new run with its own count.
         tool_execution: ``"parallel"`` (default; calls on one resource still queue) or
             ``"sequential"``.
         max_continuations: cap on ``pause_turn`` and ``max_tokens`` continuations in a run. A
@@ -240,8 +243,7 @@ class Agent:
         # Claiming a run, aborting it and binding its loop happen under this lock (any thread).
         self._claim_lock = threading.RLock()
         self._run: Run | None = None  # the current run (None between runs: no reference cycle)
-        self._last_turns = 0  # turns of the last run (a continued run keeps counting)
-        self._last_counts: tuple[int, int, Usage] | None = None  # its requests, calls, usage
+        self._counts = RunCounts()  # the last run's counts (a continued run goes on from them)
         self._pending: PendingBatch | None = None  # a batch waiting for decisions
         self._running = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -349,6 +351,7 @@ class Agent:
         state: State,
         *,
         pending: tuple[Sequence[PendingCall], Sequence[ToolResultMessage]] | None = None,
+        counts: RunCounts | None = None,
     ) -> None:
         """Put back a saved history and state (``idle``, terminal or ``awaiting_approval``), as a
         session log does.
@@ -359,6 +362,9 @@ class Agent:
             state: the state to be in.
             pending: for ``awaiting_approval``: the calls waiting for a decision and the results
                 the batch already has.
+            counts: what the last run counted toward its limits (`RunResult.counts`): a run
+                continued without a prompt goes on from them, as in the process that ran it.
+                None: zero.
 
         Raises:
             AgentBusyError: a run is in progress.
@@ -379,6 +385,7 @@ class Agent:
         self.messages = messages
         self.machine.restore(state)
         self._pending = batch
+        self._counts = counts if counts is not None else RunCounts()
 
     @property
     def pending(self) -> list[PendingCall]:
@@ -635,10 +642,7 @@ class Agent:
     def _claim(self, first: str, *, fresh: bool, run_class: type[Run] = Run) -> Run:
         """Claim the agent for a new run starting with trigger ``first`` (the claim lock held,
         the checks done): a fresh one for a prompt, else one that keeps counting."""
-        if fresh:
-            run = run_class(self)
-        else:
-            run = run_class(self, turns=self._last_turns, counts=self._last_counts)
+        run = run_class(self, counts=None if fresh else self._counts)
         run.first_trigger = first
         self._run, self._loop, self._loop_thread = run, None, 0
         self._running = True
@@ -657,9 +661,7 @@ class Agent:
         """End ``run``'s claim on the agent (it ended, or it never started)."""
         with self._claim_lock:
             if self._run is run:
-                self._last_turns = run.data.turns
-                data = run.data
-                self._last_counts = (data.requests, data.tool_calls, data.usage)
+                self._counts = run.counts
                 self._run, self._loop, self._loop_thread = None, None, 0
                 self._running = False
 
@@ -686,7 +688,7 @@ class Agent:
     def _abort_pending(self, reason: str) -> None:
         """An abort while calls wait for decisions: a short run answers them and ends
         ``aborted`` (there is no run to stop)."""
-        run = Run(self, turns=self._last_turns)
+        run = Run(self, counts=self._counts)
         run.signal.set(reason)
         run.emit(RunStart(None))
         run.fire(Trigger.ABORT)

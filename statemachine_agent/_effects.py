@@ -41,7 +41,7 @@ from ._protocol import (
     unknown_stop_reason_text,
 )
 from ._responses import refusal_text
-from ._states import Trigger
+from ._states import State, Trigger
 
 if TYPE_CHECKING:
     from ._run import Run
@@ -226,9 +226,14 @@ async def await_decisions(run: Run) -> None:
 
 async def settle(run: Run) -> None:
     """A terminal state: answer every call of the last response that has no result, naming the
-    state and the transition that ended the run, then end the run's open turn."""
+    state and the transition that ended the run, then end the run's open turn. A run ending
+    ``done`` past a token limit (its final answer took it there: token limits are checked after
+    each response, and an answer is never cut off) says so in its error."""
     fired = run.fired
     assert fired is not None
+    if fired.dest == State.DONE and (hit := run.limit_exceeded()) is not None:
+        text = hit.exceeded_text()
+        run.error = text if run.error is None else f"{run.error} {text}"
     for result in answer_dangling(run.messages, ended_text(fired.dest, fired.label)):
         run.append(result)
     run.close_turn()
@@ -346,6 +351,8 @@ def note_turn_limit(run: Run) -> None:
     data = run.data
     if not data.keep_going:
         why = "the should_continue hook returned False"
+    elif data.turns > data.max_turns:  # the cap was lowered during the run
+        why = f"the max_turns limit was lowered to {data.max_turns}, below the run's turns"
     else:
         why = f"the max_turns limit ({data.max_turns}) was reached"
     response = data.response
@@ -359,6 +366,18 @@ def note_turn_limit(run: Run) -> None:
         f"Stopped after {data.turns} turn(s): {why}. The last action was {last}. To continue, "
         "call run() again without a prompt and a higher limit, e.g. await "
         f"agent.run(max_turns={data.turns + 10}).",
+    )
+
+
+def note_turn_limit_at_start(run: Run) -> None:
+    """A run continued without a prompt already made ``max_turns`` turns (it keeps counting):
+    it stops before any request, saying so and how to go on."""
+    data = run.data
+    run.error = (
+        f"Stopped before any new turn: this run has made {data.turns} turn(s) and its "
+        f"max_turns limit is {data.max_turns} (a run continued without a prompt keeps counting "
+        "its turns). To continue, call run() again without a prompt and a higher limit, e.g. "
+        f"await agent.run(max_turns={data.turns + 10}), or start a new run with a prompt."
     )
 
 

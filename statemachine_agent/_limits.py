@@ -3,17 +3,21 @@
 The machine reads them through guards (``usage_limit`` branches of ``start``, ``model_replied``
 and ``tools_finished`` in `statemachine_agent._machine`); reaching one ends the run in
 ``max_turns`` with every call answered, and `RunResult.error` names the limit, its value and the
-amount used. Counts are per run and carry over when a run is continued without a prompt (as turns
-do), so raising a limit and calling ``run()`` again goes on where the run stopped.
+amount used. Counts (`RunCounts`) are per run and carry over when a run is continued without a
+prompt (as turns do: ``run()``, decisions, a session log resumed, a durable run's later steps), so
+raising a limit and calling ``run()`` again goes on where the run stopped. A final answer that
+takes a token limit past its value ends the run ``done`` (the answer is kept: it was paid for) and
+`RunResult.limit_exceeded` and `RunResult.error` say by how much.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 from ._accounting import reported_context
 from ._errors import UsageError
-from ._messages import Usage
+from ._messages import NO_USAGE, Usage
 
 FINAL_TURN_PROMPT = (
     "This is the final turn of this run: a limit was reached and tools are disabled. Answer now "
@@ -49,6 +53,63 @@ class LimitHit:
     def call_text(self) -> str:
         """The result of a tool call the limit kept from running."""
         return f"Not run: {self.describe()}."
+
+    @property
+    def excess(self) -> int:
+        """How far ``used`` is past ``value`` (0 when it is not past it)."""
+        return max(0, self.used - self.value)
+
+    def exceeded_text(self) -> str:
+        """A sentence saying the limit was exceeded and by how much (for a run that ended
+        ``done`` past a token limit: its final answer took the tokens past it)."""
+        return (
+            f"The answer is kept (it was paid for), but the {self.name} limit ({self.value}) was "
+            f"exceeded by {self.excess} tokens ({self.used} used)."
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunCounts:
+    """What a run has counted toward its limits: a run continued without a prompt (``run()``,
+    ``run(decisions=...)``, `Agent.resume` of a session log, a durable run after its worker
+    restarted) goes on from these, exactly as the same run in one process does; a prompt starts
+    a new run from zero.
+
+    Attributes:
+        turns: completed turns (the count ``max_turns`` caps).
+        requests: model requests sent (``max_requests``; the final turn's is not counted).
+        tool_calls: tool calls run (``max_tool_calls``).
+        usage: tokens of the run's responses (the token limits).
+    """
+
+    turns: int = 0
+    requests: int = 0
+    tool_calls: int = 0
+    usage: Usage = NO_USAGE
+
+    def to_json(self) -> dict[str, Any]:
+        """The counts as JSON-ready data (what a session log's ``run_end`` line holds)."""
+        return {
+            "turns": self.turns,
+            "requests": self.requests,
+            "tool_calls": self.tool_calls,
+            "usage": self.usage.model_dump(mode="json"),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunCounts:
+        """The counts `to_json` wrote.
+
+        Raises:
+            pydantic.ValidationError: ``usage`` is not a `Usage`.
+            KeyError, TypeError, ValueError: a count is missing or not an integer.
+        """
+        return cls(
+            turns=int(data["turns"]),
+            requests=int(data["requests"]),
+            tool_calls=int(data["tool_calls"]),
+            usage=Usage.model_validate(data.get("usage") or {}),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -219,6 +219,12 @@ def turn_limit_reached(data: LoopData) -> bool:
     return data.turns >= data.max_turns or not data.keep_going
 
 
+def turns_used_up(data: LoopData) -> bool:
+    """A run continued without a prompt already made ``max_turns`` turns (it keeps counting):
+    it stops before any request."""
+    return data.turns >= data.max_turns
+
+
 def turn_limit_before_continuing(data: LoopData) -> bool:
     """The turn this response completes reaches the cap and the response would lead to another
     request (a continuation or queued input): the cap bounds every way a run goes on, not only
@@ -379,6 +385,7 @@ STATES: tuple[StateSpec, ...] = (
 TRANSITIONS: tuple[TransitionSpec, ...] = (
     # trigger              sources                dest                 guards                             label             action
     _T(Trigger.START,          _START_FROM,           _S.MAX_TURNS,        (usage_limit_before_request,),     "usage_limit",    fx.note_usage_limit),
+    _T(Trigger.START,          _START_FROM,           _S.MAX_TURNS,        (turns_used_up,),                  "turn_limit",     fx.note_turn_limit_at_start),
     _T(Trigger.START,          _START_FROM,           _S.AWAITING_MODEL,   (),                                "start"),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (is_final_turn,),                  "final_answer_at_limit", fx.note_final_turn),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (is_refusal,),                     "refusal",        fx.answer_refused),

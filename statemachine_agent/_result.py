@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._hooks import PendingCall
+from ._limits import LimitHit, RunCounts
 from ._messages import (
     CONTINUE_PROMPT,
     TRUNCATING_STOP_REASONS,
@@ -28,7 +29,8 @@ class RunResult:
             ``awaiting_approval`` (calls wait for a decision: see ``pending``).
         messages: the whole history after the run.
         new_messages: the messages this run added (the prompt included).
-        turns: model responses in this run (a continued run keeps counting).
+        turns: completed turns of this run (a run continued without a prompt keeps counting;
+            see ``counts``).
         usage: tokens of every response of this run, prompt-cache reads and writes included.
         stop_reason: the stop reason of the last response.
         error: why the run did not end ``done`` (or what to know about how it did), else None.
@@ -40,6 +42,13 @@ class RunResult:
         run_id: the run's id (the ``run_id`` of its events; see `RunHandle`).
         output: once ``done``: the validated instance of the agent's ``output_type``, or the
             text answer (`text`) when it has none; None when the run did not finish.
+        counts: what the run counted toward its limits (turns, requests, tool calls, tokens),
+            from its first prompt on: a run continued without a prompt goes on from them, in
+            this process or after `Agent.resume` (the session log records them).
+        limit_exceeded: the token limit (`UsageLimits`) the run's usage went past, with its
+            value and the tokens used (``excess`` says by how much), else None. A final answer
+            that takes the run past a token limit ends ``done`` and is kept (it was paid for);
+            ``error`` then says "the max_total_tokens limit (1000) was exceeded by 200 tokens".
     """
 
     state: State
@@ -54,6 +63,8 @@ class RunResult:
     final_text: str | None = field(default=None, repr=False)
     run_id: str = ""
     output: Any = field(default=None, repr=False)
+    counts: RunCounts = field(default=RunCounts(), repr=False)
+    limit_exceeded: LimitHit | None = None
 
     @property
     def text(self) -> str:

@@ -35,7 +35,7 @@ from ._events import (
     TurnStart,
 )
 from ._execution import BatchRun, resolve
-from ._limits import FINAL_TURN_PROMPT
+from ._limits import FINAL_TURN_PROMPT, LimitHit, RunCounts
 from ._machine import Fired, LoopData
 from ._messages import (
     CONTINUE_PROMPT,
@@ -77,16 +77,13 @@ class Run:
         fired: the last transition.
     """
 
-    def __init__(
-        self, agent: Agent, *, turns: int = 0, counts: tuple[int, int, Usage] | None = None
-    ) -> None:
+    def __init__(self, agent: Agent, *, counts: RunCounts | None = None) -> None:
         self.id = uuid.uuid4().hex
         self._seq = 0
         self.agent = agent
         self.machine = agent.machine
         self.signal = AbortSignal()
         self.data = LoopData(
-            turns=turns,
             max_turns=agent.max_turns,
             max_continuations=agent.max_continuations,
             max_tokens_policy=agent.max_tokens_policy,
@@ -96,8 +93,10 @@ class Run:
             output_retries=agent.output_retries,
             compaction=agent.compaction is not None,
         )
-        if counts is not None:  # a continued run keeps counting toward its usage limits
-            self.data.requests, self.data.tool_calls, self.data.usage = counts
+        if counts is not None:  # a continued run keeps counting toward its limits
+            data = self.data
+            data.turns, data.requests = counts.turns, counts.requests
+            data.tool_calls, data.usage = counts.tool_calls, counts.usage
         self._usage = NO_USAGE  # frozen: the shared zero until a response reports usage
         self._usage_parts: list[Usage] = []  # added since `usage` was last read
         self.error: str | None = None
@@ -111,6 +110,12 @@ class Run:
         self.final_text: str | None = None
         context_hook = agent.transform_context
         self._context_takes_signal = context_hook is not None and _takes_signal(context_hook)
+
+    @property
+    def counts(self) -> RunCounts:
+        """What the run has counted toward its limits so far (a continued run goes on from it)."""
+        data = self.data
+        return RunCounts(data.turns, data.requests, data.tool_calls, data.usage)
 
     # -- history and events -------------------------------------------------------------------
 
@@ -351,7 +356,14 @@ class Run:
             final_text=self.final_text,
             run_id=self.id,
             output=self._output(state, new),
+            counts=self.counts,
+            limit_exceeded=self.limit_exceeded(),
         )
+
+    def limit_exceeded(self) -> LimitHit | None:
+        """The token limit the run's usage is past, if any (`UsageLimits.token_hit`)."""
+        limits = self.agent.limits
+        return None if limits is None else limits.token_hit(self.data.usage)
 
     def _output(self, state: State | str, new: list[Message]) -> Any:
         """The validated final result (``output_type``), or the text answer, once ``done``."""

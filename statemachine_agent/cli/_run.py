@@ -556,6 +556,10 @@ def run_command(
         raise click.UsageError(str(exc)) from exc
     except AgentError as exc:  # e.g. the session log is corrupt: not a usage error, exit 1
         raise click.ClickException(str(exc)) from exc
+    if prompt is None and agent.session is not None:
+        # Continuing: the run keeps counting its turns (`RunCounts`), and --max-turns is how
+        # many more this invocation may make.
+        agent.max_turns = agent.session.counts.turns + max_turns
     interactive = not json_lines and _interactive(console)
     permissions.defer = session is not None and not interactive
     decisions = parse_decisions(approve, deny) or None

@@ -12,7 +12,10 @@ passed on (``fsync=True`` also syncs it to disk, on a thread of its own):
   completes); the same result appended later is not logged again. ``"repair": true`` marks the
   error result a resume gave a call the log had no result for;
 - ``state``: ``source``, ``dest``, ``trigger``, ``label`` of each transition;
-- ``run_start`` / ``run_end`` (``state``, ``turns``, ``usage``, ``stop_reason``, ``error``);
+- ``run_start`` (``continued``: true for a run without a prompt, which goes on counting from the
+  last run) / ``run_end`` (``state``, ``turns``, ``usage``, ``stop_reason``, ``error``, and
+  ``counts``: turns, requests, tool calls and tokens the run counted toward its limits, which a
+  resumed agent continues from);
 - ``history``: the whole history replaced (``reason``: ``initial``, ``compaction``, ``replaced``).
 
 Every line after the header carries ``time`` (Unix seconds).
@@ -44,6 +47,7 @@ from .._events import (
     ToolExecutionStart,
     event_to_dict,
 )
+from .._limits import RunCounts
 from .._machine import State
 from .._messages import HISTORY_ADAPTER, MESSAGE_ADAPTER, Message, ToolResultMessage
 from .._states import RUN_STOPS
@@ -138,7 +142,14 @@ class SessionLog:
         if data.run_open and data.state in RUN_STOPS:
             # The process died between the run's last state change and its end: the run did
             # end, in that state; only its end line is missing.
-            log._write({"type": "run_end", "state": data.state.value, "error": None})
+            log._write(
+                {
+                    "type": "run_end",
+                    "state": data.state.value,
+                    "error": None,
+                    "counts": data.counts.to_json(),
+                }
+            )
             data.run_open = False
         elif data.run_open:
             source = data.state_name or (data.state or State.IDLE).value
@@ -151,7 +162,14 @@ class SessionLog:
                     "label": "recovered",
                 }
             )
-            log._write({"type": "run_end", "state": State.ABORTED.value, "error": RECOVERED})
+            log._write(
+                {
+                    "type": "run_end",
+                    "state": State.ABORTED.value,
+                    "error": RECOVERED,
+                    "counts": data.counts.to_json(),
+                }
+            )
             data.state, data.run_open = State.ABORTED, False
         return log
 
@@ -168,6 +186,12 @@ class SessionLog:
         if state is None or (state is not State.IDLE and state not in RUN_STOPS):
             return State.IDLE if state is None else State.ABORTED
         return state
+
+    @property
+    def counts(self) -> RunCounts:
+        """What the last run counted toward its limits (see `SessionData.counts`): a resumed
+        agent's run continued without a prompt goes on from them."""
+        return self.data.counts if self.data is not None else RunCounts()
 
     def _open_file(self) -> None:
         """Open the file for appending and take its lock.
@@ -221,7 +245,7 @@ class SessionLog:
             pending = None
             if data is not None and data.pending:
                 pending = (data.pending, data.pending_results)
-            agent.restore(logged, self.state, pending=pending)
+            agent.restore(logged, self.state, pending=pending, counts=self.counts)
         elif list(agent.messages) != logged:
             reason = "replaced" if logged else "initial"
             self.record_history(agent.messages, reason=reason)
@@ -316,7 +340,8 @@ class SessionLog:
                 }
             )
         elif isinstance(event, RunStart):
-            self._write({"type": "run_start"})
+            # A run without a prompt continues the last one's counts (`RunCounts`).
+            self._write({"type": "run_start", "continued": event.prompt is None})
         elif isinstance(event, ApprovalRequested | CallDecided):
             body = event_to_dict(event)
             body["type"] = "pending" if isinstance(event, ApprovalRequested) else "decision"
@@ -331,6 +356,7 @@ class SessionLog:
                     "usage": result.usage.model_dump(mode="json"),
                     "stop_reason": None if result.stop_reason is None else str(result.stop_reason),
                     "error": result.error,
+                    "counts": result.counts.to_json(),
                 }
             )
 

@@ -19,12 +19,14 @@ from pydantic import BaseModel, ValidationError
 
 from .._errors import AgentError, SessionCorruptError
 from .._hooks import PendingCall
+from .._limits import RunCounts
 from .._machine import State
 from .._messages import (
     HISTORY_ADAPTER,
     MESSAGE_ADAPTER,
     AssistantMessage,
     Message,
+    StopReason,
     ToolResultMessage,
     Usage,
     text_result,
@@ -95,6 +97,12 @@ class SessionData:
         pending: the calls waiting for a decision when the log ends in ``awaiting_approval``
             (their batch's assistant message ends ``history``).
         pending_results: the results that batch already has (held until every call is decided).
+        counts: what the last run counted toward its limits (`RunCounts`): its ``run_end``
+            line's ``counts``; for a run the process died in (or a log written before runs
+            recorded them), rebuilt from its lines: the counts it started from (a run continued
+            without a prompt starts from the previous run's), plus a request per logged response
+            (a turn unless it failed or was cut by an abort), its tokens, and its calls once its
+            batch started. A resumed agent continues from them.
     """
 
     path: Path
@@ -112,6 +120,7 @@ class SessionData:
     state_name: str | None = None
     pending: list[PendingCall] = field(default_factory=list)
     pending_results: list[ToolResultMessage] = field(default_factory=list)
+    counts: RunCounts = field(default_factory=RunCounts)
 
     @property
     def usage(self) -> Usage:
@@ -183,12 +192,20 @@ class _StateBody(BaseModel):
     label: str | None = None
 
 
+class _CountsBody(BaseModel):
+    turns: int
+    requests: int
+    tool_calls: int
+    usage: Usage = Usage()
+
+
 class _RunEndBody(BaseModel):
     state: str
     turns: int | None = None
     usage: Usage | None = None
     stop_reason: str | None = None
     error: str | None = None
+    counts: _CountsBody | None = None
 
 
 _BODIES: dict[str, type[BaseModel]] = {"state": _StateBody, "run_end": _RunEndBody}
@@ -292,8 +309,10 @@ def _rebuild(data: SessionData) -> None:
     results: dict[str, ToolResultMessage] = {}
     result_lines: dict[str, int] = {}
     deferred: dict[str, PendingCall] = {}  # the latest 'pending' line's calls
+    tally = _Tally()
     for record in data.records:
         message = record.message
+        tally.see(record)
         if record.type == "pending":
             deferred = {}
             for item in record.body.get("calls") or []:
@@ -337,6 +356,7 @@ def _rebuild(data: SessionData) -> None:
             data.run_open = False
         elif record.type not in RECORD_TYPES:
             data.notes.append(f"line {record.line}: unknown record type {record.type!r}")
+    data.counts = tally.counts()
     used: set[str] = set()
     waiting = data.state is State.AWAITING_APPROVAL  # entered once the batch has run
     for index, message in enumerate(spine):
@@ -374,6 +394,52 @@ def _rebuild(data: SessionData) -> None:
             f"line {result_lines[call_id]}: result for call {call_id!r}, which no logged "
             "assistant message holds (dropped)"
         )
+
+
+_UNCOUNTED_TURNS = frozenset({StopReason.ERROR, StopReason.ABORTED})
+"""Stop reasons of logged responses that complete no turn (a failed request, a stream an abort
+cut): they still count as requests."""
+
+
+class _Tally:
+    """The counts of the runs in a log, line by line (`SessionData.counts`)."""
+
+    def __init__(self) -> None:
+        self.last = RunCounts()  # the counts of the last run that ended
+        self.running: RunCounts | None = None  # the open run's, rebuilt from its lines
+        self.response: AssistantMessage | None = None
+
+    def see(self, record: Record) -> None:
+        running = self.running
+        if record.type == "run_start":
+            self.running = self.last if record.body.get("continued") else RunCounts()
+        elif record.type == "run_end":
+            counts = record.body.get("counts")
+            if isinstance(counts, dict):
+                self.last = RunCounts.from_json(counts)
+            elif running is not None:
+                self.last = running
+            self.running = None
+        elif running is None:
+            return
+        elif isinstance(record.message, AssistantMessage):
+            response = self.response = record.message
+            turns = running.turns + (response.stop_reason not in _UNCOUNTED_TURNS)
+            self.running = RunCounts(
+                turns, running.requests + 1, running.tool_calls, running.usage + response.usage
+            )
+        elif (
+            record.type == "state"
+            and record.body.get("dest") == State.EXECUTING_TOOLS.value
+            and record.body.get("trigger") == "model_replied"
+            and self.response is not None
+        ):
+            calls = running.tool_calls + len(self.response.tool_calls)
+            self.running = RunCounts(running.turns, running.requests, calls, running.usage)
+
+    def counts(self) -> RunCounts:
+        """The open run's counts (the process died in it), else the last ended run's."""
+        return self.running if self.running is not None else self.last
 
 
 def load_history(path: str | os.PathLike[str], *, strict: bool = True) -> list[Message]:

@@ -866,7 +866,13 @@ class Oracle:
         state = ""
         step_i = 0
         steps = spec.steps
-        while True:
+        at_cap = not spec.prompt and w.turns >= self.max_turns
+        if at_cap:
+            # A run continued without a prompt keeps counting its turns: at its cap it stops
+            # before any request (``start [turn_limit_reached]``).
+            p.labels.add("max_turns_at_start")
+            state = "max_turns"
+        while not at_cap:
             if aborted:
                 state = "aborted"
                 break
@@ -1237,10 +1243,39 @@ class Oracle:
             return False, True
         return terminate_at is not None, False
 
-    def world_from(self, tokens: Sequence[Token], state: str) -> None:
-        """Set the world from a history (a resumed agent starts from it, with turns at 0)."""
+    def world_from(self, tokens: Sequence[Token], state: str, turns: int = 0) -> None:
+        """Set the world from a history (a resumed agent starts from it, with the ``turns`` the
+        last run counted: a run continued without a prompt goes on counting)."""
         last, dangling = _last_of(tokens)
-        self.world = _World(turns=0, last=last, dangling=dangling, paused=_paused(tokens))
+        self.world = _World(turns=turns, last=last, dangling=dangling, paused=_paused(tokens))
+
+
+def predict_resumed_turns(lines: Sequence[dict[str, Any]]) -> int:
+    """The turns a resumed agent's run continued without a prompt goes on from (the README's
+    rules): the last ended run's recorded ``counts``; for a run whose end is not in the log,
+    the turns it started from (the previous run's when it was continued without a prompt, else
+    0) plus its logged responses that completed a turn (not failed, not cut by an abort)."""
+    last = 0
+    running: int | None = None
+    for line in lines:
+        kind = line.get("type")
+        if kind == "run_start":
+            running = last if line.get("continued") else 0
+        elif kind == "run_end":
+            counts = line.get("counts")
+            if isinstance(counts, dict):
+                last = int(counts["turns"])
+            elif running is not None:
+                last = running
+            running = None
+        elif kind == "message" and running is not None:
+            message = line["message"]
+            if message.get("role") == "assistant" and message.get("stop_reason") not in (
+                "aborted",
+                "error",
+            ):
+                running += 1
+    return running if running is not None else last
 
 
 def predict_resume(lines: Sequence[dict[str, Any]]) -> tuple[list[Token], str]:
@@ -1850,7 +1885,7 @@ def compare(
                     f"resumed in state {obs.resumed_state!r}, the oracle says {state!r}"
                 )
             resumed = copy.copy(oracle)  # the same options and declared hooks, a world of its own
-            resumed.world_from(tokens, state)
+            resumed.world_from(tokens, state, predict_resumed_turns(obs.log_lines))
             pred = resumed.predict_run(scenario.runs[n - 1], ids[n - 1])
             prediction.runs[n - 1] = pred
             earlier = {t[1] for t in tokens if t[0] == "result"}

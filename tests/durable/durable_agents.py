@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from statemachine_agent import Agent, ToolContext, ToolResultMessage, tool
+from statemachine_agent import Agent, ToolContext, ToolResultMessage, UsageLimits, tool
 from statemachine_agent.models import FunctionModel
 
 FINAL_ANSWER = "Both tools have answered."
@@ -153,4 +153,23 @@ def approval_agent() -> Agent:
     return Agent(
         FunctionModel(approval_model),
         tools=[tool(check), tool(requires_approval=True)(deploy)],
+    )
+
+
+# -- issue 32, case 1: a run's counts across a restart -------------------------------------------
+
+
+def limited_approval_model(messages: list[object], request: object) -> object:
+    """`approval_model`, each request logged (a ``request`` line in the side-effect file)."""
+    _append(Path(os.environ["SMA_SIDE_FILE"]), "request")
+    return approval_model(messages, request)
+
+
+def limited_approval_agent() -> Agent:
+    """`approval_agent` with ``UsageLimits(max_requests=1)``: the first request uses it, so once
+    ``deploy`` is approved the run stops before a second one."""
+    return Agent(
+        FunctionModel(limited_approval_model),
+        tools=[tool(check), tool(requires_approval=True)(deploy)],
+        limits=UsageLimits(max_requests=1),
     )

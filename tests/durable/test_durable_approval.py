@@ -405,3 +405,109 @@ async def test_calls_before_launch_say_to_launch_first() -> None:
     ):
         with pytest.raises(UsageError, match=r"launch\(\.\.\.\) first"):
             await call()
+
+
+# -- issue 32: a run's counts across decisions and a worker restart ------------------------------
+
+
+def _in_process_limited() -> tuple[RunResult, int]:
+    """`limited_approval_agent` deferring, then approved, in one process: the last result and
+    the requests its model got."""
+    from durable_agents import limited_approval_agent
+
+    agent = limited_approval_agent()
+    first = agent.run_sync("Deploy to prod.")
+    assert first.state == State.AWAITING_APPROVAL
+    return agent.run_sync(decisions={DEPLOY_CALL: Approve()}), first.counts.requests
+
+
+def test_a_restarted_worker_keeps_the_runs_counts_and_does_not_send_r2_past_max_requests(
+    tmp_path: Path, side: Path
+) -> None:
+    """Worker 1 runs R1 and waits for a decision; it is killed; worker 2 (the same executor id)
+    recovers the run; another process approves: max_requests=1 was used by R1, so the run stops
+    before R2, with the turns and error of the same flow in one process."""
+    import os
+    import signal
+    import subprocess
+
+    from worker_process import cli, start_worker
+
+    db = f"sqlite:///{tmp_path / 'runs.sqlite'}"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    factory_options = ("--factory", "durable_agents:limited_approval_agent")
+    run_id = "limited-run"
+
+    first = start_worker(db, "limited-worker", env, *factory_options)
+    try:
+        submitted = subprocess.run(
+            cli("submit", "--db", db, "--id", run_id, "Deploy to prod."),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=SAFETY_SECONDS,
+        )
+        assert submitted.returncode == 0, submitted.stderr
+        client = Client(db)
+        try:
+            deadline = time.monotonic() + SAFETY_SECONDS
+            while not client.status(run_id).pending:
+                assert first.poll() is None, first.communicate()
+                assert time.monotonic() < deadline, "the run never reached awaiting_approval"
+                time.sleep(0.05)
+        finally:
+            client.close()
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=SAFETY_SECONDS)
+    finally:
+        first.kill()
+        first.wait()
+    assert _lines(side) == ["request", "check prod"]
+
+    second = start_worker(db, "limited-worker", env, *factory_options)  # recovers the run
+    try:
+        client = Client(db)
+        try:
+            client.send_decisions(run_id, {DEPLOY_CALL: Approve()})
+            result = client.result(run_id, timeout_seconds=SAFETY_SECONDS)
+        finally:
+            client.close()
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=SAFETY_SECONDS)
+
+    side.unlink()  # the in-process flow logs to the same file
+    expected, _ = _in_process_limited()
+    assert _lines(side) == ["request", "check prod", "deploy prod"]  # one request there too
+    assert result.state == expected.state == State.MAX_TURNS
+    assert (result.turns, result.error) == (expected.turns, expected.error)
+    assert expected.error is not None
+    assert "the usage limit max_requests=1 was reached: 1 used" in expected.error
+    assert_valid_history(result.messages)
+
+
+async def test_a_durable_run_decided_at_its_turn_cap_stops_as_in_process(
+    factory: Factory, side: Path
+) -> None:
+    """A durable run's decided part is the same run: it keeps counting its turns, as
+    ``agent.run(decisions=...)`` does."""
+
+    def capped() -> Agent:
+        agent = approval_agent()
+        agent.max_turns = 1
+        return agent
+
+    in_process = capped()
+    await in_process.run("Deploy to prod.")
+    expected = await in_process.run(decisions={DEPLOY_CALL: Approve()})
+
+    factory.build = capped
+    task = asyncio.ensure_future(run("Deploy to prod.", run_id="capped-run"))
+    await _pending_becomes("capped-run", [DEPLOY_CALL])
+    await send_decisions("capped-run", {DEPLOY_CALL: Approve()})
+    got = await asyncio.wait_for(task, SAFETY_SECONDS)
+    assert (got.state, got.turns, got.error) == (expected.state, expected.turns, expected.error)
+    assert got.state == State.MAX_TURNS and got.turns == 1
+    assert expected.error is not None
+    assert expected.error.startswith("Stopped after 1 turn(s): the max_turns limit (1) was")
