@@ -148,8 +148,11 @@ class Compaction:
         keep_recent_turns: the number of newest whole turns kept verbatim, whatever their size
             (at least 1: the turn the next request continues). A history of that many turns or
             fewer has nothing to cut.
-        summarize: ``summarize(old_messages)`` (sync or async) returning the summary text; None
-            asks the agent's own model (`SUMMARY_INSTRUCTIONS`, through ``Run.send``).
+        summarize: ``summarize(old_messages)`` or ``summarize(old_messages, signal)`` (sync or
+            async) returning the summary text; ``signal`` is the run's `AbortSignal`, and an
+            abort cancels an async summarizer where it waits. None asks the agent's own model
+            (`SUMMARY_INSTRUCTIONS`, through ``Run.send``; in pieces of at most half its
+            context window, see the module).
 
     Raises:
         UsageError: a threshold that is neither a fraction in (0, 1] nor a positive token
