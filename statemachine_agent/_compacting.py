@@ -13,6 +13,18 @@ Its effect (`compact_context`) replaces the older history with one summary messa
 boundary (`Compaction.kept_start`: the newest turns by tokens or by count), logs it to the session (a ``history``
 line, which resume restores) and fires ``compacted`` (back to ``awaiting_model``). A summarizer that
 raises or returns nothing ends the run ``failed`` with its error and the history as it was.
+
+The summarizer runs inside the run's abort scope (`statemachine_agent._cancel.abort_scope`): an
+abort cancels an async summarizer where it waits, the run ends ``aborted`` with the history as it
+was and nothing is logged. A summarizer that takes a second positional parameter receives the
+run's `AbortSignal` (as ``transform_context`` does).
+
+The default summarizer (`Compaction(summarize=None)`) never sends a request larger than the
+model's context window can take: with a known window, one request holds at most half of it
+(`summary_piece_chars`; the other half is room for the answer and the estimate's error). A
+longer transcript is summarized in pieces, then the pieces' summaries are summarized together
+(again in pieces if they do not fit); a request the provider still refuses as "prompt is too
+long" is split in two and sent again.
 """
 
 from __future__ import annotations
@@ -23,8 +35,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ._accounting import ContextUsage
-from ._cancel import is_run_cancellation
+from ._accounting import CHARS_PER_TOKEN, ContextUsage
+from ._cancel import abort_scope, is_run_cancellation
 from ._errors import ModelError, UsageError
 from ._events import CompactionEnd, CompactionStart
 from ._execution import resolve
@@ -43,8 +55,10 @@ if TYPE_CHECKING:
     from ._machine import LoopData
     from ._run import Run
 
-Summarizer = Callable[[Sequence[Message]], "str | Awaitable[str | None] | None"]
-"""``summarize(old_messages)``, sync or async: the summary text of the messages being cut."""
+Summarizer = Callable[..., "str | Awaitable[str | None] | None"]
+"""``summarize(old_messages)`` or ``summarize(old_messages, signal)``, sync or async: the summary
+text of the messages being cut (``signal``: the run's `AbortSignal`, passed when the function
+takes a second positional parameter)."""
 
 CUT_BY_WINDOW = (
     "Not run: the call was cut off by the model's context window (stop reason "
@@ -78,6 +92,33 @@ SUMMARY_INSTRUCTIONS = (
 )
 """The prompt of the default summarizer (a request to the agent's own model)."""
 
+PIECE_INSTRUCTIONS = (
+    "Below is part {n} of {count} of a conversation too long to summarize at once. Summarize "
+    "this part so that the work can go on from the summaries of all parts: the user's goal and "
+    "requests, decisions made, what the tools returned that still matters (file names, values, "
+    "errors), what is done and what remains. Be concise and factual; write the summary only."
+)
+"""The prompt of each piece when the default summarizer splits a transcript that does not fit
+one request (``{n}`` and ``{count}`` are filled in)."""
+
+MERGE_INSTRUCTIONS = (
+    "Below are summaries of consecutive parts of one conversation, oldest first. Combine them "
+    "into one summary so that the work can go on from it alone: the user's goal and requests, "
+    "decisions made, what the tools returned that still matters, what is done and what "
+    "remains. Be concise and factual; write the summary only."
+)
+"""The prompt that combines the pieces' summaries into one."""
+
+MIN_PIECE_CHARS = 500
+"""The smallest piece (in characters of transcript) the default summarizer sends: a model that
+refuses even that as too long ends the compaction ``failed``."""
+
+SUMMARY_STOP_REASONS = frozenset(
+    {StopReason.END_TURN, StopReason.STOP_SEQUENCE, StopReason.MAX_TOKENS}
+)
+"""The stop reasons of a summarizer response whose text is taken as the summary; any other (a
+tool call, a refusal, a pause) fails the compaction with an error that names it."""
+
 DEFAULT_KEEP_RECENT = 20_000
 """`Compaction`'s default ``keep_recent``: estimated tokens of recent history kept verbatim."""
 
@@ -107,8 +148,11 @@ class Compaction:
         keep_recent_turns: the number of newest whole turns kept verbatim, whatever their size
             (at least 1: the turn the next request continues). A history of that many turns or
             fewer has nothing to cut.
-        summarize: ``summarize(old_messages)`` (sync or async) returning the summary text; None
-            asks the agent's own model (`SUMMARY_INSTRUCTIONS`, through ``Run.send``).
+        summarize: ``summarize(old_messages)`` or ``summarize(old_messages, signal)`` (sync or
+            async) returning the summary text; ``signal`` is the run's `AbortSignal`, and an
+            abort cancels an async summarizer where it waits. None asks the agent's own model
+            (`SUMMARY_INSTRUCTIONS`, through ``Run.send``; in pieces of at most half its
+            context window, see the module).
 
     Raises:
         UsageError: a threshold that is neither a fraction in (0, 1] nor a positive token
@@ -189,6 +233,33 @@ def context_window(model: object) -> int | None:
     return window if isinstance(window, int) and window > 0 else None
 
 
+def summary_piece_chars(window: int | None) -> int | None:
+    """The most transcript characters one default-summarizer request holds for a model with a
+    context window of ``window`` tokens: half the window at `CHARS_PER_TOKEN` characters a
+    token, less the instructions (at least `MIN_PIECE_CHARS`); None when the window is unknown
+    (then only a "prompt is too long" answer splits the transcript)."""
+    if window is None:
+        return None
+    room = window * CHARS_PER_TOKEN // 2 - len(PIECE_INSTRUCTIONS) - 64
+    return max(MIN_PIECE_CHARS, room)
+
+
+def measured(run: Run, before: int, after: int | None = None) -> str:
+    """The sizes the engine measured for a compaction, for error texts: ``about 31,200 tokens
+    before compaction and 5,100 after, against a context window of 15,000 tokens`` (tokens are
+    `ContextUsage.tokens`: the provider's last count plus an estimate of what came since)."""
+    window = context_window(run.agent.model)
+    text = f"about {before:,} tokens before compaction"
+    if after is not None:
+        text += f" and {after:,} after"
+    text += (
+        f", against a context window of {window:,} tokens"
+        if window
+        else " (the model's context window is unknown: give it context_window=...)"
+    )
+    return text
+
+
 # -- guards ------------------------------------------------------------------------------------
 
 
@@ -240,9 +311,11 @@ def overflowed(run: Run, failure: RequestFailed) -> str:
         data.compaction_reason = "prompt_too_long"
         return Trigger.COMPACT
     if data.compaction:
+        sizes = run.compaction_sizes
+        engine = "" if sizes is None else f" (the engine measured {measured(run, *sizes)})"
         how = (
-            "even after automatic compaction; lower Compaction(threshold=...) and keep less "
-            "recent history (keep_recent=... tokens or keep_recent_turns=...)."
+            f"even after automatic compaction{engine}; lower Compaction(threshold=...) and keep "
+            "less recent history (keep_recent=... tokens or keep_recent_turns=...)."
         )
     else:
         how = (
@@ -312,31 +385,37 @@ async def compact_context(run: Run) -> str:
     if start == 1 and _is_summary(messages[0], SUMMARY_PREFIX):
         start = 0  # only the last summary lies before the kept window: nothing to gain
     if start == 0:
+        run.compaction_sizes = (before, before)
         run.emit(CompactionEnd(reason, before, before, 0))
         if reason == "context_window":  # the response cannot fit, and nothing is left to cut
             run.error = (
                 "The response was cut off by the model's context window and compaction found "
-                "nothing left to cut (the turns it keeps fill the window): keep less recent "
-                "history (Compaction(keep_recent=... tokens or keep_recent_turns=...)), or "
-                "shorten what the tools return."
+                f"nothing left to cut (the engine measured {measured(run, before, before)}; the "
+                "turns it keeps fill the window): keep less recent history (Compaction("
+                "keep_recent=... tokens or keep_recent_turns=...)), or shorten what the tools "
+                "return."
             )
             return Trigger.FAIL
         return Trigger.COMPACTED
     run.emit(CompactionStart(reason, before, start))
     old = messages[:start]
-    try:
-        if config.summarize is None:
-            summary = await _model_summary(run, old)
-        else:
-            summary = await resolve(config.summarize(old))
-    except (Exception, asyncio.CancelledError) as exc:
-        if is_run_cancellation(exc):
-            raise
-        if isinstance(exc, _Aborted):
-            return Trigger.ABORT
-        run.error = f"Compaction failed: the summarizer raised {type(exc).__name__}: {exc}"
-        return Trigger.FAIL
-    if run.signal.aborted:
+    summary: object = None
+    # The summarizer runs in the run's abort scope: an abort cancels it where it waits.
+    with abort_scope(run.signal) as scope:
+        try:
+            summary = await _summarize(run, config.summarize, old)
+        except (Exception, asyncio.CancelledError) as exc:
+            if is_run_cancellation(exc):
+                raise  # the abort's cancellation (the scope takes it back) or the task's own
+            if isinstance(exc, _Aborted):
+                return Trigger.ABORT
+            if isinstance(exc, SummaryError):
+                sizes = measured(run, before)
+                run.error = f"Compaction failed: {exc} (the engine measured {sizes})"
+            else:
+                run.error = f"Compaction failed: the summarizer raised {type(exc).__name__}: {exc}"
+            return Trigger.FAIL
+    if scope.aborted or run.signal.aborted:
         return Trigger.ABORT
     if summary is None or not str(summary).strip():
         run.error = (
@@ -351,8 +430,21 @@ async def compact_context(run: Run) -> str:
     if session is not None:
         session.record_history(compacted, reason="compaction", summary=str(summary))
     after = agent.context_usage.tokens
+    run.compaction_sizes = (before, after)
     run.emit(CompactionEnd(reason, before, after, start))
     return Trigger.COMPACTED
+
+
+async def _summarize(run: Run, summarize: Summarizer | None, old: Sequence[Message]) -> object:
+    """The summary of ``old``: the default summarizer's, or ``summarize``'s (given the run's
+    signal when it takes a second positional parameter)."""
+    if summarize is None:
+        return await _model_summary(run, old)
+    from ._run import _takes_signal
+
+    if _takes_signal(summarize):
+        return await resolve(summarize(old, run.signal))
+    return await resolve(summarize(old))
 
 
 def _is_summary(message: Message, prefix: str) -> bool:
@@ -363,18 +455,106 @@ class _Aborted(Exception):
     """The default summarizer's request was aborted."""
 
 
-async def _model_summary(run: Run, old: Sequence[Message]) -> str | None:
-    """The default summarizer: one request to the agent's own model, through ``Run.send``."""
-    agent = run.agent
-    prompt = f"{SUMMARY_INSTRUCTIONS}\n\n<conversation>\n{transcript(old)}\n</conversation>"
-    request = ModelRequest([UserMessage(prompt)], None, [], agent.model_settings)
+class SummaryError(ModelError):
+    """The default summarizer's model gave no usable summary (the message says why: the stop
+    reason it answered with, or the smallest piece it still refused as too long)."""
+
+
+async def _model_summary(run: Run, old: Sequence[Message]) -> str:
+    """The default summarizer: requests to the agent's own model through ``Run.send``, each
+    within `summary_piece_chars` of the model's window (see the module).
+
+    Raises:
+        SummaryError: the model answered with a stop reason that is not a summary's, or refused
+            even a `MIN_PIECE_CHARS` piece as too long.
+        ModelError: a request failed otherwise.
+    """
+    limit = summary_piece_chars(context_window(run.agent.model))
+    return await _summary_of(run, _paragraphs(old), limit, SUMMARY_INSTRUCTIONS)
+
+
+async def _summary_of(run: Run, paragraphs: list[str], limit: int | None, instructions: str) -> str:
+    """One summary of ``paragraphs`` in requests of at most ``limit`` characters of transcript
+    (None: no limit known): one request when they fit, else a summary per piece, then one of
+    the pieces' summaries. A request refused as too long is split in two."""
+    pieces = _pack(paragraphs, limit)
+    if len(pieces) == 1:
+        text = pieces[0]
+        answer = await _ask(run, instructions, text)
+        if answer is not None:
+            return answer
+        smaller = len(text) // 2  # refused as too long: the window is smaller than it seemed
+        if smaller < MIN_PIECE_CHARS:
+            raise SummaryError(
+                f"the summarizer's model refused even {len(text):,} characters of transcript "
+                "as too long (prompt is too long)",
+                kind="summarizer",
+            )
+        return await _summary_of(run, paragraphs, smaller, instructions)
+    summaries = []
+    for n, piece in enumerate(pieces, 1):
+        piece_instructions = PIECE_INSTRUCTIONS.format(n=n, count=len(pieces))
+        summaries.append(await _summary_of(run, [piece], limit, piece_instructions))
+    parts = [f"Part {n}: {summary}" for n, summary in enumerate(summaries, 1)]
+    if limit is not None and sum(map(len, parts)) >= sum(map(len, paragraphs)):
+        # the summaries are no shorter than what they summarize: cut each so all fit at once
+        share = max(1, limit // len(parts) - 2)
+        parts = [part[:share] for part in parts]
+    return await _summary_of(run, parts, limit, MERGE_INSTRUCTIONS)
+
+
+async def _ask(run: Run, instructions: str, text: str) -> str | None:
+    """One summary request; None when the provider refused it as too long.
+
+    Raises:
+        _Aborted: the run was aborted during the request.
+        SummaryError: the answer stopped for a reason that is not a summary's.
+        ModelError: the request failed otherwise.
+    """
+    prompt = f"{instructions}\n\n<conversation>\n{text}\n</conversation>"
+    request = ModelRequest([UserMessage(prompt)], None, [], run.agent.model_settings)
     outcome = await run.send(request)
     if isinstance(outcome, RequestAborted):
         raise _Aborted()
     if isinstance(outcome, RequestFailed):
+        if outcome.prompt_too_long:
+            return None
         raise ModelError(outcome.message, kind="summarizer")
     run.add_usage(outcome.usage)
+    stop = outcome.stop_reason
+    if outcome.tool_calls or stop not in SUMMARY_STOP_REASONS:
+        what = " (a tool call, not a summary)" if outcome.tool_calls else ""
+        raise SummaryError(
+            f"the summarizer's model answered with stop reason {stop}{what}; the history was "
+            "kept as it was",
+            kind="summarizer",
+        )
     return outcome.text
+
+
+def _paragraphs(messages: Sequence[Message]) -> list[str]:
+    return transcript(messages).split("\n\n") if messages else []
+
+
+def _pack(paragraphs: list[str], limit: int | None) -> list[str]:
+    """``paragraphs`` joined into pieces of at most ``limit`` characters, in order (a paragraph
+    longer than ``limit`` is sliced); one piece when ``limit`` is None."""
+    if limit is None:
+        return ["\n\n".join(paragraphs)]
+    pieces: list[str] = []
+    current: list[str] = []
+    size = 0
+    for paragraph in paragraphs:
+        for start in range(0, max(1, len(paragraph)), limit):
+            part = paragraph[start : start + limit]
+            if current and size + 2 + len(part) > limit:
+                pieces.append("\n\n".join(current))
+                current, size = [], 0
+            size += (2 if current else 0) + len(part)
+            current.append(part)
+    if current or not pieces:
+        pieces.append("\n\n".join(current))
+    return pieces
 
 
 def transcript(messages: Sequence[Message]) -> str:

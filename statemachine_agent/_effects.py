@@ -29,7 +29,7 @@ from ._messages import (
     is_known_stop_reason,
     text_result,
 )
-from ._output import OUTPUT_MISSING_PROMPT, OUTPUT_TOOL_NAME
+from ._output import OUTPUT_MISSING_PROMPT, OUTPUT_TOOL_NAME, last_output_error
 from ._protocol import (
     AFTER_TERMINATION,
     NOT_RUN_PENDING,
@@ -448,7 +448,7 @@ def note_output_invalid(run: Run) -> None:
     run.complete_turn()
     run.error = (
         f"The model gave no valid final result after {data.output_failures} invalid attempt(s) "
-        f"(output_retries={data.output_retries}); the last error is in the history. Raise "
+        f"(output_retries={data.output_retries}); {last_output_error(run.messages)}. Raise "
         "output_retries, or check that the output type's schema is one the model can fill."
     )
 

@@ -81,10 +81,12 @@ class TurnEnd(EventBase):
 
 @dataclass(frozen=True, slots=True)
 class MessageStart(EventBase):
-    """The model began streaming a response."""
+    """The model began streaming a response (``response_id``: the provider's id of it, when it
+    gives one)."""
 
     type: ClassVar[str] = "message_start"
     model: str | None = None
+    response_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,11 +10,13 @@ back the same way (``output_missing``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
 
 from ._errors import UsageError
+from ._messages import AssistantMessage, Message, ToolResultMessage
 from ._tools import Tool, ToolResult
 
 OUTPUT_TOOL_NAME = "final_result"
@@ -57,3 +59,29 @@ def output_tool(output_type: type[BaseModel]) -> Tool:
         args_model=output_type,
         run_in_thread=False,
     )
+
+
+TEXT_QUOTE_CHARS = 200
+"""How much of a text answer `last_output_error` quotes."""
+
+
+def last_output_error(messages: Sequence[Message]) -> str:
+    """Why the last attempt at a final result failed, quoted for the ``output_invalid`` error:
+    the validation error its ``final_result`` call was answered with (every field error, as the
+    model read it), or the text answer that came instead of a call (its first
+    `TEXT_QUOTE_CHARS` characters). Read from the end of ``messages``, the run's history."""
+    for message in reversed(messages):
+        if (
+            isinstance(message, ToolResultMessage)
+            and message.tool_name == OUTPUT_TOOL_NAME
+            and message.is_error
+        ):
+            return f"the last validation error: {message.text}"
+        if isinstance(message, AssistantMessage):
+            if message.tool_calls:
+                continue  # its results follow it: already read
+            text = message.text
+            if len(text) > TEXT_QUOTE_CHARS:
+                text = text[:TEXT_QUOTE_CHARS] + "..."
+            return f"the last answer was text, not a {OUTPUT_TOOL_NAME} call: {text!r}"
+    return "no attempt is in the history"

@@ -174,7 +174,7 @@ async def consume(
             elif isinstance(event, ResponseStart):
                 partial.model = event.model
                 if listening():
-                    emit(MessageStart(event.model))
+                    emit(MessageStart(event.model, event.id))
     finally:
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:

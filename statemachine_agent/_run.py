@@ -108,6 +108,8 @@ class Run:
         self.terminate_reason: str | None = None
         self.first_trigger: str = Trigger.START  # ``decided`` when the run decides pending calls
         self.final_text: str | None = None
+        # ``(tokens before, tokens after)`` of the run's last compaction, for error texts.
+        self.compaction_sizes: tuple[int, int] | None = None
         context_hook = agent.transform_context
         self._context_takes_signal = context_hook is not None and _takes_signal(context_hook)
 

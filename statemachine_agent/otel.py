@@ -9,19 +9,32 @@ destination, trigger and label). An aborted, cancelled or failed run ends every 
 with an error status naming why. Prompt, response and tool contents are recorded only with
 ``include_content=True``.
 
+A tool call's span is the current span while its permission hook and its tool run (an async tool
+in the batch's task, a sync one in its worker thread, which gets a copy of the context), so the
+spans a tool opens are its children. A call deferred for approval has a span only where it runs:
+the run that stops in ``awaiting_approval`` drops the span it had started for it (never ended,
+so never exported) and names the pending call ids on its own span
+(``statemachine_agent.pending_call_ids``); the run that decides them links its span to the
+paused run's (a span link, ``statemachine_agent.link.type = "resumes"``). Every run's span
+carries ``gen_ai.conversation.id``: ``conversation_id=`` or an id made per `instrument` call.
+
 Nothing is traced, and no event is built, for an agent that is not instrumented.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
+from contextvars import Token
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 try:
+    from opentelemetry import context as otel_context
     from opentelemetry import trace
-    from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "statemachine_agent.otel needs OpenTelemetry: pip install 'statemachine-agent[otel]'"
@@ -39,6 +52,7 @@ from ._events import (
     ToolExecutionStart,
     TurnStart,
 )
+from ._execution import _DEFERRED
 from ._messages import AssistantMessage, Usage
 from ._states import State
 
@@ -52,11 +66,28 @@ __all__ = ["Instrumentation", "instrument"]
 _ENDED_BADLY = {State.ABORTED.value, State.FAILED.value}
 
 
+_REQUEST_SETTINGS = {
+    "max_tokens": "gen_ai.request.max_tokens",
+    "temperature": "gen_ai.request.temperature",
+    "top_p": "gen_ai.request.top_p",
+    "top_k": "gen_ai.request.top_k",
+    "stop_sequences": "gen_ai.request.stop_sequences",
+}
+"""Request settings (``Agent(model_settings=...)``, else the model's own attribute of the same
+name, as ``AnthropicModel.max_tokens``) and the GenAI attributes of a chat span that give them."""
+
+
+@dataclass
+class _ToolSpan:
+    span: Span
+    token: Token[Context]  # the context token of making it current (detached when it ends)
+
+
 @dataclass
 class _RunSpans:
     run: Span
     chat: Span | None = None
-    tools: dict[str, Span] = field(default_factory=dict)
+    tools: dict[str, _ToolSpan] = field(default_factory=dict)
 
 
 class Instrumentation:
@@ -67,6 +98,16 @@ class Instrumentation:
         tracer_provider: where the spans go; the global provider when None.
         include_content: record prompts, responses, tool arguments and results (off by
             default: they may hold personal or secret data).
+        conversation_id: ``gen_ai.conversation.id`` of every run's span (a new id when None;
+            give the same one to the process that resumes the session).
+        resumes: the span context of a paused run this agent resumes in another process
+            (`Instrumentation.paused` there): the next run's span links to it. Within one
+            process the link is made without it.
+
+    Attributes:
+        conversation_id: the ``gen_ai.conversation.id`` of the runs' spans.
+        paused: the span context of the last run that stopped in ``awaiting_approval`` and was
+            not resumed yet (None otherwise): what the resuming run links to.
     """
 
     def __init__(
@@ -75,6 +116,8 @@ class Instrumentation:
         *,
         tracer_provider: TracerProvider | None = None,
         include_content: bool = False,
+        conversation_id: str | None = None,
+        resumes: SpanContext | None = None,
     ) -> None:
         from . import __version__
 
@@ -84,6 +127,8 @@ class Instrumentation:
         self._agent = agent
         self._content = include_content
         self._runs: dict[str, _RunSpans] = {}
+        self.conversation_id = conversation_id or uuid.uuid4().hex
+        self.paused: SpanContext | None = resumes
         model = agent.model
         self._provider = str(getattr(model, "provider_name", type(model).__name__.lower()))
         self._unsubscribe: Callable[[], None] | None = agent.subscribe(self._on_event)
@@ -121,6 +166,8 @@ class Instrumentation:
         elif isinstance(event, MessageStart) and spans.chat is not None:
             if event.model:
                 spans.chat.set_attribute("gen_ai.response.model", event.model)
+            if event.response_id:
+                spans.chat.set_attribute("gen_ai.response.id", event.response_id)
         elif isinstance(event, ModelRetry) and spans.chat is not None:
             spans.chat.add_event(
                 "retry",
@@ -144,29 +191,43 @@ class Instrumentation:
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.provider.name": self._provider,
             "gen_ai.request.model": self._agent.model.name,
+            "gen_ai.conversation.id": self.conversation_id,
             "statemachine_agent.run_id": event.run_id,
         }
         if self._content and event.prompt is not None:
             attributes["gen_ai.input.messages"] = _json([event.prompt])
+        links = []
+        if self.paused is not None:  # this run decides the calls the paused run left pending
+            links.append(Link(self.paused, {"statemachine_agent.link.type": "resumes"}))
+            self.paused = None
         span = self._tracer.start_span(
-            "invoke_agent", kind=SpanKind.INTERNAL, attributes=attributes
+            "invoke_agent", kind=SpanKind.INTERNAL, attributes=attributes, links=links
         )
         self._runs[event.run_id] = _RunSpans(span)
 
     def _chat_start(self, spans: _RunSpans, turn: int) -> None:
         if spans.chat is not None:  # a request that never answered (not expected)
             spans.chat.end()
-        model = self._agent.model.name
+        agent = self._agent
+        model = agent.model.name
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": self._provider,
+            "gen_ai.request.model": model,
+            "gen_ai.conversation.id": self.conversation_id,
+            "statemachine_agent.turn": turn,
+        }
+        for setting, name in _REQUEST_SETTINGS.items():
+            value = agent.model_settings.get(setting, getattr(agent.model, setting, None))
+            if isinstance(value, int | float | str) and not isinstance(value, bool):
+                attributes[name] = value
+            elif isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+                attributes[name] = list(value)
         spans.chat = self._tracer.start_span(
             f"chat {model}",
             context=trace.set_span_in_context(spans.run),
             kind=SpanKind.CLIENT,
-            attributes={
-                "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": self._provider,
-                "gen_ai.request.model": model,
-                "statemachine_agent.turn": turn,
-            },
+            attributes=attributes,
         )
 
     def _chat_end(self, spans: _RunSpans, message: AssistantMessage) -> None:
@@ -196,18 +257,24 @@ class Instrumentation:
         }
         if self._content:
             attributes["gen_ai.tool.call.arguments"] = json.dumps(call.input, default=str)
-        spans.tools[call.id] = self._tracer.start_span(
+        span = self._tracer.start_span(
             f"execute_tool {call.name}",
             context=trace.set_span_in_context(spans.run),
             kind=SpanKind.INTERNAL,
             attributes=attributes,
         )
+        # Current while the call runs: the start event is emitted in the task that runs it.
+        token = otel_context.attach(trace.set_span_in_context(span))
+        spans.tools[call.id] = _ToolSpan(span, token)
 
     def _tool_end(self, spans: _RunSpans, event: ToolExecutionEnd) -> None:
-        span = spans.tools.pop(event.call.id, None)
-        if span is None:
+        held = spans.tools.pop(event.call.id, None)
+        if held is None:
             return
-        result = event.result
+        _make_not_current(held)
+        span, result = held.span, event.result
+        if result.details == _DEFERRED:
+            return  # deferred for approval: dropped unended; the call's span is where it runs
         if self._content:
             span.set_attribute("gen_ai.tool.call.result", result.text)
         if result.is_error:
@@ -236,6 +303,9 @@ class Instrumentation:
         run = spans.run
         run.set_attribute("statemachine_agent.state", state)
         run.set_attribute("statemachine_agent.turns", result.turns)
+        if result.pending:
+            run.set_attribute("statemachine_agent.pending_call_ids", [c.id for c in result.pending])
+            self.paused = run.get_span_context()
         for name, value in _usage_attributes(result.usage).items():
             run.set_attribute(name, value)
         if self._content and result.state is State.DONE:
@@ -249,7 +319,10 @@ class Instrumentation:
 
     def _end_all(self, spans: _RunSpans, reason: str, *, run_too: bool = True) -> None:
         """End every open span with an error status naming ``reason`` (the run's span last)."""
-        for span in (spans.chat, *spans.tools.values(), spans.run if run_too else None):
+        for held in spans.tools.values():
+            _make_not_current(held)
+        tools = [held.span for held in spans.tools.values()]
+        for span in (spans.chat, *tools, spans.run if run_too else None):
             if span is not None and span.is_recording():
                 span.set_status(Status(StatusCode.ERROR, reason))
                 span.end()
@@ -257,11 +330,21 @@ class Instrumentation:
         spans.tools.clear()
 
 
+def _make_not_current(held: _ToolSpan) -> None:
+    """Detach a tool span from the context it was made current in, when this is that context
+    (its end event comes from the task that ran the call; a batch ended otherwise leaves the
+    call's task context, which ends with it, as it was)."""
+    if trace.get_current_span() is held.span:
+        otel_context.detach(held.token)
+
+
 def instrument(
     agent: Agent,
     *,
     tracer_provider: TracerProvider | None = None,
     include_content: bool = False,
+    conversation_id: str | None = None,
+    resumes: SpanContext | None = None,
 ) -> Instrumentation:
     """Trace ``agent``'s runs with OpenTelemetry (see the module's docstring for the spans).
 
@@ -270,11 +353,20 @@ def instrument(
         tracer_provider: where the spans go; the global provider (``opentelemetry.trace.
             set_tracer_provider``) when None.
         include_content: also record prompts, responses, tool arguments and tool results.
+        conversation_id: ``gen_ai.conversation.id`` of the runs' spans (a new id when None).
+        resumes: the span context of the paused run this agent resumes from another process
+            (that process's `Instrumentation.paused`): the next run's span links to it.
 
     Returns:
         The `Instrumentation`; ``close()`` stops tracing.
     """
-    return Instrumentation(agent, tracer_provider=tracer_provider, include_content=include_content)
+    return Instrumentation(
+        agent,
+        tracer_provider=tracer_provider,
+        include_content=include_content,
+        conversation_id=conversation_id,
+        resumes=resumes,
+    )
 
 
 def _usage_attributes(usage: Usage) -> dict[str, int]:

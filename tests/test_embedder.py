@@ -412,8 +412,8 @@ async def test_output_retries_exhausted_fails_the_run() -> None:
     assert result.output is None
     assert result.error == (
         "The model gave no valid final result after 3 invalid attempt(s) (output_retries=2); "
-        "the last error is in the history. Raise output_retries, or check that the output "
-        "type's schema is one the model can fill."
+        f"the last validation error: {TOTAL_ERROR}. Raise output_retries, or check that the "
+        "output type's schema is one the model can fill."
     )
     assert model.requests[2].messages[-1].text == OUTPUT_MISSING_PROMPT
     assert_valid_history(result.messages)

@@ -154,7 +154,10 @@ class StreamAccumulator:
             self._message = dict(event.get("message") or {})
             self._usage.update(_present(self._message.get("usage")))
             self.model = self._message.get("model")
-            return [ResponseStart(self.model)]
+            response_id = self._message.get("id")
+            return [
+                ResponseStart(self.model, response_id if isinstance(response_id, str) else None)
+            ]
         elif kind == "message_delta":
             delta = event.get("delta") or {}
             for key in ("stop_reason", "stop_sequence", "stop_details"):

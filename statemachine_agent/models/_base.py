@@ -43,9 +43,10 @@ class ModelRequest:
 
 @dataclass(frozen=True, slots=True)
 class ResponseStart:
-    """The provider began a response."""
+    """The provider began a response (``id``: the provider's id of the response, if any)."""
 
     model: str | None = None
+    id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
