@@ -24,10 +24,10 @@ from ._cancel import AbortSignal, abort_scope, cancelling, is_run_cancellation
 from ._errors import ToolError
 from ._events import Event, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
 from ._hooks import (
+    INTERRUPTS,
     AfterToolCall,
     Allow,
     Approve,
-    INTERRUPTS,
     BeforeToolCall,
     Defer,
     Deny,
@@ -84,7 +84,7 @@ async def resolve(value: Any) -> Any:
 def awaits_decision(result: ToolResultMessage) -> bool:
     """``result`` is the placeholder a deferred call's ``tool_execution_end`` carries (its real
     result comes with the decision), not a final result."""
-    return result.details == _DEFERRED
+    return bool(result.details == _DEFERRED)
 
 
 def _cap(text: str, limit: int = RAW_ARGUMENTS_CAP) -> str:

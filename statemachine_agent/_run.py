@@ -35,6 +35,7 @@ from ._events import (
     TurnStart,
 )
 from ._execution import BatchRun, resolve
+from ._hooks import INTERRUPTS, record_interrupt
 from ._limits import FINAL_TURN_PROMPT
 from ._machine import Fired, LoopData
 from ._messages import (
@@ -50,7 +51,6 @@ from ._messages import (
     text_result,
 )
 from ._output import OUTPUT_TOOL_NAME
-from ._hooks import INTERRUPTS, record_interrupt
 from ._protocol import (
     INCOMPLETE_STOP_REASONS,
     NO_RESULT,
@@ -189,9 +189,7 @@ class Run:
         if not isinstance(last, AssistantMessage) or not last.tool_calls:
             return
         fired = self.fired
-        text = (
-            NO_RESULT if fired is None else branch_text(str(fired.dest), fired.label)
-        )
+        text = NO_RESULT if fired is None else branch_text(str(fired.dest), fired.label)
         for result in answer_dangling(messages, text):
             self.append(result)
 

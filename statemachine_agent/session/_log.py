@@ -306,10 +306,10 @@ class SessionLog:
         if isinstance(event, ToolExecutionEnd):
             # A result is written the moment its call finishes (completion order), so a crash
             # keeps it; its message_end (in declaration order, once appended) is not written again.
-            result = event.result
-            if not awaits_decision(result):
-                self._write({"type": "tool_result", "message": _dump(result)})
-                self._early.add(result.tool_call_id)
+            finished = event.result
+            if not awaits_decision(finished):
+                self._write({"type": "tool_result", "message": _dump(finished)})
+                self._early.add(finished.tool_call_id)
         elif isinstance(event, MessageEnd):
             message = event.message
             if isinstance(message, ToolResultMessage):

@@ -50,6 +50,7 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    raw: bytes = b""  # the body as sent (to check it is strict JSON)
 
 
 def sse(events: list[dict[str, Any]]) -> bytes:
@@ -201,7 +202,9 @@ class ReplayServer:
                 raw = self.rfile.read(length)
                 with server._lock:
                     server.requests.append(
-                        Recorded(self.path, dict(self.headers.items()), json.loads(raw or b"{}"))
+                        Recorded(
+                            self.path, dict(self.headers.items()), json.loads(raw or b"{}"), raw
+                        )
                     )
                     reply = (
                         server.queue.pop(0)
