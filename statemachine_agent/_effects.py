@@ -17,7 +17,7 @@ from ._cancel import cancelling, is_run_cancellation
 from ._compacting import compaction_due
 from ._events import ApprovalRequested, CallDecided
 from ._execution import PendingBatch, resolve
-from ._hooks import Approve, Deny, PendingCall, TurnInfo
+from ._hooks import INTERRUPTS, Approve, Deny, PendingCall, TurnInfo, record_interrupt
 from ._messages import (
     CONTINUE_PROMPT,
     TRUNCATING_STOP_REASONS,
@@ -62,6 +62,7 @@ async def request_model(run: Run) -> str:
     """
     if run.signal._aborted:  # aborted between two steps: send nothing more
         return Trigger.ABORT
+    run.answer_open_calls()  # a user's branch came here from a response with calls
     if run.data.compaction and compaction_due(run):
         return Trigger.COMPACT  # to compacting: the history would reach the threshold
     run.begin_turn()
@@ -144,9 +145,7 @@ async def _run_decided(run: Run, pending: PendingBatch) -> str:
             approved.append(block.model_copy(update={"input": arguments, "raw_arguments": None}))
             run.emit(CallDecided(call.id, "approve", arguments=decision.arguments))
         elif isinstance(decision, Deny):
-            result = text_result(block, f"Denied: {decision.reason}", is_error=True)
-            held[call.id] = result
-            run.record_result(result)
+            held[call.id] = text_result(block, f"Denied: {decision.reason}", is_error=True)
             run.emit(CallDecided(call.id, "deny", reason=decision.reason))
             if decision.terminate:
                 terminate = terminate or decision.reason
@@ -185,7 +184,7 @@ def _hold(
 
 def _append_results(run: Run, results: list[ToolResultMessage]) -> None:
     for result in results:
-        run.append(result, announce=False)  # announced when its call finished
+        run.append(result)  # announced now: after it is in the history, in declaration order
     run.data.pending = False
     run.data.results = run.turn_results = tuple(results)
     run.complete_turn()
@@ -208,6 +207,9 @@ async def _after_batch(
             if is_run_cancellation(exc):
                 raise  # the run's task is being cancelled; a hook's own one is its failure
             data.hook_error = f"The should_continue hook failed: {type(exc).__name__}: {exc}"
+        except INTERRUPTS as exc:
+            record_interrupt(run.signal, exc, "the should_continue hook")
+            raise  # the run ends aborted (`Run.drive`), then it propagates
     if data.output_expected:  # invalid final results, sent back as error results
         data.output_failures += sum(r.is_error and r.tool_name == OUTPUT_TOOL_NAME for r in results)
     run.terminate_reason = terminate_reason
@@ -261,7 +263,6 @@ def _close_batch(
     for call in response.tool_calls:
         if call.id not in held:
             held[call.id] = text_result(call, text, is_error=True)
-            run.record_result(held[call.id])
     _append_results(run, [held[c.id] for c in response.tool_calls])
 
 

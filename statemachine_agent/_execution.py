@@ -12,7 +12,6 @@ import asyncio
 import copy
 import difflib
 import inspect
-import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -25,6 +24,7 @@ from ._cancel import AbortSignal, abort_scope, cancelling, is_run_cancellation
 from ._errors import ToolError
 from ._events import Event, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
 from ._hooks import (
+    INTERRUPTS,
     AfterToolCall,
     Allow,
     Approve,
@@ -33,6 +33,7 @@ from ._hooks import (
     Deny,
     PendingCall,
     ToolCallInfo,
+    record_interrupt,
 )
 from ._messages import (
     AssistantMessage,
@@ -49,6 +50,8 @@ from ._protocol import (
     NO_OUTPUT,
     NOT_RUN,
     TRUNCATED,
+    NonFiniteNumberError,
+    loads_strict,
     without_blank_text,
 )
 from ._tools import (
@@ -85,6 +88,12 @@ async def resolve(value: Any) -> Any:
     return value
 
 
+def awaits_decision(result: ToolResultMessage) -> bool:
+    """``result`` is the placeholder a deferred call's ``tool_execution_end`` carries (its real
+    result comes with the decision), not a final result."""
+    return bool(result.details == _DEFERRED)
+
+
 def _cap(text: str, limit: int = RAW_ARGUMENTS_CAP) -> str:
     return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
 
@@ -93,7 +102,9 @@ def check_call(call: ToolCallBlock, tools: dict[str, Tool]) -> str | dict[str, A
     """The checks that need no I/O: the error text of a call that must not run, or its arguments.
 
     Covers truncated calls, unknown tools (naming the available ones and the closest), arguments
-    that are not valid JSON or not a JSON object (quoting the parse problem and the raw text).
+    that are not valid JSON or not a JSON object (quoting the parse problem and the raw text),
+    and numbers JSON cannot hold (``NaN``, ``Infinity``, ``1e400``: naming the field and the
+    value, see `loads_strict`).
     """
     if call.truncated:
         return TRUNCATED
@@ -109,7 +120,12 @@ def check_call(call: ToolCallBlock, tools: dict[str, Tool]) -> str | dict[str, A
     value = call.input
     if call.raw_arguments is not None:
         try:
-            value = json.loads(call.raw_arguments)
+            value = loads_strict(call.raw_arguments)
+        except NonFiniteNumberError as exc:
+            return (
+                f"Invalid arguments for tool {call.name!r}: {exc}; the call was not run. Send "
+                f"a finite number for {exc.path} (or the value as a string)."
+            )
         except ValueError as exc:
             return (
                 f"Invalid arguments for tool {call.name!r}: not valid JSON ({exc}). "
@@ -285,8 +301,10 @@ class BatchRun:
         Raises:
             asyncio.CancelledError: the task running the batch was cancelled; running calls are
                 cancelled and recorded as interrupted before it propagates.
-            KeyboardInterrupt: a tool raised it (or `SystemExit`): the run's signal was set so
-                the other calls stop, every call has its result, then it propagates.
+            KeyboardInterrupt: a tool or its ``before_tool_call`` / ``after_tool_call`` hook
+                raised it (or `SystemExit`): recorded in that call's result, the run's signal set
+                so the other calls stop (with the grace period), every call has its result, then
+                it propagates.
         """
         if not self._slots:
             return
@@ -443,6 +461,8 @@ class BatchRun:
                 if is_run_cancellation(exc):
                     raise  # the run is being cancelled; a hook's own one is its failure
                 return _hook_failed("before_tool_call", call, exc)
+            except INTERRUPTS as exc:
+                return self._interrupted(call, exc, "the before_tool_call hook", ran=False)
             if isinstance(decision, Deny):
                 if decision.terminate:
                     slot.terminate = decision.reason
@@ -482,6 +502,9 @@ class BatchRun:
                     raise  # the run is being cancelled; a hook's own one is its failure
                 slot.ends_run = False
                 return _hook_failed("after_tool_call", call, exc)
+            except INTERRUPTS as exc:
+                slot.ends_run = False
+                return self._interrupted(call, exc, "the after_tool_call hook", ran=True)
             if isinstance(replaced, ToolResult):
                 slot.ends_run = replaced.terminate
                 result = to_result(call, replaced)
@@ -489,6 +512,26 @@ class BatchRun:
                 # A hook may rewrite a result, never re-address it: the protocol pairs by id.
                 result = to_result(call, replaced)
         return result
+
+    def _interrupted(
+        self, call: ToolCallBlock, exc: BaseException, where: str, *, ran: bool
+    ) -> ToolResultMessage:
+        """A `KeyboardInterrupt` or `SystemExit` raised in the tool or one of its hooks: recorded
+        as this call's result and the run aborted (`record_interrupt`: the other calls get the
+        grace period), then re-raised by `run` once every call has its result."""
+        self._fatal = self._fatal or exc
+        place = f"tool {call.name!r}" if where == "the tool" else f"{where} of tool {call.name!r}"
+        record_interrupt(self._signal, exc, f"{place} (call {call.id})")
+        done = (
+            "The call may have partly completed; check its effects before retrying."
+            if ran
+            else "The call was not run."
+        )
+        return text_result(
+            call,
+            f"Interrupted: {where} raised {type(exc).__name__} and the run was aborted. {done}",
+            is_error=True,
+        )
 
     def _context(self, slot: _Slot) -> ToolContext:
         """The `ToolContext` of ``slot``'s call: its progress updates become events on the
@@ -558,17 +601,8 @@ class BatchRun:
         except Exception as exc:
             _log_tool_exception(call, exc)
             return text_result(call, f"{type(exc).__name__}: {exc}", is_error=True)
-        except (KeyboardInterrupt, SystemExit) as exc:
-            # Recorded (this call's result, the run aborted so the others stop), then re-raised
-            # by `run` once every call has its result.
-            self._fatal = self._fatal or exc
-            self._signal.set(f"{type(exc).__name__} raised in tool {call.name!r} (call {call.id})")
-            return text_result(
-                call,
-                f"Interrupted: the tool raised {type(exc).__name__} and the run was aborted. "
-                "The call may have partly completed; check its effects before retrying.",
-                is_error=True,
-            )
+        except INTERRUPTS as exc:
+            return self._interrupted(call, exc, "the tool", ran=True)
         if isinstance(value, ToolResult) and value.terminate:
             slot.ends_run = True
         return to_result(call, value)

@@ -160,3 +160,25 @@ TransformContext = Callable[..., "list[Message] | Awaitable[list[Message]]"]
 """``transform_context(messages)`` or ``transform_context(messages, signal)``: rewrite the history
 sent with each request (the stored history is unchanged). A hook that takes a second parameter gets
 the run's `AbortSignal`. Sync or async."""
+
+
+INTERRUPTS = (KeyboardInterrupt, SystemExit)
+"""What a tool or a hook may raise to stop the process: the run records it and aborts, every
+call is answered, then it propagates (`record_interrupt`)."""
+
+
+def record_interrupt(signal: AbortSignal, exc: BaseException, where: str) -> str:
+    """The one rule for a `KeyboardInterrupt` (or `SystemExit`) raised in a tool or a hook
+    (``before_tool_call``, ``after_tool_call``, ``should_continue``, ``transform_context``):
+    abort the run with a reason naming ``where`` it was raised, so running calls get the grace
+    period (``abort_grace_seconds``) and every call is answered; the caller re-raises it once the
+    run has ended ``aborted``. Returns the reason (also the run's error).
+
+    Args:
+        signal: the run's abort signal.
+        exc: the interrupt.
+        where: where it was raised, e.g. ``"the before_tool_call hook (call toolu_1)"``.
+    """
+    reason = f"{type(exc).__name__} raised in {where}"
+    signal.set(reason)
+    return reason

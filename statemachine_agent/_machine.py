@@ -29,7 +29,11 @@ response with tool calls and an unknown stop reason
 
 The protocol holds on every path: a terminal state's effect answers each call of the last response
 that has no result ("Not run: the run ended in state S by transition 'T'."), in declaration order,
-so a user's transition to a terminal state keeps rules 1-5 of `statemachine_agent._protocol`.
+so a user's transition to a terminal state keeps rules 1-5 of `statemachine_agent._protocol`. A
+user's branch on ``model_replied`` that leads elsewhere than ``executing_tools`` (into
+``awaiting_model`` or a state of its own) has the response's calls answered in the stored history
+("Not run: the run took the branch 'B' into state S ...") before the next message or request
+(`Run.answer_open_calls`).
 
 Extending it (`LoopMachine.add_transition`, `add_state`, `add_guard`) is validated when it happens:
 unknown states, a transition into a non-terminal state with no effect, a transition that an earlier

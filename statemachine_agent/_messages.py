@@ -7,6 +7,7 @@ has been appended, which lets the context projection and the provider adapters c
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -162,7 +163,8 @@ class ToolCallBlock(_Model):
         input: the parsed arguments. Normally a JSON object; kept as sent when it is another JSON
             value (the engine then answers with an error result instead of running the tool).
         raw_arguments: the argument text as received, set only when it did not parse as a JSON
-            object.
+            object (or held a number JSON cannot hold: an ``input`` given with ``NaN`` or an
+            infinite float is stored here as text, so a stored history is always JSON).
         truncated: the response ended (``max_tokens``) before this call was complete; it is never
             executed.
     """
@@ -173,6 +175,21 @@ class ToolCallBlock(_Model):
     input: Any = None
     raw_arguments: str | None = None
     truncated: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _json_input(cls, data: Any) -> Any:
+        # An input holding NaN or an infinite float is not JSON: a history holding it could not
+        # be sent again nor logged. It is kept as argument text (the call is answered with an
+        # error naming the field; it never runs), as arguments that did not parse are.
+        if isinstance(data, dict) and data.get("raw_arguments") is None:
+            value = data.get("input")
+            if isinstance(value, dict | list | float):
+                from ._protocol import non_finite_at
+
+                if non_finite_at(value) is not None:
+                    data = {**data, "input": None, "raw_arguments": json.dumps(value)}
+        return data
 
 
 class ProviderBlock(_Model):

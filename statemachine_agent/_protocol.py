@@ -23,8 +23,10 @@ left open when a run ends or a history is loaded.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Collection, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ._errors import InvalidHistoryError
 from ._messages import (
@@ -81,6 +83,90 @@ def ended_text(state: str, transition: str) -> str:
     """The result of a call left open when a transition ended the run (a user's transition into
     a terminal state, for example)."""
     return f"Not run: the run ended in state {state} by transition {transition!r}."
+
+
+def branch_text(state: str, transition: str) -> str:
+    """The result of a call left open when a transition led the run elsewhere than its tool
+    batch (a user's branch on ``model_replied`` into ``awaiting_model`` or a state of its own),
+    given before the next message or request so the stored history keeps rule 1."""
+    return (
+        f"Not run: the run took the branch {transition!r} into state {state} instead of running "
+        "this call."
+    )
+
+
+# -- numbers JSON cannot hold ------------------------------------------------------------------
+
+
+class NonFiniteNumberError(ValueError):
+    """JSON text holds ``NaN``, ``Infinity`` or a number beyond the float range (``1e400``): the
+    JSON standard (RFC 8259, section 6) has no such value, and a request body holding one is
+    refused (the SDK's encoder raises "Out of range float values are not JSON compliant").
+
+    Attributes:
+        path: where the value is, e.g. ``'limit'`` or ``'items[2].x'`` (``'(the whole value)'``
+            at the top).
+        text: the number as it was written (``1e400``, ``NaN``, ``-Infinity``).
+    """
+
+    def __init__(self, path: str, text: str) -> None:
+        self.path = path
+        self.text = text
+        super().__init__(
+            f"the value of {path} is {text}, a number JSON cannot hold (NaN, Infinity and "
+            "numbers beyond the float range are not JSON)"
+        )
+
+
+class _NonFinite:
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _finite_float(text: str) -> float | _NonFinite:
+    value = float(text)
+    return value if math.isfinite(value) else _NonFinite(text)
+
+
+def loads_strict(text: str) -> Any:
+    """Parse JSON text as the standard defines it: like `json.loads`, except that ``NaN``,
+    ``Infinity`` and numbers out of the float range are refused (integers keep every digit).
+
+    Raises:
+        NonFiniteNumberError: such a number, naming where it is and how it was written.
+        ValueError: the text is not JSON (`json.JSONDecodeError`).
+    """
+    value = json.loads(text, parse_float=_finite_float, parse_constant=_NonFinite)
+    where = _find_non_finite(value, "")
+    if where is not None:
+        raise NonFiniteNumberError(*where)
+    return value
+
+
+def non_finite_at(value: Any) -> tuple[str, str] | None:
+    """Where parsed data (dicts, lists, numbers) holds a float JSON cannot hold, and that
+    float's text (``nan``, ``inf``), or None when it holds none."""
+    return _find_non_finite(value, "")
+
+
+def _find_non_finite(value: Any, path: str) -> tuple[str, str] | None:
+    if isinstance(value, _NonFinite):
+        return (repr(path) if path else "(the whole value)"), value.text
+    if isinstance(value, float) and not math.isfinite(value):
+        return (repr(path) if path else "(the whole value)"), json.dumps(value)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _find_non_finite(item, f"{path}.{key}" if path else str(key))
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _find_non_finite(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 # -- blank text: stored as it came, never sent -------------------------------------------------
@@ -214,6 +300,11 @@ def find_violations(
         problems.append(
             f"message {offset + len(messages) - 1}: calls {', '.join(repr(p) for p in pending)} "
             "have no result"
+        )
+    if request and not messages and not prior_ids:
+        problems.append(
+            "the request holds no message (the Messages API requires at least one, ending with "
+            "a user message or tool results)"
         )
     if request and messages:
         last = messages[-1]

@@ -35,6 +35,7 @@ from ._events import (
     TurnStart,
 )
 from ._execution import BatchRun, resolve
+from ._hooks import INTERRUPTS, record_interrupt
 from ._limits import FINAL_TURN_PROMPT, LimitHit, RunCounts
 from ._machine import Fired, LoopData
 from ._messages import (
@@ -50,11 +51,17 @@ from ._messages import (
     text_result,
 )
 from ._output import OUTPUT_TOOL_NAME
-from ._protocol import INCOMPLETE_STOP_REASONS, answer_dangling, find_violations
+from ._protocol import (
+    INCOMPLETE_STOP_REASONS,
+    NO_RESULT,
+    answer_dangling,
+    branch_text,
+    find_violations,
+)
 from ._responses import RequestAborted, RequestFailed, request_response
 from ._result import RunResult, answer_text
 from ._states import State, Trigger
-from .models._base import ModelRequest
+from .models._base import ModelRequest, without_tool_choice
 
 _perf_counter = time.perf_counter
 
@@ -165,12 +172,33 @@ class Run:
             if seconds > SLOW_SUBSCRIBER_SECONDS:
                 subscriber.took(event, seconds)
 
-    def append(self, message: Message, *, announce: bool = True) -> None:
-        """Add ``message`` to the history (with a ``message_end`` event unless it was already
-        announced, as a tool result is the moment its call finishes)."""
+    def append(self, message: Message) -> None:
+        """Add ``message`` to the history, then announce it (a ``message_end`` event: tool results
+        in declaration order, each after it is in the history). A message that is not a tool
+        result first answers the calls still open before it (`answer_open_calls`)."""
+        if not isinstance(message, ToolResultMessage):
+            self.answer_open_calls()
         self.agent._append(message)
-        if announce and self.agent._subscribers:
+        if self.agent._subscribers:
             self.emit(MessageEnd(message))
+
+    def answer_open_calls(self) -> None:
+        """Answer the calls of the last response that have no result, naming the branch that
+        led elsewhere (`branch_text`), before anything else enters the history or a request is
+        built: a user's transition on ``model_replied`` into ``awaiting_model`` or a state of its
+        own leaves them open, and the stored history (and the session log) must hold every
+        call's result (protocol rule 1), not only the projected request. A batch held for
+        decisions is not open: its results wait with it."""
+        messages = self.agent._messages
+        if not messages or self.agent._pending is not None:
+            return
+        last = messages[-1]
+        if not isinstance(last, AssistantMessage) or not last.tool_calls:
+            return
+        fired = self.fired
+        text = NO_RESULT if fired is None else branch_text(str(fired.dest), fired.label)
+        for result in answer_dangling(messages, text):
+            self.append(result)
 
     def answer_calls(self, text: Callable[[ToolCallBlock], str]) -> tuple[ToolResultMessage, ...]:
         """Answer every call of the current response with an error result saying ``text(call)``,
@@ -182,12 +210,6 @@ class Run:
             self.append(result)
         self.turn_results = answered
         return answered
-
-    def record_result(self, result: ToolResultMessage) -> None:
-        """A call's result is final (completion order): announce it now, append it later in
-        declaration order. A session log writes it here, so a crash keeps it."""
-        if self.agent._subscribers:
-            self.emit(MessageEnd(result))
 
     def begin_turn(self) -> int:
         """End the open turn and start the next one; returns its number."""
@@ -394,14 +416,21 @@ class Run:
     async def request(self) -> AssistantMessage | str:
         """Build and send one request (with the engine's retries). Returns the response, or the
         trigger to fire instead (``abort``, ``fail``) with the history and error recorded."""
+        self.answer_open_calls()
         try:
             request = await self._build_request()
         except InvalidHistoryError as exc:
-            return self.fail(f"The request was not sent: {exc}")
+            return self.fail(
+                "The request was not sent: the transform_context hook returned a history the "
+                f"API refuses; return a valid history (at least the last user message). {exc}"
+            )
         except (Exception, asyncio.CancelledError) as exc:
             if is_run_cancellation(exc):
                 raise  # the run's task is being cancelled; a hook's own one is its failure
             return self.fail(f"The transform_context hook failed: {type(exc).__name__}: {exc}")
+        except INTERRUPTS as exc:
+            record_interrupt(self.signal, exc, "the transform_context hook")
+            raise  # the run ends aborted (`drive`), then it propagates
         if self.signal._aborted:  # aborted while the request was built: do not send it
             return Trigger.ABORT
         if not self.data.winding_down:  # the final turn does not count against the limits
@@ -422,6 +451,8 @@ class Run:
         """Send ``request`` to the model with the engine's retries: the one place a run does
         model I/O (a durable run records it as a step)."""
         agent = self.agent
+        if not request.tools and "tool_choice" in request.settings:
+            request = without_tool_choice(request, agent.model)
         return await request_response(
             agent.model,
             request,
@@ -449,7 +480,6 @@ class Run:
             abort_grace_seconds=agent.abort_grace_seconds,
             emit=self.emit,
             listening=agent._listening,
-            on_result=self.record_result,
             before=None if approved else agent.before_tool_call,
             after=agent.after_tool_call,
             deps=agent.deps,

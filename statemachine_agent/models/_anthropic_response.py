@@ -8,7 +8,6 @@ can serve as a step) and the `AnthropicModel` adapter.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from .._errors import ModelAuthError, ModelError, ModelRetryableError
@@ -21,6 +20,7 @@ from .._messages import (
     ToolCallBlock,
     Usage,
 )
+from .._protocol import loads_strict
 from ._base import ResponseStart, StreamEvent, TextDelta, ThinkingDelta, ToolCallDelta
 
 RETRYABLE_ERROR_TYPES = frozenset(
@@ -30,7 +30,8 @@ AUTH_ERROR_TYPES = frozenset({"authentication_error", "permission_error"})
 
 
 def parse_tool_arguments(raw: str) -> tuple[Any, str | None]:
-    """Parse streamed argument text: ``(object, None)``; ``(None, raw)`` when it is not JSON;
+    """Parse streamed argument text: ``(object, None)``; ``(None, raw)`` when it is not JSON
+    (``NaN``, ``Infinity`` and numbers beyond the float range included: see `loads_strict`);
     ``(value, raw)`` when it is JSON but not an object.
 
     Empty text means no arguments (``{}``), as the Anthropic API streams a call without input.
@@ -38,7 +39,7 @@ def parse_tool_arguments(raw: str) -> tuple[Any, str | None]:
     if not raw.strip():
         return {}, None
     try:
-        value = json.loads(raw)
+        value = loads_strict(raw)
     except ValueError:
         return None, raw
     # Keep the text of a value that is not an object: the error result quotes it as received.

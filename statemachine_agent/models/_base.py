@@ -41,6 +41,25 @@ class ModelRequest:
     settings: dict[str, Any] = field(default_factory=dict)
 
 
+def without_tool_choice(request: ModelRequest, model: object = None) -> ModelRequest:
+    """``request`` without ``tool_choice`` in its settings when it offers no tool: a request
+    without tools never carries one (the Messages API refuses ``tool_choice`` without
+    ``tools``). A summary request, the final turn of an agent without tools and a user state's
+    request all pass through it (`Run.send`). A model that adds tools of its own to every
+    request (``model.server_tools``, as `AnthropicModel` does) keeps it.
+
+    Args:
+        request: the request (unchanged when it has tools or no ``tool_choice``).
+        model: the model it goes to.
+    """
+    if request.tools or "tool_choice" not in request.settings:
+        return request
+    if getattr(model, "server_tools", None):
+        return request
+    settings = {k: v for k, v in request.settings.items() if k != "tool_choice"}
+    return ModelRequest(request.messages, request.system, request.tools, settings)
+
+
 @dataclass(frozen=True, slots=True)
 class ResponseStart:
     """The provider began a response (``id``: the provider's id of the response, if any)."""

@@ -193,6 +193,11 @@ class AnthropicModel:
     """The provider's name in traces (``gen_ai.provider.name``)."""
 
     @property
+    def server_tools(self) -> tuple[dict[str, Any], ...]:
+        """The server tool definitions sent with every request (``server_tools=``)."""
+        return tuple(self._server_tools)
+
+    @property
     def name(self) -> str:
         """The model name."""
         return self._model
@@ -336,6 +341,8 @@ class AnthropicModel:
             body["tools"] = self._encoder.tools(request.tools, self._server_tools)
         body.update(self._options)
         body.update(valid_json(request.settings))
+        if not body.get("tools"):
+            body.pop("tool_choice", None)  # the API refuses tool_choice without tools
         body["messages"] = self._encoder.messages(request.messages)
         thinking = body.get("thinking")
         if (

@@ -44,9 +44,11 @@ from .._events import (
     RunEnd,
     RunStart,
     StateChanged,
+    ToolExecutionEnd,
     ToolExecutionStart,
     event_to_dict,
 )
+from .._execution import awaits_decision
 from .._limits import RunCounts
 from .._machine import State
 from .._messages import HISTORY_ADAPTER, MESSAGE_ADAPTER, Message, ToolResultMessage
@@ -100,6 +102,8 @@ class SessionLog:
         self._syncer: _Syncer | None = None
         self._release: weakref.finalize[Any, SessionLog] | None = None
         self.errors: list[str] = []
+        # Results written when their call finished, not yet appended to the history.
+        self._early: set[str] = set()
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -245,6 +249,7 @@ class SessionLog:
             pending = None
             if data is not None and data.pending:
                 pending = (data.pending, data.pending_results)
+                self._early.update(r.tool_call_id for r in data.pending_results)
             agent.restore(logged, self.state, pending=pending, counts=self.counts)
         elif list(agent.messages) != logged:
             reason = "replaced" if logged else "initial"
@@ -322,11 +327,22 @@ class SessionLog:
             )
 
     def _record(self, event: Event) -> None:
-        if isinstance(event, MessageEnd):
-            # A tool result is announced once, the moment its call finishes (completion order).
+        if isinstance(event, ToolExecutionEnd):
+            # A result is written the moment its call finishes (completion order), so a crash
+            # keeps it; its message_end (in declaration order, once appended) is not written again.
+            finished = event.result
+            if not awaits_decision(finished):
+                self._write({"type": "tool_result", "message": _dump(finished)})
+                self._early.add(finished.tool_call_id)
+        elif isinstance(event, MessageEnd):
             message = event.message
-            kind = "tool_result" if isinstance(message, ToolResultMessage) else "message"
-            self._write({"type": kind, "message": _dump(message)})
+            if isinstance(message, ToolResultMessage):
+                if message.tool_call_id in self._early:
+                    self._early.discard(message.tool_call_id)
+                    return
+                self._write({"type": "tool_result", "message": _dump(message)})
+            else:
+                self._write({"type": "message", "message": _dump(message)})
         elif isinstance(event, ToolExecutionStart):
             self._write({"type": "tool_start", "call_id": event.call.id, "name": event.call.name})
         elif isinstance(event, StateChanged):

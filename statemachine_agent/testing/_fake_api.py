@@ -71,11 +71,14 @@ class RecordedRequest:
         path: the request path (``/v1/messages``).
         headers: its headers, names in lower case.
         body: its JSON body, parsed (the model, messages, tools, ... the SDK sent).
+        raw: the body's bytes as sent (to check, say, that it is strict JSON: ``json.loads``
+            accepts ``NaN`` and ``Infinity``, which the API refuses).
     """
 
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    raw: bytes = b""
 
 
 def sse_event(event: dict[str, Any]) -> bytes:
@@ -437,7 +440,9 @@ def _handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 body = {"_unparsable": raw.decode("utf-8", "replace")}
             reply = api._next(
-                RecordedRequest(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                RecordedRequest(
+                    self.path, {k.lower(): v for k, v in self.headers.items()}, body, raw
+                )
             )
             if reply.delay_seconds and api._closing.wait(reply.delay_seconds):
                 self.close_connection = True

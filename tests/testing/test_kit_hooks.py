@@ -14,6 +14,7 @@ from statemachine_agent import (
     Agent,
     AssistantMessage,
     LoopData,
+    Run,
     State,
     ToolCallInfo,
     ToolResultMessage,
@@ -101,9 +102,48 @@ def test_kit_catches_enter_callback_reordering_tool_calls() -> None:
     assert "out of order" in report
 
 
-def test_kit_catches_guard_returning_to_awaiting_model_without_results() -> None:
+def test_kit_catches_guard_returning_to_awaiting_model_without_results(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 31, case 9: the old engine (open calls answered only in the projected request,
+    never in the stored history) put back by hand; the kit's stateful test catches it."""
+    monkeypatch.setattr(Run, "answer_open_calls", lambda self: None)
     report = kit_failure(skips_tool_results)
     assert "before the results of" in report or "have no result" in report
+
+
+def skips_into_a_user_state(kit: AgentKit) -> Agent:
+    """A guarded branch on model_replied, before tool_calls, into a user state that asks the
+    model again (so the response's calls are never run)."""
+
+    async def asking(run: Run) -> str:
+        return await run.request_model()
+
+    agent = kit.agent()
+    agent.machine.add_state("asking", asking)
+    agent.machine.add_transition(
+        TransitionSpec(
+            "model_replied",
+            (State.AWAITING_MODEL,),
+            "asking",
+            (lambda data: data.response is not None and len(data.response.tool_calls) > 1,),
+            label="ask_instead",
+            before="tool_calls",
+        )
+    )
+    agent.machine.add_transition(
+        TransitionSpec("model_replied", ("asking",), State.DONE, label="asked")
+    )
+    return agent
+
+
+@pytest.mark.parametrize("factory", [skips_tool_results, skips_into_a_user_state])
+def test_case9_user_branch_before_tool_calls_keeps_every_call_answered_in_the_stored_history(
+    factory: Any,
+) -> None:
+    """Issue 31, case 9: whichever state the user's branch enters, every call gets its result in
+    the stored history (the kit checks it after every step)."""
+    run_state_machine_as_test(agent_state_machine(factory), settings=FIND)
 
 
 # -- correct hooks ------------------------------------------------------------------------------
