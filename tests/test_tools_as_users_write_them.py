@@ -177,7 +177,10 @@ def test_sync_generator_tool_stops_at_its_next_value_once_its_call_is_cancelled(
     assert result.messages[-1].text.startswith("Interrupted while running")
     release.set()
     assert closed.wait(10)
-    assert reached == ["resumed"]  # "second" was produced, but the generator went no further
+    # The abort reaches the thread either before it asks for the next value (the generator is
+    # closed where it stands) or while it waits inside it ("second" is produced, then it is
+    # closed): either way it never goes past its next value.
+    assert reached in ([], ["resumed"])
 
 
 # -- Case 2: async behind a sync wrapper -----------------------------------------------------
