@@ -475,6 +475,33 @@ def test_case7_a_model_not_in_the_table_gets_no_warning(monkeypatch: pytest.Monk
     assert caught == []
 
 
+def test_case7_an_empty_deprecated_models_table_turns_the_warning_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The package's table lists the model: ``deprecated_models={}`` still means "none".
+    monkeypatch.setattr(anthropic_module, "_warned_deprecated", set())
+    monkeypatch.setitem(anthropic_module.DEPRECATED_MODELS, OLD_MODEL, "June 1st, 2099")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AnthropicModel(OLD_MODEL, api_key="test", deprecated_models={})
+    assert caught == []
+
+
+def test_case7_a_deprecated_models_table_replaces_the_package_table_not_merges(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(anthropic_module, "_warned_deprecated", set())
+    monkeypatch.setitem(anthropic_module.DEPRECATED_MODELS, OLD_MODEL, "June 1st, 2099")
+    own = {"claude-replay-own": "July 1st, 2099"}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AnthropicModel(OLD_MODEL, api_key="test", deprecated_models=own)
+        AnthropicModel("claude-replay-own", api_key="test", deprecated_models=own)
+    assert [str(w.message).split(" and will")[0] for w in caught] == [
+        "The model 'claude-replay-own' is deprecated"
+    ]
+
+
 def test_case7_the_sdks_per_request_warning_for_a_listed_model_is_silenced_in_this_package(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
