@@ -426,6 +426,31 @@ async def test_case6_unreachable_url_without_the_variable_names_only_the_url(
     assert "ANTHROPIC_BASE_URL" not in result.error
 
 
+@pytest.mark.parametrize("error", [httpx2.ConnectError, httpx2.ReadError])
+async def test_case6_a_connection_error_without_text_names_its_type_not_the_sdks_generic_text(
+    error: type[httpx2.TransportError],
+) -> None:
+    # The transport fails with an empty message: the SDK's own text ("Connection error.") says
+    # nothing the message does not, so the error's type is named instead.
+    def fail(request: httpx2.Request) -> httpx2.Response:
+        raise error("", request=request)
+
+    client = anthropic.AsyncAnthropic(
+        api_key="test",
+        base_url="http://127.0.0.1:9",
+        max_retries=0,
+        http_client=anthropic.DefaultAsyncHttpxClient(transport=httpx2.MockTransport(fail)),
+    )
+    async with client:
+        result = await Agent(AnthropicModel(MODEL, client=client)).run("hi")
+
+    assert result.state is State.FAILED and result.error is not None
+    assert result.error.endswith(
+        f"could not reach http://127.0.0.1:9 ({anthropic.APIConnectionError.__name__})"
+    )
+    assert SDK_CONNECTION_TEXT not in result.error
+
+
 # -- case 7: current model names, one deprecation warning -----------------------------------------
 
 
