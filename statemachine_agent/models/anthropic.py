@@ -96,7 +96,8 @@ class AnthropicModel:
             and output). Default: `default_context_window` of the model's family (200,000 for
             every current Claude model). Automatic compaction's fractional threshold is taken of it.
         deprecated_models: model name -> end-of-life date of deprecated models; default the
-            module's `DEPRECATED_MODELS` (read when the model is built).
+            module's `DEPRECATED_MODELS` (read when the model is built). A table given replaces
+            the module's (not merged with it); ``{}`` turns the warning off.
 
     Event loops: an SDK client's connections belong to the event loop that opened them, so the
     model keeps one client per event loop, built on first use with the same settings (the SDK's

@@ -19,14 +19,25 @@ import pytest
 pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
 from click.testing import CliRunner
+from dbos import DBOS
 from worker_process import cli as _cli
 from worker_process import start_worker
 
-from statemachine_agent import Agent, ModelError, State, ToolCallBlock
+from statemachine_agent import (
+    Agent,
+    AssistantMessage,
+    Compaction,
+    ModelError,
+    State,
+    TextBlock,
+    ToolCallBlock,
+    UserMessage,
+)
 from statemachine_agent._protocol import assert_valid_history
 from statemachine_agent.cli._durable import status_command
-from statemachine_agent.durable import Client, launch, run, shutdown
-from statemachine_agent.models import FunctionModel
+from statemachine_agent.durable import Client, decode_result, launch, run, shutdown
+from statemachine_agent.models import FunctionModel, ScriptedModel
+from statemachine_agent.testing.steps import text_response
 
 SAFETY_SECONDS = 60.0  # only ends a hung wait; nothing is asserted about time
 WORKER = "script-worker"
@@ -206,3 +217,60 @@ async def test_status_names_a_successful_workflow_apart_from_a_failed_run(
     assert queued.output.splitlines() == [
         "queued-run: ENQUEUED (workflow status; no worker yet); the run has not started"
     ]
+
+
+# -- a replayed request whose outcome was an error still moves the script -------------------------
+
+TOO_LONG = {
+    "error": {
+        "type": "invalid_request_error",
+        "message": "prompt is too long: 300000 tokens > 200000 maximum",
+    },
+    "status_code": 400,
+}
+AFTER_COMPACTION = "Answered after compaction."
+
+
+async def test_a_replayed_error_request_still_moves_the_script_past_its_step(
+    tmp_path: Path,
+) -> None:
+    # The run goes on after a recorded error: "prompt is too long" -> compaction -> a second
+    # request. Replayed, the first request is not asked again, yet the script must stand after
+    # the error's step (recorded with it) so the second request plays the answer, not the error.
+    models: list[ScriptedModel] = []
+
+    def factory() -> Agent:
+        model = ScriptedModel([TOO_LONG, text_response(AFTER_COMPACTION)])
+        models.append(model)
+        return Agent(
+            model,
+            messages=[
+                UserMessage("old question"),
+                AssistantMessage(content=[TextBlock(text="old")]),
+            ],
+            compaction=Compaction(threshold=10**9, keep_recent=0, summarize=lambda old: "s"),
+        )
+
+    await launch(
+        f"sqlite:///{tmp_path / 'runs.sqlite'}",
+        factory,
+        executor_id="position-worker",
+        serve_queue=False,
+    )
+    try:
+        first = await run("Go.", run_id="too-long-run")
+        steps = await DBOS.list_workflow_steps_async("too-long-run")
+        requests = [s["function_id"] for s in steps if s["function_name"] == "model_request"]
+        # Replay the error request from the database; run the rest again.
+        handle = await DBOS.fork_workflow_async("too-long-run", requests[0] + 1)
+        again = decode_result(await handle.get_result())
+    finally:
+        shutdown()
+
+    assert (first.state, first.error, first.text) == (State.DONE, None, AFTER_COMPACTION)
+    assert len(requests) == 2
+    assert (again.state, again.error, again.text) == (State.DONE, None, AFTER_COMPACTION)
+    replayed = models[-1]
+    assert len(models) == 2 and replayed is not models[0]
+    # Asked once (the request after compaction), standing after both steps of the script.
+    assert (len(replayed.requests), replayed.calls, replayed.remaining) == (1, 2, 0)

@@ -426,6 +426,31 @@ async def test_case6_unreachable_url_without_the_variable_names_only_the_url(
     assert "ANTHROPIC_BASE_URL" not in result.error
 
 
+@pytest.mark.parametrize("error", [httpx2.ConnectError, httpx2.ReadError])
+async def test_case6_a_connection_error_without_text_names_its_type_not_the_sdks_generic_text(
+    error: type[httpx2.TransportError],
+) -> None:
+    # The transport fails with an empty message: the SDK's own text ("Connection error.") says
+    # nothing the message does not, so the error's type is named instead.
+    def fail(request: httpx2.Request) -> httpx2.Response:
+        raise error("", request=request)
+
+    client = anthropic.AsyncAnthropic(
+        api_key="test",
+        base_url="http://127.0.0.1:9",
+        max_retries=0,
+        http_client=anthropic.DefaultAsyncHttpxClient(transport=httpx2.MockTransport(fail)),
+    )
+    async with client:
+        result = await Agent(AnthropicModel(MODEL, client=client)).run("hi")
+
+    assert result.state is State.FAILED and result.error is not None
+    assert result.error.endswith(
+        f"could not reach http://127.0.0.1:9 ({anthropic.APIConnectionError.__name__})"
+    )
+    assert SDK_CONNECTION_TEXT not in result.error
+
+
 # -- case 7: current model names, one deprecation warning -----------------------------------------
 
 
@@ -473,6 +498,33 @@ def test_case7_a_model_not_in_the_table_gets_no_warning(monkeypatch: pytest.Monk
         warnings.simplefilter("always")
         AnthropicModel(OLD_MODEL, api_key="test", deprecated_models={})
     assert caught == []
+
+
+def test_case7_an_empty_deprecated_models_table_turns_the_warning_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The package's table lists the model: ``deprecated_models={}`` still means "none".
+    monkeypatch.setattr(anthropic_module, "_warned_deprecated", set())
+    monkeypatch.setitem(anthropic_module.DEPRECATED_MODELS, OLD_MODEL, "June 1st, 2099")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AnthropicModel(OLD_MODEL, api_key="test", deprecated_models={})
+    assert caught == []
+
+
+def test_case7_a_deprecated_models_table_replaces_the_package_table_not_merges(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(anthropic_module, "_warned_deprecated", set())
+    monkeypatch.setitem(anthropic_module.DEPRECATED_MODELS, OLD_MODEL, "June 1st, 2099")
+    own = {"claude-replay-own": "July 1st, 2099"}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AnthropicModel(OLD_MODEL, api_key="test", deprecated_models=own)
+        AnthropicModel("claude-replay-own", api_key="test", deprecated_models=own)
+    assert [str(w.message).split(" and will")[0] for w in caught] == [
+        "The model 'claude-replay-own' is deprecated"
+    ]
 
 
 def test_case7_the_sdks_per_request_warning_for_a_listed_model_is_silenced_in_this_package(

@@ -121,6 +121,29 @@ def test_three_asyncio_run_calls_in_one_process_reuse_one_model(
     assert [t for _, t in texts(server.requests[2].body)] == ["a", "one", "b", "two", "c"]
 
 
+def test_a_model_closed_with_aclose_is_used_again_on_the_same_loop(
+    no_stray_resources: list[str],
+) -> None:
+    # aclose closes the loop's client: the next run on that loop gets a new one, not the closed.
+    async def run_close_run_close(model: AnthropicModel) -> list[RunResult]:
+        results = [await Agent(model).run("a")]
+        await model.aclose()
+        results.append(await Agent(model).run("b"))
+        await model.aclose()
+        await model.aclose()  # again: nothing left to close, no error
+        return results
+
+    with ReplayServer([says("before aclose"), says("after aclose")]) as server:
+        model = make_model(server)
+        results = asyncio.run(run_close_run_close(model))
+
+    assert [(r.state, r.error, r.text) for r in results] == [
+        (State.DONE, None, "before aclose"),
+        (State.DONE, None, "after aclose"),
+    ]
+    assert len(server.requests) == 2
+
+
 def test_a_thread_with_its_own_loop_then_the_main_thread(no_stray_resources: list[str]) -> None:
     with ReplayServer(
         [says("from the thread"), says("from a loop run by hand"), says("main")]

@@ -36,7 +36,8 @@ CUT = {
 class WireScenarioModel(AnthropicModel):
     """One `AnthropicModel` (one SDK client) for a whole scenario; each run's steps served by a
     `FakeMessagesAPI` of its own (so a request of an aborted run can never take a later run's
-    step). ``requests`` counts the engine's requests of the current run, as `ScenarioModel`."""
+    step). ``requests`` counts the engine's requests of the current run, as `ScenarioModel`;
+    ``loops`` holds, per run, the event loop each of its requests ran on."""
 
     def __init__(self) -> None:
         super().__init__(
@@ -45,15 +46,18 @@ class WireScenarioModel(AnthropicModel):
         self.requests = 0
         self.servers = contextlib.ExitStack()
         self.http_requests = 0
+        self.loops: list[list[asyncio.AbstractEventLoop]] = []
 
     def load(self, steps: Sequence[dict[str, Any] | None]) -> None:
         """Serve ``steps`` (None: a cut stream) from a new server; reset the count."""
         api = self.servers.enter_context(FakeMessagesAPI([CUT if s is None else s for s in steps]))
         self.client.base_url = api.url  # the SDK client's public setter: same client, new server
         self.requests = 0
+        self.loops.append([])
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         self.requests += 1
+        self.loops[-1].append(asyncio.get_running_loop())
         return super().stream(request)
 
     async def aclose(self) -> None:
@@ -62,17 +66,27 @@ class WireScenarioModel(AnthropicModel):
 
 
 def check_through_the_wire(scenario: Scenario) -> set[str]:
-    """`check_scenario` with a `WireScenarioModel`; the prediction's labels."""
+    """`check_scenario` with a `WireScenarioModel`; the prediction's labels. A scenario with two
+    runs plays them with `Agent.run_sync`: each run's requests on a loop of its own, not this
+    function's (a run cancelled at an anchor is the exception: it needs its task here)."""
     loop = asyncio.new_event_loop()
     model = WireScenarioModel()
+    sync_runs = len(scenario.runs) > 1
     try:
-        prediction = check_scenario(
-            scenario, loop=loop, model=model, sync_runs=len(scenario.runs) > 1
-        )
+        prediction = check_scenario(scenario, loop=loop, model=model, sync_runs=sync_runs)
     finally:
         loop.run_until_complete(model.aclose())
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+    assert len(model.loops) == len(scenario.runs)
+    own: list[asyncio.AbstractEventLoop] = []  # the loop of each run played with run_sync
+    for run, loops in zip(scenario.runs, model.loops, strict=True):
+        if sync_runs and (run.abort is None or run.abort.how != "cancel"):
+            assert loop not in loops and len(set(loops)) <= 1, "run_sync: one loop of its own"
+            own += loops[:1]
+        else:
+            assert set(loops) <= {loop}, "a run played with run() on the test's loop"
+    assert len(set(own)) == len(own), "a new event loop per run_sync call"
     return prediction.labels
 
 

@@ -5,7 +5,10 @@ ScriptedModel refuses them."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +48,7 @@ CALL = {
 ANSWER = {"content": [{"type": "text", "text": "It is 3."}], "stop_reason": "end_turn"}
 OVERLOADED = {"type": "overloaded_error", "message": "Overloaded"}
 SOON = {"retry-after": "0.001"}  # seconds; the SDK waits as the header says
+SAFETY_SECONDS = 60.0  # only ends a hung request; nothing is asserted about time
 
 
 def retries_of(agent: Agent) -> list[ModelRetry]:
@@ -125,6 +129,35 @@ async def test_an_error_status_with_retry_after_is_retried_by_the_sdk(status: in
     assert retries == []
 
 
+@pytest.mark.parametrize(
+    "step",
+    [
+        {"error": OVERLOADED, "status_code": 429},
+        {"error": OVERLOADED},
+        ANSWER,
+    ],
+    ids=["status-error", "mid-stream-error", "response"],
+)
+def test_a_steps_headers_are_sent_with_its_reply_whatever_its_kind(step: dict[str, Any]) -> None:
+    # Read with a plain HTTP client (no SDK): what the server itself sends.
+    status = step.get("status_code", 200)
+    with FakeMessagesAPI([{**step, "headers": {"retry-after": "7"}}]) as api:
+        request = urllib.request.Request(
+            api.url + "/v1/messages",
+            data=json.dumps({"model": "m", "max_tokens": 1, "messages": []}).encode(),
+            headers={"content-type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=SAFETY_SECONDS) as response:
+                got = (response.status, response.headers.get("retry-after"), response.read())
+        except urllib.error.HTTPError as error:
+            got = (error.code, error.headers.get("retry-after"), error.read())
+    assert got[:2] == (status, "7")
+    if status != 200:
+        assert json.loads(got[2])["error"] == {"type": "overloaded_error", "message": "Overloaded"}
+
+
 async def test_an_error_status_past_the_sdk_retries_fails_the_run_counting_attempts() -> None:
     error = {"error": OVERLOADED, "status_code": 529, "headers": SOON}
     with FakeMessagesAPI([error, error, error]) as api:
@@ -175,9 +208,13 @@ async def test_a_final_mid_stream_error_event_fails_the_run() -> None:
     assert "prompt too long" in result.error
 
 
-async def test_a_cut_stream_is_retried_by_the_engine_and_its_partial_text_dropped() -> None:
+@pytest.mark.parametrize("cut_after_events", [0, 1, 3])
+async def test_a_cut_stream_is_retried_by_the_engine_and_its_partial_text_dropped(
+    cut_after_events: int,
+) -> None:
+    # 0: the headers, then the connection drops; 1: message_start only; 3: mid-text.
     partial = {**ANSWER, "content": [{"type": "text", "text": "Half an answer"}]}
-    with FakeMessagesAPI([{**partial, "cut_after_events": 3}, ANSWER]) as api:
+    with FakeMessagesAPI([{**partial, "cut_after_events": cut_after_events}, ANSWER]) as api:
         async with api.model() as model:
             agent = Agent(model, retry_backoff_seconds=0.0001)
             retries = retries_of(agent)
