@@ -443,7 +443,10 @@ def _unreachable(exc: Exception, url: str | None, *, retried: bool) -> str:
     cause = exc.__cause__ or exc.__context__
     why = str(cause) if cause is not None and str(cause) else ""
     if not why or why == str(exc):
-        why = str(exc) if str(exc) and str(exc) != _sdk_connection_text() else type(exc).__name__
+        # No text of its own: the SDK's generic sentence says nothing, the underlying error's
+        # type (ConnectError, ReadError, ...) says what failed.
+        named = type(cause if cause is not None else exc).__name__
+        why = str(exc) if str(exc) and str(exc) != _sdk_connection_text() else named
     where = (url or "the Anthropic API").rstrip("/")
     text = (
         f"could not reach {where} ({why})"

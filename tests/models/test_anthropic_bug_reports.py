@@ -431,7 +431,7 @@ async def test_case6_a_connection_error_without_text_names_its_type_not_the_sdks
     error: type[httpx2.TransportError],
 ) -> None:
     # The transport fails with an empty message: the SDK's own text ("Connection error.") says
-    # nothing the message does not, so the error's type is named instead.
+    # nothing the message does not, so the underlying error's type is named instead.
     def fail(request: httpx2.Request) -> httpx2.Response:
         raise error("", request=request)
 
@@ -445,9 +445,7 @@ async def test_case6_a_connection_error_without_text_names_its_type_not_the_sdks
         result = await Agent(AnthropicModel(MODEL, client=client)).run("hi")
 
     assert result.state is State.FAILED and result.error is not None
-    assert result.error.endswith(
-        f"could not reach http://127.0.0.1:9 ({anthropic.APIConnectionError.__name__})"
-    )
+    assert result.error.endswith(f"could not reach http://127.0.0.1:9 ({error.__name__})")
     assert SDK_CONNECTION_TEXT not in result.error
 
 
