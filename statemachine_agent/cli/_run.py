@@ -21,7 +21,7 @@ import click
 from rich.console import Console
 
 from .._agent import Agent
-from .._errors import AgentError, UsageError
+from .._errors import AgentError, SessionCorruptError, UsageError
 from .._hooks import Approve, Decision, Deny, PendingCall
 from .._machine import State
 from .._messages import StopReason
@@ -30,6 +30,7 @@ from ..models._base import Model
 from ..models._offline import ScriptedModel
 from ..workspace import (
     DEFAULT_HIDDEN,
+    CallPreview,
     Permissions,
     Sandbox,
     SandboxStatus,
@@ -38,7 +39,8 @@ from ..workspace import (
     check_sandbox,
     workspace_tools,
 )
-from ._view import JsonLinesView, LiveView, final_line, sandbox_line
+from ._session import corrupt_advice, repair_session, repaired_line
+from ._view import JsonLinesView, LiveView, final_line, preview_renderable, sandbox_line
 
 EXIT_CODES = {
     State.DONE: 0,
@@ -57,6 +59,9 @@ cannot reach outside it. When the task is done, answer with a short summary of w
 and how you checked it."""
 
 ABORT_REASON = "interrupted by the user (Ctrl-C)"
+PIPE_CLOSED = "the reader of the --json output went away (a closed pipe)"
+SIGPIPE_EXIT = 141
+"""The exit code after the ``--json`` reader went away: 128 + SIGPIPE, as ``git log | head``."""
 
 API_STOP_REASONS = tuple(
     reason.value for reason in StopReason if reason not in (StopReason.ABORTED, StopReason.ERROR)
@@ -128,8 +133,9 @@ def load_model(spec: str) -> Model:
 class Interrupts:
     """Ctrl-C (SIGINT) while a run is in progress, and the confirmation prompts.
 
-    The first Ctrl-C aborts the run cleanly (the engine answers every open call; a prompt that
-    is waiting counts as "no"); a second one quits at once. The handler is installed with
+    The first Ctrl-C aborts the run cleanly (the engine answers every open call; the call of a
+    prompt that is waiting is answered as interrupted by the user, not as declined); a second
+    one quits at once. The handler is installed with
     ``loop.add_signal_handler``, so it wakes the loop whichever thread the signal lands on; for
     the same reason prompts read the terminal through the loop instead of a blocking ``input``.
 
@@ -170,18 +176,27 @@ class Interrupts:
         finally:
             loop.remove_signal_handler(signal.SIGINT)
 
-    async def confirm(self, question: str) -> bool:
-        """Ask the person at the terminal; no answer, EOF or Ctrl-C mean no. One prompt at a
-        time; the live view holds its output meanwhile."""
+    async def confirm(self, question: str) -> bool | None:
+        """Ask the person at the terminal, after the call's preview (a `Question`'s: a diff,
+        a new file's head, a command). Returns True for yes; False for no, an empty answer or
+        end of input; None when Ctrl-C interrupted the prompt (or came before it): the call is
+        then answered as interrupted, not declined. One prompt at a time; the live view holds
+        its output meanwhile."""
         if self._prompting is None:
             self._prompting = asyncio.Lock()
         async with self._prompting:
             if self.count:  # Ctrl-C came already: the run is being aborted
-                return False
+                return None
             with self.view.paused() if self.view is not None else nullcontext():
+                preview = getattr(question, "preview", None)
+                # A one-line command is in the question itself.
+                if isinstance(preview, CallPreview) and (
+                    preview.kind != "command" or "\n" in preview.text
+                ):
+                    self.console.print(preview_renderable(preview), soft_wrap=True)
                 return await self._ask(question)
 
-    async def _ask(self, question: str) -> bool:
+    async def _ask(self, question: str) -> bool | None:
         # rich's Confirm blocks in input(); this is its prompt, read without blocking the loop.
         loop = asyncio.get_running_loop()
         fd = sys.stdin.fileno()
@@ -200,7 +215,10 @@ class Interrupts:
             finally:
                 loop.remove_reader(fd)
                 self._answer = None
-            if not line:  # Ctrl-C or end of input
+            if line is None:  # Ctrl-C
+                self.console.print()
+                return None
+            if not line:  # end of input
                 self.console.print()
                 return False
             reply = line.strip().lower()
@@ -263,6 +281,8 @@ def execute(
         The run's result; the final line has been printed (not in JSON mode).
 
     Raises:
+        SystemExit: 141 (`SIGPIPE_EXIT`) when the reader of the JSON lines went away; the run
+            was aborted then (its session log, if any, holds everything until then).
         UsageError: ``prompt`` is None and there is nothing to continue.
     """
     view = None if json_lines else LiveView(console)
@@ -272,8 +292,12 @@ def execute(
     if sandbox is not None and (view is not None or sandbox.problem is not None):
         console.print(sandbox_line(sandbox), soft_wrap=True)  # on stderr with JSON lines
     run_start = {"sandbox": sandbox.as_dict()} if sandbox is not None else None
-    handler = view.handle if view is not None else JsonLinesView(sys.stdout, run_start).handle
-    unsubscribe = agent.subscribe(handler)
+    lines: JsonLinesView | None = None
+    if view is not None:
+        unsubscribe = agent.subscribe(view.handle)
+    else:
+        lines = JsonLinesView(sys.stdout, run_start, on_closed=lambda: agent.abort(PIPE_CLOSED))
+        unsubscribe = agent.subscribe(lines.handle)
 
     async def main() -> RunResult:
         try:
@@ -292,6 +316,8 @@ def execute(
         unsubscribe()
     if view is not None:
         console.print(final_line(result, continue_hint=continue_hint), soft_wrap=True)
+    if lines is not None and lines.closed:
+        sys.exit(SIGPIPE_EXIT)  # the reader is gone: quietly, as a shell reports SIGPIPE
     return result
 
 
@@ -473,6 +499,12 @@ def resolve_sandbox(
     metavar="ID:REASON",
     help="With --session and no PROMPT: deny this call awaiting approval. Repeatable.",
 )
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="With --session: move the log's unreadable lines (if any) to FILE.unreadable, "
+    "nothing lost, and resume without them.",
+)
 @click.option("--json", "json_lines", is_flag=True, help="Print events as JSON lines on stdout.")
 def run_command(
     prompt: str | None,
@@ -491,6 +523,7 @@ def run_command(
     approve: Sequence[str],
     deny: Sequence[str],
     json_lines: bool,
+    repair: bool = False,
 ) -> None:
     """Run an agent on PROMPT in a workspace folder, showing the state machine as it goes.
 
@@ -519,6 +552,7 @@ def run_command(
             allow_all=yes,
             allow=allow,
             how_to_allow="The user can allow it by running again with --yes or --allow {tool}.",
+            workspace=Workspace(workspace),
         )
     except UsageError as exc:
         raise click.BadParameter(str(exc), param_hint="--allow") from exc
@@ -542,6 +576,13 @@ def run_command(
     )
     model = load_model(model_spec)
     system = system_file.read_text(encoding="utf-8") if system_file is not None else None
+    if repair and session is not None and session.exists():
+        try:
+            moved, side = repair_session(session)
+        except AgentError as exc:
+            raise click.ClickException(str(exc)) from exc
+        if moved:
+            console.print(repaired_line(session, moved, side), soft_wrap=True, markup=False)
     try:
         agent = build_agent(
             Workspace(workspace),
@@ -554,7 +595,9 @@ def run_command(
         )
     except UsageError as exc:
         raise click.UsageError(str(exc)) from exc
-    except AgentError as exc:  # e.g. the session log is corrupt: not a usage error, exit 1
+    except SessionCorruptError as exc:  # not a usage error: exit 1, naming --repair
+        raise click.ClickException(corrupt_advice(exc.path, exc.problems)) from exc
+    except AgentError as exc:  # e.g. not a session log: not a usage error, exit 1
         raise click.ClickException(str(exc)) from exc
     if prompt is None and agent.session is not None:
         # Continuing: the run keeps counting its turns (`RunCounts`), and --max-turns is how
@@ -705,4 +748,5 @@ def approve_command(
         approve=calls,
         deny=deny,
         json_lines=json_lines,
+        repair=False,
     )

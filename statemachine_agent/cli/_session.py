@@ -8,9 +8,12 @@ violation of a log and exits 1 when there is any.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
+import os
 import shlex
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +36,7 @@ from .._messages import (
 from ..session import SessionData, read_session, render_html
 from ..session._check import check_session
 from ..session._read import Record
-from ._view import PYTHON_ADVICE, result_lines, usage_text
+from ._view import PYTHON_ADVICE, result_lines, result_mark, usage_text
 
 _STATE_STYLES = {
     "idle": "dim",
@@ -57,6 +60,88 @@ def _quiet() -> Iterator[None]:
         yield
     finally:
         logger.disabled = before
+
+
+UNREADABLE_SUFFIX = ".unreadable"
+"""`repair_session` keeps the lines it cuts from ``FILE`` in ``FILE.unreadable``."""
+
+
+def repair_session(path: Path) -> tuple[list[int], Path]:
+    """Move the unreadable lines of a session log (complete lines that are not valid records:
+    `SessionCorruptError`) to ``path.unreadable`` so that the log resumes without them.
+
+    Nothing is lost: the cut lines are appended to the side file byte for byte, and the log is
+    rewritten through a temporary file and a rename, so a crash leaves the old log or the new
+    one. A torn last line (a crash mid-write) is left for resume, which drops it.
+
+    Returns:
+        The numbers of the lines moved (1-based; empty when every line is readable, and then
+        nothing is written) and the side file's path.
+
+    Raises:
+        click.ClickException: another agent has the log open, or it cannot be rewritten.
+        AgentError: the file is not a session log.
+    """
+    side = path.with_name(path.name + UNREADABLE_SUFFIX)
+    with path.open("rb") as handle:
+        try:  # the lock a `SessionLog` takes: no agent writes the log while it is rewritten
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise click.ClickException(
+                f"session log {path} is in use by another agent; stop it first"
+            ) from None
+        with _quiet():
+            data = read_session(path, strict=False)
+        if not data.corrupt:
+            return [], side
+        moved = {number for number, _ in data.corrupt}
+        chunks = handle.read().splitlines(keepends=True)
+        kept = b"".join(c for n, c in enumerate(chunks, 1) if n not in moved)
+        cut = [
+            c if c.endswith((b"\n", b"\r")) else c + b"\n"
+            for n, c in enumerate(chunks, 1)
+            if n in moved
+        ]
+        try:
+            with side.open("ab") as out:
+                out.writelines(cut)
+                out.flush()
+                os.fsync(out.fileno())
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(kept)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError as exc:
+            raise click.ClickException(f"cannot repair {path}: {exc}") from exc
+    return sorted(moved), side
+
+
+def repaired_line(path: Path, moved: list[int], side: Path) -> str:
+    """What `repair_session` did, in one sentence."""
+    lines = ", ".join(map(str, moved))
+    return (
+        f"Moved {len(moved)} unreadable line(s) of {path} (line {lines}) to {side}; the log "
+        "now holds every other line, unchanged."
+    )
+
+
+def corrupt_advice(path: Path, problems: list[tuple[int, str]]) -> str:
+    """The error for a session log with unreadable lines, naming the CLI's ways to go on."""
+    lines = "; ".join(f"line {n}: {why}" for n, why in problems)
+    quoted = shlex.quote(str(path))
+    return (
+        f"session log {path} has {len(problems)} unreadable line(s): {lines}.\n"
+        "To resume without them, add --repair to this command (it moves them to "
+        f"{path}{UNREADABLE_SUFFIX}, so nothing is lost), or run "
+        f"`statemachine-agent check {quoted} --fix` first."
+    )
 
 
 def _clip(text: str, limit: int = _WIDTH) -> str:
@@ -94,8 +179,7 @@ def _print_message(console: Console, message: Message, *, repair: bool = False) 
             tail += f"  error: {message.error}"
         console.print(Text(tail, style="dim"))
     else:
-        style = "red" if message.is_error else "green"
-        mark = "✗" if message.is_error else "✓"
+        mark, style = result_mark(message)
         line = Text(f"  ← {mark} {message.tool_name} ", style=style)
         line += Text(result_lines(message, width=160))
         line += Text(f"  [{message.tool_call_id}]", style="dim")
@@ -198,10 +282,20 @@ def replay_command(session: Path, html_out: Path | None) -> None:
 
 @click.command("check")
 @click.argument("session", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def check_command(session: Path) -> None:
+@click.option(
+    "--fix",
+    is_flag=True,
+    help="Move unreadable lines to SESSION.jsonl.unreadable (nothing is lost) so the log "
+    "resumes, then check what is left.",
+)
+def check_command(session: Path, fix: bool) -> None:
     """Validate SESSION.jsonl and list every violation (exit code 1 when there is any)."""
     console = Console(highlight=False, soft_wrap=True)
     try:
+        if fix:
+            moved, side = repair_session(session)
+            if moved:
+                console.print(escape(repaired_line(session, moved, side)))
         with _quiet():
             data, problems = check_session(session)
     except AgentError as exc:
@@ -216,4 +310,9 @@ def check_command(session: Path) -> None:
     console.print(f"[red]✗[/] {escape(str(session))}: {len(problems)} violation(s)")
     for problem in problems:
         console.print(f"  - {escape(problem)}")
+    if not fix and data.corrupt:
+        console.print(
+            f"To resume without the unreadable lines: statemachine-agent check "
+            f"{escape(shlex.quote(str(session)))} --fix (or run --repair)"
+        )
     raise SystemExit(1)

@@ -7,7 +7,12 @@ state, turn and token counters, the text being streamed, and a spinner per runni
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import queue
+import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,7 +41,7 @@ from .._events import (
 from .._machine import State
 from .._messages import AssistantMessage, ToolCallBlock, ToolResultMessage, Usage
 from .._result import RunResult
-from ..workspace import INSTALL_HINT, SandboxStatus
+from ..workspace import INSTALL_HINT, CallPreview, SandboxStatus
 
 STATE_STYLES = {
     "idle": "dim",
@@ -72,39 +77,114 @@ def call_summary(call: ToolCallBlock) -> str:
 ERROR_LINES = 5
 """How many lines of an error result the views show: enough for an invalid-arguments error's
 heading and its first field errors."""
+HEAD_LINES = 3
+"""How many first lines of a tool result without a summary of its own the views show."""
+COMMAND_TAIL_LINES = 8
+"""How many last lines of a failing command's output the views show (where a test runner or a
+compiler says what went wrong); a command that succeeded shows its first `HEAD_LINES`."""
+_EXIT_LINE = re.compile(r"^\[exit code -?\d+\]$")
 
 
-def result_summary(result: ToolResultMessage, *, max_lines: int = 1, width: int = _LINE) -> str:
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def _count(number: int) -> str:
+    return f"{number} line{'s' if number != 1 else ''}"
+
+
+def result_summary(
+    result: ToolResultMessage, *, max_lines: int = 1, width: int | None = _LINE
+) -> str:
     """A short account of a tool result: the tool's own ``details["summary"]``, else its first
-    ``max_lines`` non-empty lines (each cut to ``width`` characters, joined by newlines) and
-    ``(+N lines)`` when more follow."""
+    ``max_lines`` non-empty lines (each cut to ``width`` characters unless ``width`` is None,
+    joined by newlines) and ``(+N lines)`` when more follow."""
     summary = result.details.get("summary") if isinstance(result.details, dict) else None
     if isinstance(summary, str):
         return summary
-    lines = [line for line in result.text.splitlines() if line.strip()]
-    shown = "\n".join(_short(line, width) for line in lines[:max_lines])
+    lines = _lines(result.text)
+    shown = "\n".join(_cut(line, width) for line in lines[:max_lines])
     rest = len(lines) - max_lines
     if rest > 0:
-        shown += f" (+{rest} line{'s' if rest != 1 else ''})"
+        shown += f" (+{_count(rest)})"
     return shown
 
 
-def result_lines(result: ToolResultMessage, *, width: int = _LINE) -> str:
-    """`result_summary` as the views show it: one line, or `ERROR_LINES` for an error (whose
-    field list or note is what a person needs to see); continuation lines are indented."""
-    lines = ERROR_LINES if result.is_error else 1
-    return result_summary(result, max_lines=lines, width=width).replace("\n", "\n    ")
+def _cut(line: str, width: int | None) -> str:
+    return line.rstrip() if width is None else _short(line, width)
 
 
-def _mark(result: ToolResultMessage) -> tuple[str, str]:
-    if isinstance(result.details, dict) and result.details.get("awaiting_approval") is True:
+def result_mark(result: ToolResultMessage) -> tuple[str, str]:
+    """The mark of a finished tool call and its rich style, one rule for every view (the live
+    view, ``replay``): ``⏸`` deferred for a person's decision, ``✗`` an error result, ``!`` a
+    command that ran and exited with a code other than 0 (worth a look, not a tool error),
+    ``✓`` otherwise."""
+    details = result.details if isinstance(result.details, dict) else {}
+    if details.get("awaiting_approval") is True:
         return "⏸", "yellow"  # deferred: it has not run; a person decides
     if result.is_error:
         return "✗", "red"
-    code = result.details.get("exit_code") if isinstance(result.details, dict) else None
-    if code not in (None, 0):  # the command ran, and failed: worth a look, not a tool error
+    if details.get("exit_code") not in (None, 0):
         return "!", "yellow"
     return "✓", "green"
+
+
+def result_lines(result: ToolResultMessage, *, width: int | None = _LINE) -> str:
+    """A tool result as the views show it (the live view and ``replay``): continuation lines
+    indented by four spaces.
+
+    - A command (``details["exit_code"]``): its summary, then the last `COMMAND_TAIL_LINES`
+      lines of its output when it failed, else the first `HEAD_LINES`.
+    - An error result: its first `ERROR_LINES` lines (what is wrong and what to do).
+    - Any other result: the tool's own summary, else its first `HEAD_LINES` lines.
+
+    Args:
+        width: lines longer than this are cut with ``…``; None prints them whole (for output
+            that is not a terminal, where nothing should be lost).
+    """
+    details = result.details if isinstance(result.details, dict) else {}
+    if "exit_code" in details:
+        summary = str(details.get("summary") or f"exit code {details.get('exit_code')}")
+        output = [line for line in _lines(result.text) if not _EXIT_LINE.match(line.strip())]
+        if output == ["(no output)"]:
+            output = []
+        failed = result.is_error or details.get("exit_code") not in (None, 0)
+        if failed and len(output) > COMMAND_TAIL_LINES:
+            shown = [f"(… {_count(len(output) - COMMAND_TAIL_LINES)} before)"]
+            shown += output[-COMMAND_TAIL_LINES:]
+        elif failed:
+            shown = output
+        else:
+            shown = output[:HEAD_LINES]
+            if len(output) > HEAD_LINES:
+                shown.append(f"(+{_count(len(output) - HEAD_LINES)})")
+        text = "\n".join([summary, *(_cut(line, width) for line in shown)])
+    else:
+        lines = ERROR_LINES if result.is_error else HEAD_LINES
+        summary_only = isinstance(details.get("summary"), str)
+        text = result_summary(result, max_lines=1 if summary_only else lines, width=width)
+    return text.replace("\n", "\n    ")
+
+
+_DIFF_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
+
+
+def preview_renderable(preview: CallPreview) -> Text:
+    """A permission prompt's `CallPreview` for the terminal: a diff with its added lines green
+    and removed ones red (colors show only where the console supports them), a new file's head
+    indented, a command in bold; the preview's note (what was trimmed) dim under it."""
+    out = Text()
+    for line in preview.text.splitlines():
+        style = ""
+        if preview.kind == "diff":
+            style = next((s for prefix, s in _DIFF_STYLES if line.startswith(prefix)), "")
+        elif preview.kind == "command":
+            style = "bold"
+        out.append(f"    {line}\n", style=style)
+    if preview.note:
+        out.append(f"    {preview.note}\n", style="dim")
+    out.rstrip()
+    return out
 
 
 def usage_text(usage: Usage) -> str:
@@ -163,6 +243,10 @@ def sandbox_line(status: SandboxStatus) -> Text:
 class LiveView:
     """Renders an agent's events on a rich console (subscribe `handle` to the agent).
 
+    `handle` only updates the view's state and queues what to print: the terminal is written by
+    a drawing thread (and rich's refresh thread), so a slow terminal never holds up the agent's
+    event loop (a subscriber must return quickly; see `Agent.subscribe`).
+
     Args:
         console: where to draw.
         show_transitions: print each state transition as a dim line.
@@ -171,6 +255,8 @@ class LiveView:
     def __init__(self, console: Console, *, show_transitions: bool = True) -> None:
         self.console = console
         self.show_transitions = show_transitions
+        # Lines are cut to fit a terminal; anywhere else (a file, a pipe) they are kept whole.
+        self.width: int | None = _LINE if console.is_terminal else None
         self.state = "idle"
         self.turn = 0
         self.usage = Usage()
@@ -181,6 +267,10 @@ class LiveView:
         self.started = time.monotonic()
         self._paused = False
         self._held: list[RenderableType] = []
+        self._queue: queue.SimpleQueue[RenderableType | threading.Event | None] = (
+            queue.SimpleQueue()
+        )
+        self._drawer: threading.Thread | None = None
         self._live = Live(
             console=console,
             get_renderable=self._render,
@@ -194,15 +284,37 @@ class LiveView:
 
     def __enter__(self) -> LiveView:
         self._live.start()
+        self._drawer = threading.Thread(target=self._draw, name="live-view", daemon=True)
+        self._drawer.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._drawer is not None:
+            self._queue.put(None)
+            self._drawer.join()
+            self._drawer = None
         self._live.stop()
+
+    def _draw(self) -> None:
+        """The drawing thread: prints what `handle` queued, in order, until None."""
+        while (item := self._queue.get()) is not None:
+            if isinstance(item, threading.Event):
+                item.set()  # `_flush` waits for this: everything before it is printed
+            else:
+                self._live.console.print(item)
+
+    def _flush(self) -> None:
+        """Wait until the drawing thread has printed everything queued so far."""
+        if self._drawer is not None:
+            printed = threading.Event()
+            self._queue.put(printed)
+            printed.wait()
 
     @contextmanager
     def paused(self) -> Iterator[None]:
         """Stop drawing (e.g. while a prompt waits for an answer); what events print meanwhile
         is held and printed after."""
+        self._flush()
         self._paused = True
         self._live.stop()
         try:
@@ -211,23 +323,20 @@ class LiveView:
             self._live.start()
             self._paused = False
             for renderable in self._held:
-                self._live.console.print(renderable)
+                self._print(renderable)
             self._held.clear()
 
     def note(self, text: str) -> None:
         """Show ``text`` under the status line (e.g. "aborting...")."""
         self.notice = text
-        self._refresh()
 
     def _print(self, renderable: RenderableType) -> None:
         if self._paused:
             self._held.append(renderable)
-        else:
+        elif self._drawer is not None:
+            self._queue.put(renderable)
+        else:  # not entered: nothing draws in the background
             self._live.console.print(renderable)
-
-    def _refresh(self) -> None:
-        if not self._paused:
-            self._live.refresh()
 
     # -- events ---------------------------------------------------------------------------------
 
@@ -267,13 +376,13 @@ class LiveView:
             self.running[event.call.id] = (event.call, spinner)
         elif isinstance(event, ToolExecutionEnd):
             self.running.pop(event.call.id, None)
-            mark, style = _mark(event.result)
+            mark, style = result_mark(event.result)
             print_(
                 Text.assemble(
                     (f"{mark} ", style),
                     (call_summary(event.call), "bold"),
                     (" — ", "dim"),
-                    (result_lines(event.result), "dim" if mark == "✓" else style),
+                    (result_lines(event.result, width=self.width), "dim" if mark == "✓" else style),
                 )
             )
         elif isinstance(event, TurnEnd):
@@ -288,7 +397,6 @@ class LiveView:
             )
         elif isinstance(event, RunEnd):
             self.state = event.result.state.value
-        self._refresh()
 
     # -- drawing --------------------------------------------------------------------------------
 
@@ -308,7 +416,8 @@ class LiveView:
             parts.append(Text(self.streaming))
         if self.preparing:
             parts.append(Spinner("dots", text=Text(f"writing the {self.preparing} call", "dim")))
-        parts.extend(spinner for _, spinner in self.running.values())
+        # A snapshot: the refresh thread draws while the loop's thread updates the view.
+        parts.extend(spinner for _, spinner in list(self.running.values()))
         if self.state == "awaiting_model" and not self.streaming and not self.preparing:
             parts.append(Spinner("dots", text=Text("waiting for the model", style="dim")))
         parts.append(self._status())
@@ -320,22 +429,49 @@ class LiveView:
 class JsonLinesView:
     """Writes each event as one JSON line (``event_to_dict``) for scripts.
 
+    When the reader goes away (``... --json | head -1``: a broken pipe), writing stops quietly,
+    the stream's file descriptor is pointed at ``/dev/null`` (so the interpreter's last flush
+    does not fail either, as the Python documentation on SIGPIPE advises) and ``on_closed`` is
+    called once, e.g. to abort the run as ``git log | head`` stops ``git``.
+
     Args:
         stream: where to write (flushed after each line).
         run_start: fields added to each ``run_start`` line (e.g. ``{"sandbox": {...}}``).
+        on_closed: called once when the reader has gone away.
+
+    Attributes:
+        closed: the reader went away (the CLI then exits with 141, as a shell reports SIGPIPE).
     """
 
-    def __init__(self, stream: IO[str], run_start: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        stream: IO[str],
+        run_start: dict[str, Any] | None = None,
+        on_closed: Callable[[], object] | None = None,
+    ) -> None:
         self.stream = stream
         self.run_start = run_start or {}
+        self.on_closed = on_closed
+        self.closed = False
 
     def handle(self, event: Event) -> None:
         """Write ``event`` as a JSON line."""
+        if self.closed:
+            return
         data = event_to_dict(event)
         if data.get("type") == "run_start":
             data = {**data, **self.run_start}
-        self.stream.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
-        self.stream.flush()
+        try:
+            self.stream.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
+            self.stream.flush()
+        except BrokenPipeError:
+            self.closed = True
+            with contextlib.suppress(OSError, ValueError):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, self.stream.fileno())
+                os.close(devnull)
+            if self.on_closed is not None:
+                self.on_closed()
 
 
 EventHandler = Callable[[Event], Any]

@@ -84,8 +84,18 @@ def _check_states_and_runs(data: SessionData) -> list[str]:
                 )
             run_line = None
     if run_line is not None:
-        problems.append(
-            f"line {run_line}: the last run never ended (the process died during it; resume "
-            "records it as aborted)"
-        )
+        problems.append(f"line {run_line}: {_unended_run(data)}")
     return problems
+
+
+def _unended_run(data: SessionData) -> str:
+    """What resume does with a run whose end was never logged: the same rule as
+    `SessionLog.open`, which writes the end (and, mid-run, the state change) to the log."""
+    if data.state in RUN_STOPS:
+        # The machine reached a terminal state; only the run's end line is missing.
+        state = data.state.value
+        return (
+            f"the last run never logged its end (the process died after the run ended in "
+            f"{state!r}; resume records its end as {state!r})"
+        )
+    return "the last run never ended (the process died during it; resume records it as aborted)"

@@ -19,7 +19,15 @@ from .._tools import Tool
 from ._command import DEFAULT_TIMEOUT_SECONDS, MAX_OUTPUT_CHARS, command_tool, run_shell
 from ._files import MAX_READ_CHARS, MAX_READ_LINES, file_tools
 from ._paths import Workspace
-from ._permissions import GUARDED, Permissions, describe_call
+from ._permissions import (
+    GUARDED,
+    PREVIEW_LINES,
+    CallPreview,
+    Permissions,
+    Question,
+    describe_call,
+    preview_call,
+)
 from ._sandbox import (
     DEFAULT_ENV,
     DEFAULT_HIDDEN,
@@ -65,7 +73,10 @@ __all__ = [
     "MAX_OUTPUT_CHARS",
     "MAX_READ_CHARS",
     "MAX_READ_LINES",
+    "PREVIEW_LINES",
+    "CallPreview",
     "Permissions",
+    "Question",
     "Sandbox",
     "SandboxMode",
     "SandboxStatus",
@@ -73,6 +84,7 @@ __all__ = [
     "Workspace",
     "check_sandbox",
     "describe_call",
+    "preview_call",
     "run_shell",
     "workspace_tools",
 ]

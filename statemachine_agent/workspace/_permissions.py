@@ -7,20 +7,117 @@ terminal says yes; otherwise they are denied with a reason the model reads.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
-from .._errors import UsageError
+from .._errors import ToolError, UsageError
 from .._hooks import Allow, Defer, Deny, ToolCallInfo
+from ._paths import Workspace
 
 GUARDED = ("run_command", "write_file", "edit_file")
 """The tools that need permission."""
 WRITE_TOOLS = ("write_file", "edit_file")
 _SHELL_CONTROL = (";", "&", "|", "`", "$(", ">", "<", "\n")
 
-Confirm = Callable[[str], "bool | Awaitable[bool]"]
-"""Ask the person: ``confirm(question) -> bool`` (sync or async)."""
+Confirm = Callable[[str], "bool | Awaitable[bool | None] | None"]
+"""Ask the person: ``confirm(question) -> bool`` (sync or async). The question is a `Question`
+(a ``str``) carrying a `CallPreview` of the call. None means the person interrupted the prompt
+(Ctrl-C): the call is answered as interrupted, not as declined."""
+
+PREVIEW_LINES = 40
+"""The most lines a `CallPreview` shows (a diff, a new file's head); a note says how many more."""
+
+INTERRUPTED_AT_PROMPT = (
+    "Interrupted by the user (Ctrl-C) at the prompt asking permission to {what}: the call was "
+    "not run and the run was aborted. The user did not decline it; if it is still needed, it "
+    "can be asked for again when the run continues."
+)
+"""The result of a call whose permission prompt the person interrupted (``{what}``: the call)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CallPreview:
+    """What a guarded call would do, shown with its permission prompt.
+
+    Attributes:
+        kind: ``"diff"`` (``edit_file``: a unified diff of the file), ``"file"`` (``write_file``:
+            the new content's first lines) or ``"command"`` (``run_command``: the command line).
+        text: the preview, at most `PREVIEW_LINES` lines.
+        note: what was left out or could not be shown (empty when nothing was), e.g.
+            ``"… 12 more lines of the diff not shown"``.
+    """
+
+    kind: Literal["diff", "file", "command"]
+    text: str
+    note: str = ""
+
+
+class Question(str):
+    """A permission question (a ``str``, so any ``confirm`` can print it) with the call's
+    `CallPreview` (None when there is nothing to show) for a prompt that shows it."""
+
+    preview: CallPreview | None
+
+    def __new__(cls, text: str, preview: CallPreview | None = None) -> Question:
+        question = super().__new__(cls, text)
+        question.preview = preview
+        return question
+
+
+def _trimmed(lines: list[str], what: str) -> tuple[str, str]:
+    rest = len(lines) - PREVIEW_LINES
+    note = f"… {rest} more line{'s' if rest != 1 else ''} {what} not shown" if rest > 0 else ""
+    return "\n".join(lines[:PREVIEW_LINES]), note
+
+
+def preview_call(
+    name: str, arguments: dict[str, Any], workspace: Workspace | None = None
+) -> CallPreview | None:
+    """The `CallPreview` of a guarded call: for ``edit_file`` the unified diff (``difflib``) of
+    the file as the edit would leave it (read from ``workspace``; without one, or when the text
+    is not found, the diff of ``old_text`` against ``new_text``), for ``write_file`` the new
+    content's head (and, replacing a file, its diff), for ``run_command`` the whole command.
+    None for other tools. Never raises: a file that cannot be read gets a note instead.
+    """
+    if name == "run_command":
+        return CallPreview("command", str(arguments.get("command", "")))
+    path = str(arguments.get("path", ""))
+    if name == "write_file":
+        content = str(arguments.get("content", ""))
+        lines = content.splitlines()
+        if not lines:
+            return CallPreview("file", "", "(an empty file)")
+        text, note = _trimmed(lines, "of the new file")
+        return CallPreview("file", text, note)
+    if name != "edit_file":
+        return None
+    old, new = str(arguments.get("old_text", "")), str(arguments.get("new_text", ""))
+    before = after = None
+    note = ""
+    if workspace is not None:
+        try:
+            current = workspace.resolve(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError, ToolError) as exc:
+            note = f"({path} cannot be read: {exc}; the edit's own text is shown)"
+        else:
+            if old and old in current.replace("\r\n", "\n"):
+                before = current.replace("\r\n", "\n")
+                count = -1 if arguments.get("replace_all") else 1
+                after = before.replace(old, new, count)
+            else:
+                note = f"(old_text is not in {path} as it is now: the edit will fail)"
+    if before is None or after is None:
+        before, after = old, new
+    diff = list(
+        difflib.unified_diff(
+            before.splitlines(), after.splitlines(), f"a/{path}", f"b/{path}", lineterm=""
+        )
+    )
+    text, trimmed = _trimmed(diff, "of the diff")
+    return CallPreview("diff", text, " ".join(filter(None, [trimmed, note])))
 
 
 def describe_call(name: str, arguments: dict[str, Any]) -> str:
@@ -51,6 +148,7 @@ class Permissions:
         defer: with nobody to ask (no ``confirm``), defer the call for a person's later decision
             (the run stops in ``awaiting_approval``) instead of denying it; for runs with a
             session log, which any process can continue.
+        workspace: where ``edit_file`` previews read the file to show its diff (`preview_call`).
 
     Raises:
         UsageError: an allow rule names no guarded tool.
@@ -64,8 +162,10 @@ class Permissions:
         confirm: Confirm | None = None,
         how_to_allow: str = "The user can allow it in the agent's permission settings.",
         defer: bool = False,
+        workspace: Workspace | None = None,
     ) -> None:
         self.allow_all = allow_all
+        self.workspace = workspace
         self.defer = defer
         self.how_to_allow = how_to_allow
         self.confirm = confirm
@@ -112,9 +212,12 @@ class Permissions:
                 f"Permission needed to {what}, and there is no interactive terminal to ask. "
                 + self.how_to_allow.replace("{tool}", name)
             )
-        answer = self.confirm(f"Allow the agent to {what}?")
+        preview = preview_call(name, arguments, self.workspace)
+        answer = self.confirm(Question(f"Allow the agent to {what}?", preview))
         if inspect.isawaitable(answer):
             answer = await answer
+        if answer is None:  # interrupted (Ctrl-C): not the person's "no"
+            return Deny(INTERRUPTED_AT_PROMPT.format(what=what))
         if answer:
             return Allow()
         return Deny(

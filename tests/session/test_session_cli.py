@@ -130,7 +130,8 @@ def test_replay_shows_a_results_summary_or_its_first_line_and_how_many_follow(
     out = CliRunner().invoke(main, ["replay", str(log)])
     assert out.exit_code == 0, out.output
     assert "← ✗ run_command interrupted, process group killed  [r1]" in out.output
-    assert "← ✓ report status: first line (+2 lines)  [p1]" in out.output
+    # Issue 33, case 1: a result's first lines (three), as the live view shows them.
+    assert "← ✓ report status: first line\n    second\n    third  [p1]" in out.output
     assert "(no output)" not in out.output
 
 
