@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from .._errors import UsageError
+from .._events import CallDecided
 from .._hooks import Allow, Defer, Deny, ToolCallInfo
 
 GUARDED = ("run_command", "write_file", "edit_file")
@@ -51,6 +52,9 @@ class Permissions:
         defer: with nobody to ask (no ``confirm``), defer the call for a person's later decision
             (the run stops in ``awaiting_approval``) instead of denying it; for runs with a
             session log, which any process can continue.
+        on_decided: told each answer ``confirm`` gave, as a `CallDecided` (``approve`` or
+            ``deny``), when it came; e.g. ``agent.session.record``, so the session log holds
+            how long a call waited for the person (the replay page draws it apart).
 
     Raises:
         UsageError: an allow rule names no guarded tool.
@@ -64,9 +68,11 @@ class Permissions:
         confirm: Confirm | None = None,
         how_to_allow: str = "The user can allow it in the agent's permission settings.",
         defer: bool = False,
+        on_decided: Callable[[CallDecided], object] | None = None,
     ) -> None:
         self.allow_all = allow_all
         self.defer = defer
+        self.on_decided = on_decided
         self.how_to_allow = how_to_allow
         self.confirm = confirm
         self.tools: set[str] = set()
@@ -116,8 +122,15 @@ class Permissions:
         if inspect.isawaitable(answer):
             answer = await answer
         if answer:
+            self._decided(CallDecided(info.call.id, "approve"))
             return Allow()
-        return Deny(
+        denial = Deny(
             f"The user declined to let you {what}. Do not retry it as is; ask the user or take "
             "another approach."
         )
+        self._decided(CallDecided(info.call.id, "deny", reason=denial.reason))
+        return denial
+
+    def _decided(self, event: CallDecided) -> None:
+        if self.on_decided is not None:
+            self.on_decided(event)
