@@ -232,7 +232,7 @@ function buildTranscript() {
     }
   });
   items = lazyList(box, DATA.items.length, (i) => buildItem(DATA.items[i], i),
-                   (i) => HEIGHTS[DATA.items[i].kind] || 60);
+                   (i) => HEIGHTS[DATA.items[i].kind] || 60, box);
   box.addEventListener("click", (event) => {
     if (event.target.closest("button, summary, details[open] > div")) return;
     const node = event.target.closest(".item");
@@ -335,7 +335,7 @@ function turnOfStep(index) {
   return found;
 }
 
-function show(index) {
+function show(index, block) {
   const steps = DATA.steps;
   if (!steps.length) return;
   index = Math.max(0, Math.min(steps.length - 1, index));
@@ -361,7 +361,7 @@ function show(index) {
   if (step.items.length) items.around(step.items[0]);
   if (turn >= 0) turns.around(turn);
   const first = step.calls.length ? callNodes.get(step.calls[0]) : items.node(step.items[0]);
-  if (first) first.scrollIntoView({ block: "nearest" });
+  if (first) first.scrollIntoView({ block: block || "nearest" });
   if (turn >= 0) turns.node(turn).scrollIntoView({ block: "nearest" });
   if (location.hash !== "#step=" + (index + 1)) {
     history.replaceState(null, "", "#step=" + (index + 1));
@@ -396,16 +396,10 @@ buildTimeline();
 buildControls();
 items.node(0);
 turns.node(0);
-// The page opens at the first step (or the URL's), at the top: what is on screen is built
-// before the first paint.
-show(stepOfUrl());
-window.scrollTo(0, 0);
-if (current >= 0) {
-  const step = DATA.steps[current];
-  const first = step.calls.length ? callNodes.get(step.calls[0]) : items.node(step.items[0]);
-  if (current > 0 && first) first.scrollIntoView({ block: "center" });
-}
-window.addEventListener("hashchange", () => show(stepOfUrl()));
+// The page opens at the first step (or the URL's): what is on screen is built before the first
+// paint (the window itself never scrolls; see page.css).
+show(stepOfUrl(), "center");
+window.addEventListener("hashchange", () => show(stepOfUrl(), "center"));
 items.observe();
 turns.observe();
 document.body.dataset.ready = "1";
