@@ -289,6 +289,8 @@ def execute(
     interrupts = Interrupts(agent, view, console)
     if interactive and isinstance(agent.before_tool_call, Permissions):
         agent.before_tool_call.confirm = interrupts.confirm
+        if agent.session is not None:  # the log keeps when the person answered
+            agent.before_tool_call.on_decided = agent.session.record
     if sandbox is not None and (view is not None or sandbox.problem is not None):
         console.print(sandbox_line(sandbox), soft_wrap=True)  # on stderr with JSON lines
     run_start = {"sandbox": sandbox.as_dict()} if sandbox is not None else None

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from .._errors import AgentError
+from .._errors import AgentError, UsageError
 from .._messages import (
     AssistantMessage,
     Message,
@@ -33,8 +33,9 @@ from .._messages import (
     Usage,
     UserMessage,
 )
-from ..session import SessionData, read_session, render_html
+from ..session import SessionData, read_session, write_html
 from ..session._check import check_session
+from ..session._html import read_log_to_render
 from ..session._read import Record
 from ._view import PYTHON_ADVICE, result_lines, result_mark, usage_text
 
@@ -231,7 +232,7 @@ def _print_header(console: Console, data: SessionData) -> None:
 
 
 @click.command("replay")
-@click.argument("session", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("session", type=click.Path(path_type=Path))  # checked by read_log_to_render
 @click.option(
     "--html",
     "html_out",
@@ -245,12 +246,14 @@ def replay_command(session: Path, html_out: Path | None) -> None:
     console = Console(highlight=False, soft_wrap=True)
     try:
         with _quiet():
-            data = read_session(session, strict=False)
+            data = read_log_to_render(session)  # the check write_html makes
+    except UsageError as exc:
+        raise click.BadParameter(str(exc), param_hint="SESSION") from exc
     except AgentError as exc:
         raise click.ClickException(str(exc)) from exc
     if html_out is not None:
         try:
-            html_out.write_text(render_html(data), encoding="utf-8")
+            write_html(data, html_out)  # a temporary file renamed over it: never half a page
         except OSError as exc:
             raise click.ClickException(f"cannot write {html_out}: {exc}") from exc
         console.print(f"wrote {escape(str(html_out))}: open it in a browser (works offline)")

@@ -7,15 +7,22 @@ this project, no third-party code) and the diagram's SVG are inlined. Python tur
 plain JSON model (`page_model`); the script builds the page from it with ``textContent`` only, so
 no text from the log is ever parsed as HTML. The JSON sits in a ``<script type="application/json">``
 with ``<``, ``>`` and ``&`` written as ``\\u003c``-style escapes, so ``</script>`` or ``<!--`` in a
-log cannot end it.
+log cannot end it. A lone surrogate in the log (``\\udcff``: a file name that is not UTF-8, as
+``os.listdir`` decodes it) is shown as U+FFFD, the replacement character.
+
+Time a call spent waiting for a person's decision (the log's ``decision`` line answering it, after a
+``pending`` line or a ``[y/n]`` prompt) is drawn apart from the time it ran.
 """
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import math
 import os
+import re
+import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -46,6 +53,32 @@ _STATES = {s.value for s in State}
 _RESTING = {State.IDLE.value, *(s.value for s in TERMINAL_STATES)}  # between runs
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
+"""What a lone surrogate of the log is shown as (U+FFFD); UTF-8 cannot encode it as it is."""
+
+
+def read_log_to_render(path: str | os.PathLike[str]) -> SessionData:
+    """Read the session log at ``path`` for a page (``strict=False``: unreadable lines are
+    skipped and listed on the page). The one check `render_html`, `write_html` and
+    ``statemachine-agent replay`` share.
+
+    Raises:
+        UsageError: there is no file at ``path`` (nothing to render: an empty page would look
+            like a session with no runs), or it is a folder.
+        AgentError: the file is not a session log, or a newer format version.
+    """
+    log = Path(path)
+    if not log.exists():
+        raise UsageError(
+            f"no session log at {log}: the file does not exist (give the JSONL file a run "
+            "wrote with --session, or Agent(session=...))"
+        )
+    if log.is_dir():
+        raise UsageError(f"{log} is a folder, not a session log: give the JSONL file")
+    return read_session(log, strict=False)
+
+
 def render_html(source: str | os.PathLike[str] | SessionData, *, title: str | None = None) -> str:
     """Render a session log as one self-contained HTML page.
 
@@ -54,13 +87,15 @@ def render_html(source: str | os.PathLike[str] | SessionData, *, title: str | No
         title: the page title (default: ``session <file name>``).
 
     Returns:
-        The page (UTF-8 text). It opens offline: nothing is loaded from the network.
+        The page (text UTF-8 can encode: each lone surrogate of the log is U+FFFD). It opens
+        offline: nothing is loaded from the network.
 
     Raises:
+        UsageError: there is no file at ``source`` (see `read_log_to_render`).
         AgentError: the file is not a session log, or a newer format version. Unreadable lines
             are skipped and listed on the page (the log is read with ``strict=False``).
     """
-    data = source if isinstance(source, SessionData) else read_session(source, strict=False)
+    data = source if isinstance(source, SessionData) else read_log_to_render(source)
     model = page_model(data)
     page_title = title if title is not None else f"session {data.path.name}"
     template = _asset("page.html")
@@ -76,24 +111,64 @@ def render_html(source: str | os.PathLike[str] | SessionData, *, title: str | No
         if not found:  # pragma: no cover - the template is part of the package
             raise RuntimeError(f"page.html has no {key}")
         template = head + value + tail
-    return template
+    # Python keeps an undecodable byte of a file name as a lone surrogate (\\udcff), which
+    # the log's JSON holds as an escape; UTF-8 has no encoding for it.
+    return _LONE_SURROGATE.sub(REPLACEMENT, template)
 
 
 def write_html(
-    log_path: str | os.PathLike[str], out_path: str | os.PathLike[str], *, title: str | None = None
+    log_path: str | os.PathLike[str] | SessionData,
+    out_path: str | os.PathLike[str],
+    *,
+    title: str | None = None,
 ) -> Path:
     """Render ``log_path`` (see `render_html`) and write the page to ``out_path`` (UTF-8).
+
+    The page is written to a temporary file in ``out_path``'s folder, then renamed over
+    ``out_path`` (``os.replace``): a render or write that fails leaves an earlier page there
+    as it was, and a reader never sees half a page.
+
+    Args:
+        log_path: the JSONL log's path, or `SessionData` already read.
+        out_path: where the page goes; its folder must exist.
+        title: the page title (default: ``session <file name>``).
 
     Returns:
         ``out_path`` as a `Path`.
 
     Raises:
+        UsageError: there is no file at ``log_path`` (the same check as
+            ``statemachine-agent replay --html``: `read_log_to_render`).
         AgentError: ``log_path`` is not a session log.
         OSError: ``out_path`` cannot be written.
     """
     out = Path(out_path)
-    out.write_text(render_html(log_path, title=title), encoding="utf-8")
+    page = render_html(log_path, title=title).encode("utf-8")
+    _replace_atomically(out, page)
     return out
+
+
+def _replace_atomically(out: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``out``, then rename it over ``out``; on any
+    failure the temporary file is removed and ``out`` is untouched."""
+    handle, temporary = tempfile.mkstemp(
+        prefix=f".{out.name}.", suffix=".tmp", dir=out.parent if str(out.parent) else "."
+    )
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        if out.exists():
+            # mkstemp creates the file 0600; the page keeps the permissions the old one had.
+            os.chmod(temporary, out.stat().st_mode & 0o7777)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 # -- the JSON model the page is built from -----------------------------------------------------
@@ -102,9 +177,11 @@ def write_html(
 def page_model(data: SessionData) -> dict[str, Any]:
     """The page's data: ``items`` (transcript entries in log order), ``steps`` (one per state
     change: the state entered, the edge taken, the items and tool calls it highlights),
-    ``turns`` (each model request with its tool calls' start and end times, in seconds from
-    the first line), the ``summary``, and ``extra_edges`` (transitions the log took that the
-    built-in machine does not draw, e.g. ``resume``)."""
+    ``turns`` (each model request with its tool calls' ``start``, ``run`` and ``end`` times in
+    seconds from the first line, the ``wait`` for a person's decision between ``start`` and
+    ``run``, and the turn's seconds ``waited``), the ``summary``, ``extra_edges`` (transitions
+    the log took that the built-in machine does not draw, e.g. ``resume``) and ``end`` (the
+    last line's seconds)."""
     return _Builder(data).build()
 
 
@@ -142,6 +219,8 @@ class _Builder:
             self._record(record.type, record.body, record.message, record.messages, when)
             if when is not None:
                 self.last_time = when
+        for turn in self.turns:
+            turn["waited"] = _waited(turn["calls"], self.last_time)
         if self.run_open and not self.crashed:
             self._item(
                 {
@@ -156,6 +235,7 @@ class _Builder:
             "steps": self.steps,
             "turns": self.turns,
             "extra_edges": self.extra_edges,
+            "end": self.last_time,
         }
 
     # -- records ---------------------------------------------------------------------------
@@ -188,10 +268,18 @@ class _Builder:
             self.run_open = False
         elif kind == "tool_start":
             # Logged after the batch's state change: the call's own start, when it waited for
-            # its resource or ran after the calls before it.
+            # its resource or ran after the calls before it. A deferred call starts again once
+            # a person approved it: it runs from there.
             entry = self.calls.get(str(body.get("call_id")))
             if entry is not None and when is not None and entry["end"] is None:
-                entry["start"] = when
+                if entry["wait"] is None:
+                    entry["start"] = entry["run"] = when
+                elif entry["wait"]["to"] is not None:
+                    entry["run"] = when
+        elif kind == "pending":
+            self._pending(body, when)
+        elif kind == "decision":
+            self._decision(body, when)
         elif kind == "state":
             self._state(body, when)
         elif kind == "history":
@@ -259,6 +347,52 @@ class _Builder:
             # A repaired call never finished: its bar ends where the log stopped.
             entry["end"] = self.crash_time if repair and self.crashed else when
 
+    def _pending(self, body: dict[str, Any], when: float | None) -> None:
+        """Calls deferred for a person's decision (the run stopped in ``awaiting_approval``):
+        each waits from its start (when its hook deferred it) until its ``decision`` line."""
+        for call in body.get("calls") or []:
+            if not isinstance(call, dict):
+                continue
+            call_id, name = str(call.get("id")), str(call.get("tool_name"))
+            entry = self.calls.get(call_id)
+            if entry is not None and entry["end"] is None and entry["wait"] is None:
+                entry["wait"] = {"from": entry["start"], "to": None}
+                entry["waiting"] = True
+            self._item(
+                {
+                    "kind": "pending",
+                    "call": call_id,
+                    "name": name,
+                    "text": str(call.get("reason") or ""),
+                    "time": when,
+                }
+            )
+
+    def _decision(self, body: dict[str, Any], when: float | None) -> None:
+        """A person's decision on a call: on a deferred one (``approve``/``decide``), or at a
+        ``[y/n]`` prompt while the call's hook waited for the answer. Until then the call was
+        waiting, not running."""
+        call_id = str(body.get("call_id"))
+        decision = str(body.get("decision"))
+        entry = self.calls.get(call_id)
+        if entry is not None and entry["end"] is None:
+            if entry["wait"] is None:  # a prompt: the hook asked from the call's start
+                entry["wait"] = {"from": entry["start"], "to": None}
+            entry["wait"]["to"] = when
+            entry["run"] = when  # until a tool_start line says otherwise
+            entry["waiting"] = False
+            entry["decision"] = decision
+        self._item(
+            {
+                "kind": "decision",
+                "call": call_id,
+                "name": None if entry is None else entry["name"],
+                "decision": decision,
+                "text": body.get("reason"),
+                "time": when,
+            }
+        )
+
     def _state(self, body: dict[str, Any], when: float | None) -> None:
         source, dest = str(body.get("source")), str(body.get("dest"))
         trigger, label = str(body.get("trigger")), str(body.get("label"))
@@ -283,6 +417,12 @@ class _Builder:
         self.steps.append(step)
         number = len(self.steps) - 1
         turn = self.turns[-1] if self.turns else None
+        if (
+            turn is not None
+            and source == State.AWAITING_APPROVAL.value
+            and dest == (State.EXECUTING_TOOLS.value)
+        ):
+            turn["end"] = None  # decided: the batch goes on in its turn
         if turn is not None and turn["end"] is None:
             # A recovered run's turn ended where the log stopped, not when it was resumed.
             ended = self.crash_time if recovered and self.crashed else when
@@ -303,6 +443,13 @@ class _Builder:
                     "calls": [],
                 }
             )
+        elif dest == State.EXECUTING_TOOLS.value and source == State.AWAITING_APPROVAL.value:
+            # Decided: the batch's deferred calls go on; their entries are the ones it started.
+            step["calls"] = [
+                call_id
+                for call_id, _ in self.last_calls
+                if call_id in self.calls and self.calls[call_id]["end"] is None
+            ]
         elif dest == State.EXECUTING_TOOLS.value:
             step["calls"] = [call_id for call_id, _ in self.last_calls]
             for call_id, name in self.last_calls:
@@ -310,7 +457,11 @@ class _Builder:
                     "id": call_id,
                     "name": name,
                     "start": when,  # until its tool_start line says otherwise
+                    "run": when,  # when it began to run: after any wait for a person
                     "end": None,
+                    "wait": None,  # {"from", "to"}: waiting for a person's decision
+                    "waiting": False,  # still waiting where the log ends
+                    "decision": None,
                     "error": False,
                     "repair": False,
                     "item": None,
@@ -397,6 +548,24 @@ class _Builder:
             "repairs": sum(1 for item in self.items if item.get("repair")),
             "notes": notes,
         }
+
+
+def _waited(calls: list[dict[str, Any]], log_end: float | None) -> float:
+    """Seconds of a turn during which some call waited for a person (the union of the calls'
+    waits; a wait still open ends where the log ends)."""
+    spans = sorted(
+        (c["wait"]["from"], c["wait"]["to"] if c["wait"]["to"] is not None else log_end)
+        for c in calls
+        if c["wait"] is not None and c["wait"]["from"] is not None
+    )
+    total, reach = 0.0, -math.inf
+    for start, end in spans:
+        if end is None:
+            continue
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return round(total, 6)
 
 
 def _edge_index() -> dict[tuple[str, str, str, str], str]:

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal
 
 from .._errors import ToolError, UsageError
+from .._events import CallDecided
 from .._hooks import Allow, Defer, Deny, ToolCallInfo
 from ._paths import Workspace
 
@@ -149,6 +150,9 @@ class Permissions:
             (the run stops in ``awaiting_approval``) instead of denying it; for runs with a
             session log, which any process can continue.
         workspace: where ``edit_file`` previews read the file to show its diff (`preview_call`).
+        on_decided: told each answer ``confirm`` gave, as a `CallDecided` (``approve`` or
+            ``deny``), when it came; e.g. ``agent.session.record``, so the session log holds
+            how long a call waited for the person (the replay page draws it apart).
 
     Raises:
         UsageError: an allow rule names no guarded tool.
@@ -163,10 +167,12 @@ class Permissions:
         how_to_allow: str = "The user can allow it in the agent's permission settings.",
         defer: bool = False,
         workspace: Workspace | None = None,
+        on_decided: Callable[[CallDecided], object] | None = None,
     ) -> None:
         self.allow_all = allow_all
         self.workspace = workspace
         self.defer = defer
+        self.on_decided = on_decided
         self.how_to_allow = how_to_allow
         self.confirm = confirm
         self.tools: set[str] = set()
@@ -219,8 +225,15 @@ class Permissions:
         if answer is None:  # interrupted (Ctrl-C): not the person's "no"
             return Deny(INTERRUPTED_AT_PROMPT.format(what=what))
         if answer:
+            self._decided(CallDecided(info.call.id, "approve"))
             return Allow()
-        return Deny(
+        denial = Deny(
             f"The user declined to let you {what}. Do not retry it as is; ask the user or take "
             "another approach."
         )
+        self._decided(CallDecided(info.call.id, "deny", reason=denial.reason))
+        return denial
+
+    def _decided(self, event: CallDecided) -> None:
+        if self.on_decided is not None:
+            self.on_decided(event)

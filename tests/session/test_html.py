@@ -215,7 +215,11 @@ def test_case1_demo_log_shows_6_turns_done_and_the_first_batch_lights_executing_
     assert browser.find_element("id", "summary-turns").text == "6"
     assert len(browser.find_elements("css selector", "#timeline .turn")) == 6
     assert browser.find_element("id", "summary-state").text == "done"
-    assert "current" in classes(browser, "state_done")  # it opens on the last step
+    # It opens at the first step (issue 33 case 4: a screenshot at load shows its top).
+    assert "current" in classes(browser, "state_awaiting_model")
+    assert browser.find_element("id", "step-count").text == "step 1 / 12"
+    press(browser, Keys.END)
+    assert "current" in classes(browser, "state_done")
 
     press(browser, Keys.HOME, Keys.ARROW_RIGHT)  # the keyboard: the first tool batch
     assert browser.find_element("id", "step-text").text == (
@@ -415,6 +419,7 @@ def test_a_long_log_is_built_as_needed_and_every_step_still_lights_its_entries(
     built = browser.execute_script("return document.querySelectorAll('#transcript .item').length")
     assert built < total  # the middle is built when needed
     assert browser.find_element("id", "summary-turns").text == "151"
+    press(browser, Keys.END)  # the last chunk is built when its step is shown
     (answer,) = browser.find_elements("css selector", ".item.assistant.lit")
     assert answer.find_element("css selector", ".text").text == "ticked"
     assert answer.find_element("css selector", ".meta").text.startswith("turn 151 · stop end_turn")

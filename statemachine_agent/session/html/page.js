@@ -89,6 +89,9 @@ function lazyList(box, count, render, estimate, root) {
   }
   return {
     node(i) { fill(Math.floor(i / CHUNK)); return nodes[i]; },
+    // The chunks around entry i, so what a jump there scrolls into view is painted at once
+    // (a screenshot taken at load shows it), not when the observer gets to it.
+    around(i) { const c = Math.floor(i / CHUNK); fill(c - 1); fill(c); fill(c + 1); },
     observe() { chunks.forEach((chunk) => { if (!chunk.dataset.done) observer.observe(chunk); }); },
   };
 }
@@ -197,12 +200,29 @@ function buildItem(item, index) {
     case "crash":
       node.textContent = "✖ " + item.text;
       break;
+    case "pending":
+      node.dataset.call = item.call;
+      head.append(el("span", "who", "⏸ " + item.name), el("span", "meta", item.call),
+                  el("span", "badge waiting", "waiting for approval"));
+      node.append(head);
+      if (item.text) node.append(el("div", "meta", item.text));
+      break;
+    case "decision": {
+      const approved = item.decision === "approve";
+      node.dataset.call = item.call;
+      head.append(el("span", "who", (approved ? "✔ approved " : "✘ denied ") + (item.name || "call")),
+                  el("span", "meta", item.call));
+      node.append(head);
+      if (item.text) node.append(el("div", "meta", item.text));
+      break;
+    }
   }
   if (item.time !== null && item.time !== undefined) node.title = "+" + seconds(item.time);
   return node;
 }
 
-const HEIGHTS = { state: 24, run_start: 40, run_end: 40, user: 70, result: 90, assistant: 150 };
+const HEIGHTS = { state: 24, run_start: 40, run_end: 40, user: 70, result: 90, assistant: 150,
+                  pending: 60, decision: 50 };
 
 function buildTranscript() {
   const box = document.getElementById("transcript");
@@ -212,7 +232,7 @@ function buildTranscript() {
     }
   });
   items = lazyList(box, DATA.items.length, (i) => buildItem(DATA.items[i], i),
-                   (i) => HEIGHTS[DATA.items[i].kind] || 60);
+                   (i) => HEIGHTS[DATA.items[i].kind] || 60, box);
   box.addEventListener("click", (event) => {
     if (event.target.closest("button, summary, details[open] > div")) return;
     const node = event.target.closest(".item");
@@ -237,11 +257,42 @@ function bar(className, start, end, origin, scale, label) {
   return node;
 }
 
+// A tool call's bar: from its start to its end (or to where the log ends, while it waits). Time
+// it waited for a person's decision is drawn apart, as the bar's hatched first part, and is not
+// counted as the call's running time.
+function callBar(c, origin, scale) {
+  const waiting = c.end === null && c.waiting;
+  const kind = c.repair ? "repair" : waiting ? "waiting" : c.error ? "error" : "ok";
+  const end = waiting ? DATA.end : c.end;
+  let label;
+  if (waiting) label = c.name + " waiting for approval";
+  else if (c.end === null) label = c.name + " no result";
+  else label = c.name + " " + seconds(c.end - c.run);
+  if (c.repair) label += " (no result: the process died)";
+  const wait = c.wait;
+  if (wait && !waiting && wait.to !== null) {
+    label += " (after " + seconds(wait.to - wait.from) + " waiting for approval" +
+      (c.decision === "deny" ? ": denied" : "") + ")";
+  }
+  const node = bar(kind, c.start, end, origin, scale, label);
+  node.dataset.call = c.id;
+  if (wait && wait.from !== null && end !== null && end > c.start) {
+    node.classList.add("has-wait");
+    const to = wait.to === null ? end : wait.to;
+    const part = el("div", "wait");
+    part.style.left = (100 * (wait.from - c.start) / (end - c.start)) + "%";
+    part.style.width = (100 * Math.max(to - wait.from, 0) / (end - c.start)) + "%";
+    part.title = "waiting for approval " + seconds(to - wait.from);
+    node.prepend(part);
+  }
+  return node;
+}
+
 function buildTimeline() {
   const box = document.getElementById("timeline");
   let scale = 0;
   for (const t of DATA.turns) {
-    const last = t.end !== null ? t.end : Math.max(t.reply || 0, ...t.calls.map((c) => c.end || 0));
+    const last = t.end !== null ? t.end : Math.max(t.reply || 0, ...t.calls.map((c) => c.end || (c.waiting ? DATA.end : 0) || 0));
     if (t.start !== null) scale = Math.max(scale, last - t.start);
   }
   scale = scale || 1;
@@ -251,19 +302,18 @@ function buildTimeline() {
     row.dataset.step = String(t.step);
     const origin = t.start === null ? 0 : t.start;
     const end = t.end !== null ? t.end : t.reply;
-    row.append(el("div", "turn-label", "turn " + t.n + " · run " + t.run + " · " + seconds(end === null || t.start === null ? null : end - t.start)));
-    row.title = "turn " + t.n + ": " + usageText(t.usage);
+    const total = end === null || t.start === null ? null : end - t.start;
+    let text = "turn " + t.n + " · run " + t.run + " · " + seconds(total === null ? null : total - t.waited);
+    if (t.waited > 0) text += " + " + seconds(t.waited) + " waiting for approval";
+    row.append(el("div", "turn-label", text));
+    row.title = text + ": " + usageText(t.usage);
     const lanes = el("div", "lanes");
     const model = el("div", "lane");
     model.append(bar("model", t.start, t.reply, origin, scale, "model " + seconds(t.reply === null || t.start === null ? null : t.reply - t.start)));
     lanes.append(model);
     for (const c of t.calls) {
       const lane = el("div", "lane");
-      const kind = c.repair ? "repair" : c.error ? "error" : "ok";
-      const label = c.name + " " + (c.end === null ? "no result" : seconds(c.end - c.start)) + (c.repair ? " (no result: the process died)" : "");
-      const node = bar(kind, c.start, c.end, origin, scale, label);
-      node.dataset.call = c.id;
-      lane.append(node);
+      lane.append(callBar(c, origin, scale));
       lanes.append(lane);
     }
     row.append(lanes);
@@ -285,7 +335,7 @@ function turnOfStep(index) {
   return found;
 }
 
-function show(index) {
+function show(index, block) {
   const steps = DATA.steps;
   if (!steps.length) return;
   index = Math.max(0, Math.min(steps.length - 1, index));
@@ -307,9 +357,21 @@ function show(index) {
   document.getElementById("step-text").textContent = step.source + " → " + step.dest +
     " (" + step.trigger + ": " + step.label + ")" + (step.recovered ? " — recovered after the process died" : "");
   document.body.dataset.state = step.dest;
+  document.body.dataset.step = String(index + 1);
+  if (step.items.length) items.around(step.items[0]);
+  if (turn >= 0) turns.around(turn);
   const first = step.calls.length ? callNodes.get(step.calls[0]) : items.node(step.items[0]);
-  if (first) first.scrollIntoView({ block: "nearest" });
+  if (first) first.scrollIntoView({ block: block || "nearest" });
   if (turn >= 0) turns.node(turn).scrollIntoView({ block: "nearest" });
+  if (location.hash !== "#step=" + (index + 1)) {
+    history.replaceState(null, "", "#step=" + (index + 1));
+  }
+}
+
+// The step a URL names (#step=N, counted from 1 as the page shows it), else the first.
+function stepOfUrl() {
+  const match = /^#step=(\d+)$/.exec(location.hash);
+  return match ? Number(match[1]) - 1 : 0;
 }
 
 function buildControls() {
@@ -334,7 +396,10 @@ buildTimeline();
 buildControls();
 items.node(0);
 turns.node(0);
-show(DATA.steps.length - 1);
+// The page opens at the first step (or the URL's): what is on screen is built before the first
+// paint (the window itself never scrolls; see page.css).
+show(stepOfUrl(), "center");
+window.addEventListener("hashchange", () => show(stepOfUrl(), "center"));
 items.observe();
 turns.observe();
 document.body.dataset.ready = "1";
