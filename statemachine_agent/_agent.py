@@ -101,7 +101,8 @@ class Agent:
             (``run()``, decisions, a resumed session log, a durable run) is the same run and
             keeps counting: continued at the cap it reached, it stops at once in ``max_turns``
             with no new turn and no request; pass a higher ``max_turns`` to go on. A prompt
-            starts a new run with its own count.
+            starts a new run with its own count. ``run(max_turns=N)`` overrides it for that
+            call only; assign ``agent.max_turns`` to change it for later calls.
         tool_execution: ``"parallel"`` (default; calls on one resource still queue) or
             ``"sequential"``.
         max_continuations: cap on ``pause_turn`` and ``max_tokens`` continuations in a run. A
@@ -610,7 +611,9 @@ class Agent:
         Args:
             prompt: the user input; None continues from the current history (after ``aborted``
                 or ``max_turns``, or with queued input) and keeps counting turns.
-            max_turns: change the turn cap (it stays changed).
+            max_turns: the turn cap of this call only: the run's total turns, those it made
+                before this call included (a run continued at ``max_turns=N`` after N turns
+                stops at once); a later call without it uses ``agent.max_turns`` again.
             decisions: in ``awaiting_approval``, ``{call_id: Approve() | Approve(arguments={...})
                 | Deny(reason)}`` for some or all pending calls: decided calls run (or are
                 answered), the rest stay pending; once none is left the run goes on.
@@ -620,7 +623,8 @@ class Agent:
 
         Raises:
             AgentBusyError: a run is already in progress (raised by the call).
-            UsageError: nothing to continue from (no prompt, no queued input, and the history ends
+            UsageError: ``max_turns`` is not a positive integer; nothing to continue from (no
+                prompt, no queued input, and the history ends
                 with the model's complete answer); a prompt (or none, or no decisions) while calls
                 are pending; decisions for unknown or already decided calls, or when nothing is
                 pending. Nothing is changed then.
@@ -628,15 +632,21 @@ class Agent:
                 first.
         """
         user = None if prompt is None else _as_user(prompt)
+        if max_turns is not None and (
+            isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1
+        ):
+            raise UsageError(
+                f"run(max_turns=...) must be a positive integer (the run's total turns), got "
+                f"{max_turns!r}"
+            )
         with self._claim_lock:  # check and claim as one step, whichever threads call
             if self._running:
                 raise AgentBusyError("this agent is already running; await that run or abort it")
             first = self._check_decisions(user, decisions)
-            if max_turns is not None:
-                self.max_turns = max_turns
             if first is Trigger.START and user is None and not (self._steering or self._follow_ups):
                 self._check_can_continue()
             run = self._claim(first, fresh=user is not None)
+            run.max_turns = max_turns  # this call's cap only: agent.max_turns is unchanged
         return ClaimedRun(self, run, user)
 
     def _claim(self, first: str, *, fresh: bool, run_class: type[Run] = Run) -> Run:

@@ -120,7 +120,13 @@ SUMMARY_STOP_REASONS = frozenset(
 tool call, a refusal, a pause) fails the compaction with an error that names it."""
 
 DEFAULT_KEEP_RECENT = 20_000
-"""`Compaction`'s default ``keep_recent``: estimated tokens of recent history kept verbatim."""
+"""`Compaction`'s default ``keep_recent``: estimated tokens of recent history kept verbatim
+(capped at `KEEP_RECENT_SHARE` of the threshold, see `Compaction.kept_tokens`)."""
+
+KEEP_RECENT_SHARE = 0.5
+"""The largest share of the compaction threshold (in tokens) that the recent history kept by
+tokens may fill: a compaction leaves at least the rest of the threshold for new turns, so a
+``keep_recent`` as large as a small window does not make every turn compact again."""
 
 
 def _is_int(value: object) -> bool:
@@ -144,9 +150,13 @@ class Compaction:
             ``model.context_window``) or a number of tokens (an int above 1).
         keep_recent: estimated tokens (`estimate_tokens`) of recent history kept verbatim: the
             newest whole turns that fit (the newest turn is kept even when larger). Default
-            `DEFAULT_KEEP_RECENT` when ``keep_recent_turns`` is not given.
+            `DEFAULT_KEEP_RECENT` when ``keep_recent_turns`` is not given. Capped at half the
+            threshold in tokens (`KEEP_RECENT_SHARE`, `kept_tokens`): with a 15,000-token
+            window and ``threshold=0.8``, at most 6,000 tokens are kept, so at least 6,000
+            tokens of new turns come before the next compaction.
         keep_recent_turns: the number of newest whole turns kept verbatim, whatever their size
-            (at least 1: the turn the next request continues). A history of that many turns or
+            (at least 1: the turn the next request continues; not capped: turns that fill the
+            threshold compact again at the next request). A history of that many turns or
             fewer has nothing to cut.
         summarize: ``summarize(old_messages)`` or ``summarize(old_messages, signal)`` (sync or
             async) returning the summary text; ``signal`` is the run's `AbortSignal`, and an
@@ -198,13 +208,26 @@ class Compaction:
             return None
         return DEFAULT_KEEP_RECENT if self.keep_recent is None else self.keep_recent
 
-    def kept_start(self, messages: Sequence[Message]) -> int:
+    def kept_tokens(self, window: int | None) -> int | None:
+        """The estimated tokens of recent history kept verbatim for a model with a context
+        window of ``window`` tokens: `keep_recent_tokens` capped at `KEEP_RECENT_SHARE` of the
+        threshold in tokens (`limit`). Not capped when the threshold is a fraction and the
+        window is unknown; None when history is kept by turns."""
+        tokens = self.keep_recent_tokens
+        if tokens is None:
+            return None
+        if isinstance(self.threshold, float) and self.threshold <= 1 and not window:
+            return tokens  # no threshold in tokens to cap it by
+        return min(tokens, int(self.limit(window) * KEEP_RECENT_SHARE))
+
+    def kept_start(self, messages: Sequence[Message], window: int | None = None) -> int:
         """Where the window kept after the summary starts in ``messages``: a turn boundary
-        after 0 (`statemachine_agent.session.kept_tokens_start` by tokens, the start of the
-        newest ``keep_recent_turns`` turns by turns), or 0 when there is nothing to cut."""
+        after 0 (`statemachine_agent.session.kept_tokens_start` of `kept_tokens` by tokens,
+        the start of the newest ``keep_recent_turns`` turns by turns), or 0 when there is
+        nothing to cut. ``window``: the model's context window in tokens (None: unknown)."""
         from .session._compaction import find_cut_points, kept_tokens_start
 
-        tokens = self.keep_recent_tokens
+        tokens = self.kept_tokens(window)
         if tokens is not None:
             return kept_tokens_start(messages, tokens)
         assert self.keep_recent_turns is not None
@@ -381,7 +404,7 @@ async def compact_context(run: Run) -> str:
         return Trigger.ABORT
     messages = list(run.messages)
     before = agent.context_usage.tokens
-    start = config.kept_start(messages)
+    start = config.kept_start(messages, context_window(agent.model))
     if start == 1 and _is_summary(messages[0], SUMMARY_PREFIX):
         start = 0  # only the last summary lies before the kept window: nothing to gain
     if start == 0:

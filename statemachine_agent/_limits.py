@@ -28,14 +28,22 @@ FINAL_TURN_PROMPT = (
 
 @dataclass(frozen=True, slots=True)
 class LimitHit:
-    """A usage limit that stops the run.
+    """A usage limit the run reached or went past, with the amounts.
+
+    Two uses: the limit that stopped a run (it ends in ``max_turns``, and `RunResult.error`
+    is `describe`'s text), and `RunResult.limit_exceeded`, the token limit a run's usage went
+    past; a final answer that took it past ends the run ``done`` (the answer is kept), so that
+    limit did not stop the run, and `RunResult.error` is `exceeded_text`'s.
 
     Attributes:
-        name: the limit's name (``max_requests``, ``max_tool_calls``, ...).
-        value: the limit's value.
+        name: the limit's name (``max_requests``, ``max_tool_calls``, ``max_total_tokens``, ...).
+        value: the limit's value (requests, tool calls or tokens).
         used: the amount used so far in the run (requests sent, tool calls made, tokens).
-        wanted: how many more the run was about to use (the next request, the response's tool
-            calls; 0 for tokens, which are counted after each response).
+        wanted: how many more the run was about to use when the limit stopped it (1 for the
+            next request, the response's tool calls for ``max_tool_calls``); 0 for a token
+            limit, whose tokens are counted after each response, so already in ``used``.
+        excess: derived, not a field (a property): how far ``used`` is past ``value``,
+            ``max(0, used - value)``; 0 for a limit reached but not passed.
     """
 
     name: str
@@ -56,7 +64,8 @@ class LimitHit:
 
     @property
     def excess(self) -> int:
-        """How far ``used`` is past ``value`` (0 when it is not past it)."""
+        """How far ``used`` is past ``value``: ``max(0, used - value)`` (derived, not a field:
+        not in the repr nor in equality)."""
         return max(0, self.used - self.value)
 
     def exceeded_text(self) -> str:

@@ -31,7 +31,9 @@ class RunResult:
         new_messages: the messages this run added (the prompt included).
         turns: completed turns of this run (a run continued without a prompt keeps counting;
             see ``counts``).
-        usage: tokens of every response of this run, prompt-cache reads and writes included.
+        usage: tokens of the responses this ``run()`` call got, prompt-cache reads and writes
+            included (a run continued over several calls: each call's own; the run's total is
+            ``counts.usage``).
         stop_reason: the stop reason of the last response.
         error: why the run did not end ``done`` (or what to know about how it did), else None.
         refusal: the provider's refusal details (category, explanation) when the model refused.

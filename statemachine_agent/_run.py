@@ -114,6 +114,7 @@ class Run:
         self.turn_results: tuple[ToolResultMessage, ...] = ()
         self.terminate_reason: str | None = None
         self.first_trigger: str = Trigger.START  # ``decided`` when the run decides pending calls
+        self.max_turns: int | None = None  # run(max_turns=...): this call only, else the agent's
         self.final_text: str | None = None
         # ``(tokens before, tokens after)`` of the run's last compaction, for error texts.
         self.compaction_sizes: tuple[int, int] | None = None
@@ -280,7 +281,7 @@ class Run:
         Raises:
             MachineDefinitionError: no transition of ``trigger`` can leave the current state.
         """
-        self.data.max_turns = self.agent.max_turns
+        self.data.max_turns = self.agent.max_turns if self.max_turns is None else self.max_turns
         self.data.limits = self.agent.limits
         fired = self.machine.fire(trigger, self.data)
         self.fired = fired

@@ -9,6 +9,13 @@ destination, trigger and label). An aborted, cancelled or failed run ends every 
 with an error status naming why. Prompt, response and tool contents are recorded only with
 ``include_content=True``.
 
+A chat span is the current span from its turn's start until its response is in: the request is
+built (``transform_context``) and the model's stream is read in its context, so the spans a model
+and its client open (the Anthropic SDK's own ``anthropic.messages.create``, an instrumented
+httpx's) are its children, and the trace context a client sends with the request (the W3C
+``traceparent`` header) is the run's trace. It stops being current when the response is in or
+the run leaves the state that sent it (a refused request before compaction, say).
+
 A tool call's span is the current span while its permission hook and its tool run (an async tool
 in the batch's task, a sync one in its worker thread, which gets a copy of the context), so the
 spans a tool opens are its children. A call deferred for approval has a span only where it runs:
@@ -78,16 +85,16 @@ name, as ``AnthropicModel.max_tokens``) and the GenAI attributes of a chat span 
 
 
 @dataclass
-class _ToolSpan:
+class _CurrentSpan:
     span: Span
-    token: Token[Context]  # the context token of making it current (detached when it ends)
+    token: Token[Context] | None  # the context token of making it current (None: not current)
 
 
 @dataclass
 class _RunSpans:
     run: Span
-    chat: Span | None = None
-    tools: dict[str, _ToolSpan] = field(default_factory=dict)
+    chat: _CurrentSpan | None = None
+    tools: dict[str, _CurrentSpan] = field(default_factory=dict)
 
 
 class Instrumentation:
@@ -152,6 +159,8 @@ class Instrumentation:
         if spans is None:
             return
         if isinstance(event, StateChanged):
+            if spans.chat is not None:  # the effect that sent the request has returned
+                _make_not_current(spans.chat)
             spans.run.add_event(
                 "transition",
                 {
@@ -165,11 +174,11 @@ class Instrumentation:
             self._chat_start(spans, event.turn)
         elif isinstance(event, MessageStart) and spans.chat is not None:
             if event.model:
-                spans.chat.set_attribute("gen_ai.response.model", event.model)
+                spans.chat.span.set_attribute("gen_ai.response.model", event.model)
             if event.response_id:
-                spans.chat.set_attribute("gen_ai.response.id", event.response_id)
+                spans.chat.span.set_attribute("gen_ai.response.id", event.response_id)
         elif isinstance(event, ModelRetry) and spans.chat is not None:
-            spans.chat.add_event(
+            spans.chat.span.add_event(
                 "retry",
                 {
                     "statemachine_agent.retry.attempt": event.attempt,
@@ -206,8 +215,9 @@ class Instrumentation:
         self._runs[event.run_id] = _RunSpans(span)
 
     def _chat_start(self, spans: _RunSpans, turn: int) -> None:
-        if spans.chat is not None:  # a request that never answered (not expected)
-            spans.chat.end()
+        if spans.chat is not None:  # a request that never answered (refused as too long)
+            _make_not_current(spans.chat)
+            spans.chat.span.end()
         agent = self._agent
         model = agent.model.name
         attributes: dict[str, Any] = {
@@ -223,17 +233,23 @@ class Instrumentation:
                 attributes[name] = value
             elif isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
                 attributes[name] = list(value)
-        spans.chat = self._tracer.start_span(
+        span = self._tracer.start_span(
             f"chat {model}",
             context=trace.set_span_in_context(spans.run),
             kind=SpanKind.CLIENT,
             attributes=attributes,
         )
+        # Current while the request is built and its stream read: the turn starts in the task
+        # that sends the request, so what the model and its client open (their spans, the
+        # traceparent header) belongs to this span.
+        spans.chat = _CurrentSpan(span, otel_context.attach(trace.set_span_in_context(span)))
 
     def _chat_end(self, spans: _RunSpans, message: AssistantMessage) -> None:
-        span, spans.chat = spans.chat, None
-        if span is None:
+        held, spans.chat = spans.chat, None
+        if held is None:
             return
+        _make_not_current(held)
+        span = held.span
         if message.model:
             span.set_attribute("gen_ai.response.model", message.model)
         if message.stop_reason is not None:
@@ -265,7 +281,7 @@ class Instrumentation:
         )
         # Current while the call runs: the start event is emitted in the task that runs it.
         token = otel_context.attach(trace.set_span_in_context(span))
-        spans.tools[call.id] = _ToolSpan(span, token)
+        spans.tools[call.id] = _CurrentSpan(span, token)
 
     def _tool_end(self, spans: _RunSpans, event: ToolExecutionEnd) -> None:
         held = spans.tools.pop(event.call.id, None)
@@ -319,10 +335,12 @@ class Instrumentation:
 
     def _end_all(self, spans: _RunSpans, reason: str, *, run_too: bool = True) -> None:
         """End every open span with an error status naming ``reason`` (the run's span last)."""
-        for held in spans.tools.values():
+        held_spans = [*spans.tools.values(), *([spans.chat] if spans.chat else [])]
+        for held in held_spans:
             _make_not_current(held)
         tools = [held.span for held in spans.tools.values()]
-        for span in (spans.chat, *tools, spans.run if run_too else None):
+        chat = spans.chat.span if spans.chat is not None else None
+        for span in (chat, *tools, spans.run if run_too else None):
             if span is not None and span.is_recording():
                 span.set_status(Status(StatusCode.ERROR, reason))
                 span.end()
@@ -330,12 +348,13 @@ class Instrumentation:
         spans.tools.clear()
 
 
-def _make_not_current(held: _ToolSpan) -> None:
-    """Detach a tool span from the context it was made current in, when this is that context
-    (its end event comes from the task that ran the call; a batch ended otherwise leaves the
-    call's task context, which ends with it, as it was)."""
-    if trace.get_current_span() is held.span:
-        otel_context.detach(held.token)
+def _make_not_current(held: _CurrentSpan) -> None:
+    """Detach a span from the context it was made current in, when this is that context (a
+    tool's end event comes from the task that ran the call, a chat's from the run's task; a
+    batch ended otherwise leaves the call's task context, which ends with it, as it was)."""
+    token, held.token = held.token, None
+    if token is not None and trace.get_current_span() is held.span:
+        otel_context.detach(token)
 
 
 def instrument(

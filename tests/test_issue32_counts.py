@@ -297,7 +297,8 @@ def test_a_run_continued_at_the_same_max_turns_stops_before_any_new_turn() -> No
     assert more.error.startswith("Stopped after 3 turn(s): the max_turns limit (3) was reached")
 
     fresh = agent.run_sync("Start over")  # a prompt: a new run, counted from zero
-    assert (fresh.state, fresh.turns, len(requests)) == (State.MAX_TURNS, 3, 6)
+    # run(max_turns=3) was that call's cap only: the agent's own cap (2) applies again
+    assert (fresh.state, fresh.turns, len(requests)) == (State.MAX_TURNS, 2, 5)
     assert_valid_history(agent.messages)
 
 

@@ -10,17 +10,28 @@ from typing import Any
 
 import pytest
 
-from statemachine_agent import Agent, Approve, State, tool
-from statemachine_agent.models import ScriptedModel
+from statemachine_agent import (
+    Agent,
+    Approve,
+    AssistantMessage,
+    Compaction,
+    ModelError,
+    State,
+    UserMessage,
+    tool,
+)
+from statemachine_agent.models import FunctionModel, ScriptedModel
 from statemachine_agent.testing.steps import call, text_response, tool_response
 
 pytest.importorskip("opentelemetry.sdk", reason="the [otel] extra is not installed")
 
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
+from opentelemetry.trace import StatusCode
 
 from statemachine_agent.otel import instrument
 
@@ -202,3 +213,100 @@ async def test_case8_chat_spans_carry_the_request_settings_of_the_genai_conventi
     assert tuple(attributes["gen_ai.request.stop_sequences"]) == ("END",)
     assert attributes["gen_ai.conversation.id"] == tracing.conversation_id
     assert "gen_ai.response.id" not in attributes  # a scripted response has no id
+
+
+# -- follow-up: the chat span is current while its request runs -------------------------------
+
+
+async def test_a_span_opened_in_a_models_stream_nests_under_its_chat_span(exporter: Any) -> None:
+    """A model's own spans (as a provider SDK or an instrumented HTTP client opens them while
+    the stream is read) are children of the turn's ``chat`` span, in the run's trace; once the
+    run ends no span of it is current in the caller's task."""
+    tracer = exporter.provider.get_tracer("the model's own")
+    requests = 0
+
+    async def answer(messages: Any, request: Any) -> Any:
+        nonlocal requests
+        requests += 1
+        with tracer.start_as_current_span(f"model request {requests}"):
+            await asyncio.sleep(0)
+        if requests == 1:
+            return tool_response(call("echo", {"text": "a"}, id="e1"))
+        return "done"
+
+    @tool
+    def echo(text: str) -> str:
+        """Echo.
+
+        Args:
+            text: the text.
+        """
+        return text
+
+    agent = Agent(FunctionModel(answer, name="fn"), tools=[echo])
+    instrument(agent, tracer_provider=exporter.provider)
+    assert (await agent.run("go")).state is State.DONE
+    assert trace.get_current_span() is trace.INVALID_SPAN  # nothing left attached
+    spans = exporter.get_finished_spans()
+    [run] = named(spans, "invoke_agent")
+    chats = sorted(named(spans, "chat fn"), key=lambda s: s.attributes["statemachine_agent.turn"])
+    assert len(chats) == 2
+    for turn, chat in enumerate(chats, start=1):
+        [inner] = named(spans, f"model request {turn}")
+        assert inner.parent is not None and inner.parent.span_id == chat.context.span_id
+        assert inner.context.trace_id == chat.context.trace_id == run.context.trace_id
+    [tool_span] = named(spans, "execute_tool echo")  # the chat span is not current for the tool
+    assert tool_span.parent is not None and tool_span.parent.span_id == run.context.span_id
+
+
+async def test_a_failed_request_leaves_no_chat_span_current(exporter: Any) -> None:
+    """A request that fails for good (the model raises) ends its chat span and makes it not
+    current: the caller's next span is not a child of the run's."""
+
+    current: list[Any] = []
+
+    def broken(messages: Any, request: Any) -> Any:
+        current.append(trace.get_current_span())
+        raise RuntimeError("no connection")
+
+    agent = Agent(FunctionModel(broken, name="broken"))
+    instrument(agent, tracer_provider=exporter.provider)
+    result = await agent.run("go")
+    assert result.state is State.FAILED
+    assert trace.get_current_span() is trace.INVALID_SPAN
+    [chat] = named(exporter.get_finished_spans(), "chat broken")
+    assert [span.get_span_context() for span in current] == [chat.context]
+    assert chat.status.status_code is StatusCode.ERROR
+
+
+async def test_a_refused_requests_chat_span_is_not_current_while_the_run_compacts(
+    exporter: Any,
+) -> None:
+    """A request refused as too long leaves the awaiting_model state for compacting: what the
+    summarizer opens is not a child of the refused request's ``chat`` span."""
+    tracer = exporter.provider.get_tracer("the summarizer's own")
+    requests = 0
+
+    def respond(messages: Any, request: Any) -> Any:
+        nonlocal requests
+        requests += 1
+        if requests == 1:
+            raise ModelError("prompt is too long: 300000 tokens > 200000 maximum", status_code=400)
+        return "ok"
+
+    def summarize(old: Any) -> str:
+        with tracer.start_as_current_span("summarize"):
+            return "summary"
+
+    agent = Agent(
+        FunctionModel(respond, name="fn"),
+        messages=[UserMessage("old"), AssistantMessage(content=[]), UserMessage("older")],
+        compaction=Compaction(threshold=10**9, keep_recent=0, summarize=summarize),
+    )
+    instrument(agent, tracer_provider=exporter.provider)
+    assert (await agent.run("go")).state is State.DONE
+    spans = exporter.get_finished_spans()
+    refused, _answered = sorted(named(spans, "chat fn"), key=lambda s: s.start_time or 0)
+    [summary] = named(spans, "summarize")
+    assert summary.parent is None or summary.parent.span_id != refused.context.span_id
+    assert trace.get_current_span() is trace.INVALID_SPAN

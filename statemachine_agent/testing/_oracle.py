@@ -162,7 +162,8 @@ class Input:
 @dataclass(frozen=True, slots=True)
 class RunSpec:
     """One run: ``agent.run(prompt)`` (``prompt=False`` continues with ``agent.run()``) playing
-    ``steps``, raising the turn cap to ``max_turns`` when given."""
+    ``steps``, with the turn cap ``max_turns`` for this run only when given (``run(max_turns=N)``
+    does not change the agent's cap)."""
 
     steps: tuple[Step, ...]
     prompt: bool = True
@@ -822,8 +823,8 @@ class Oracle:
                     w.steer += 1
                 else:
                     w.follow += 1
-        if spec.max_turns is not None:
-            self.max_turns = spec.max_turns
+        # run(max_turns=N) caps this run only; a later run without it has the agent's cap
+        cap = self.max_turns if spec.max_turns is None else spec.max_turns
         if not spec.prompt and not (w.steer or w.follow) and w.last in ("answer", "none"):
             p.started = False
             p.states, p.turns, p.requests = set(), set(), {0}
@@ -866,7 +867,7 @@ class Oracle:
         state = ""
         step_i = 0
         steps = spec.steps
-        at_cap = not spec.prompt and w.turns >= self.max_turns
+        at_cap = not spec.prompt and w.turns >= cap
         if at_cap:
             # A run continued without a prompt keeps counting its turns: at its cap it stops
             # before any request (``start [turn_limit_reached]``).
@@ -978,7 +979,7 @@ class Oracle:
                     # An abort as it came: the transitions after the response still decide (the
                     # turn cap with queued input, queued input whose delivery the abort stops, a
                     # final answer).
-                    if w.turns >= self.max_turns and queued:
+                    if w.turns >= cap and queued:
                         state = "max_turns"
                     else:
                         state = "aborted" if queued else "done"
@@ -1012,7 +1013,7 @@ class Oracle:
                 if not keep_going:
                     state = "max_turns"
                     break
-                if w.turns >= self.max_turns:
+                if w.turns >= cap:
                     p.labels.add("max_turns_after_batch")
                     state = "max_turns"
                     break
@@ -1036,7 +1037,7 @@ class Oracle:
                 p.labels.add("pause_turn" if can_pause else "pause_turn_past_cap")
             if stop in TRUNCATING:
                 p.labels.add(f"max_tokens_{self.policy}" if can_more else "max_tokens_past_cap")
-            if w.turns >= self.max_turns and (can_pause or can_more or queued):
+            if w.turns >= cap and (can_pause or can_more or queued):
                 p.labels.add("max_turns_before_continuing")
                 state = "max_turns"
                 break
@@ -1063,7 +1064,7 @@ class Oracle:
         p.turns = {w.turns}
         p.requests = {requests, requests + request_slack}
         p.users = {users}
-        if w.turns >= self.max_turns:
+        if w.turns >= cap:
             p.labels.add("hit_max_turns")
         if state == "max_turns":
             p.labels.add("state_max_turns")

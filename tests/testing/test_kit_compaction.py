@@ -126,8 +126,8 @@ def cuts_between_a_call_and_its_result(monkeypatch: pytest.MonkeyPatch) -> None:
     summarized away and its result kept."""
     right = Compaction.kept_start
 
-    def kept_start(self: Compaction, messages: Sequence[Message]) -> int:
-        start = right(self, messages)
+    def kept_start(self: Compaction, messages: Sequence[Message], window: int | None = None) -> int:
+        start = right(self, messages, window)
         if 0 < start < len(messages) - 1 and isinstance(messages[start + 1], ToolResultMessage):
             return start + 1
         return start
@@ -154,8 +154,8 @@ def cuts_inside_a_turn(monkeypatch: pytest.MonkeyPatch) -> None:
     response kept): a valid history, but not a turn boundary, so only the cut check catches it."""
     right = Compaction.kept_start
 
-    def kept_start(self: Compaction, messages: Sequence[Message]) -> int:
-        start = right(self, messages)
+    def kept_start(self: Compaction, messages: Sequence[Message], window: int | None = None) -> int:
+        start = right(self, messages, window)
         later = messages[start + 1] if 0 < start < len(messages) - 1 else None
         if messages[start].role == "user" and isinstance(later, AssistantMessage):
             return start + 1
