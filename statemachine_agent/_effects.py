@@ -374,11 +374,17 @@ def note_turn_limit_at_start(run: Run) -> None:
     """A run continued without a prompt already made ``max_turns`` turns (it keeps counting):
     it stops before any request, saying so and how to go on."""
     data = run.data
+    made = (
+        f"has made {data.turns} turn(s) and its max_turns limit is {data.max_turns}"
+        if data.turns == data.max_turns
+        else f"has already made {data.turns} turn(s) (under a higher limit given to an earlier "
+        f"call), more than this call's max_turns limit of {data.max_turns}"
+    )
     run.error = (
-        f"Stopped before any new turn: this run has made {data.turns} turn(s) and its "
-        f"max_turns limit is {data.max_turns} (a run continued without a prompt keeps counting "
-        "its turns). To continue, call run() again without a prompt and a higher limit, e.g. "
-        f"await agent.run(max_turns={data.turns + 10}), or start a new run with a prompt."
+        f"Stopped before any new turn: this run {made} (a run continued without a prompt keeps "
+        "counting its turns). To continue, call run() again without a prompt and a higher "
+        f"limit, e.g. await agent.run(max_turns={data.turns + 10}), or start a new run with a "
+        "prompt."
     )
 
 

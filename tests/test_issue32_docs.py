@@ -102,7 +102,11 @@ def test_a_per_call_max_turns_does_not_stick_for_a_later_plain_run() -> None:
     again = agent.run_sync()  # continued with the agent's cap (2), which 3 turns passed
     assert (again.state, again.turns, len(requests)) == (State.MAX_TURNS, 3, 3)
     assert again.error is not None
-    assert "max_turns limit is 2" in again.error
+    # True of the numbers it names: never "the limit (2) was reached" after 3 turns.
+    assert again.error.startswith(
+        "Stopped before any new turn: this run has already made 3 turn(s) (under a higher "
+        "limit given to an earlier call), more than this call's max_turns limit of 2"
+    )
 
     fresh = agent.run_sync("Start over")  # a new run: the agent's cap, 2 turns
     assert (fresh.state, fresh.turns, len(requests)) == (State.MAX_TURNS, 2, 5)
