@@ -1,0 +1,178 @@
+"""Issue 31 follow-up: what a fresh user met after the tools work (positional-only parameters,
+progress updates that are not JSON, guards that raise, a lone tool result from
+``transform_context``). Each case is a small scripted run with the expected values."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from statemachine_agent import (
+    Agent,
+    RunResult,
+    Tool,
+    ToolContext,
+    ToolDefinitionError,
+    ToolResultMessage,
+    tool,
+)
+from statemachine_agent.models import ScriptedModel
+from statemachine_agent.testing import assert_valid_history
+from statemachine_agent.testing.steps import call, text_response, tool_response
+
+
+def run_one_call(t: Tool, arguments: dict[str, Any]) -> tuple[RunResult, ToolResultMessage]:
+    """One scripted call of ``t`` with ``arguments``, then a final answer."""
+    model = ScriptedModel([tool_response(call(t.name, arguments, id="t1")), text_response("ok")])
+    result = Agent(model, tools=[t]).run_sync("go")
+    (answer,) = [m for m in result.messages if isinstance(m, ToolResultMessage)]
+    return result, answer
+
+
+# -- case 1: positional-only parameters are passed positionally ------------------------------
+
+
+def _sync_posonly(a: int, /, b: int) -> str:
+    return f"{a}+{b}={a + b}"
+
+
+async def _async_posonly(a: int, /, b: int) -> str:
+    return f"{a}+{b}={a + b}"
+
+
+async def _agen_posonly(a: int, /, b: int) -> AsyncIterator[str]:
+    yield "adding"
+    yield f"{a}+{b}={a + b}"
+
+
+def _gen_posonly(a: int, /, b: int) -> Iterator[str]:
+    yield "adding"
+    return f"{a}+{b}={a + b}"
+
+
+def _ctx_posonly(ctx: ToolContext, a: int, /, b: int) -> str:
+    return f"{ctx.call_id}: {a}+{b}={a + b}"
+
+
+def _reserved_posonly(_path: int, /, b: int) -> str:
+    return f"{_path}+{b}={_path + b}"
+
+
+def _defaulted_posonly(a: int, b: int = 2, /, *, c: int = 0) -> str:
+    return f"{a}+{b}={a + b + c}"
+
+
+class _Adder:
+    def add(self, a: int, /, b: int) -> str:
+        return f"{a}+{b}={a + b}"
+
+
+@pytest.mark.parametrize(
+    ("function", "expected"),
+    [
+        (_sync_posonly, "1+2=3"),
+        (_async_posonly, "1+2=3"),
+        (_agen_posonly, "1+2=3"),
+        (_gen_posonly, "1+2=3"),
+        (_ctx_posonly, "t1: 1+2=3"),
+        (_Adder().add, "1+2=3"),
+        (functools.partial(_defaulted_posonly, c=0), "1+2=3"),
+    ],
+    ids=["sync", "async", "async_generator", "generator", "context", "method", "partial"],
+)
+def test_positional_only_parameters_are_passed_positionally_and_named_in_the_schema(
+    function: Any, expected: str
+) -> None:
+    posonly = tool(name="posonly")(function)
+    assert posonly.input_schema["properties"].keys() >= {"a", "b"}
+    assert "a" in posonly.input_schema["required"]
+    result, answer = run_one_call(posonly, {"a": 1, "b": 2})
+    assert result.state == "done"
+    assert (answer.text, answer.is_error) == (expected, False)
+
+
+def test_positional_only_parameter_with_a_reserved_name_keeps_it() -> None:
+    reserved = tool(name="reserved")(_reserved_posonly)
+    assert set(reserved.input_schema["properties"]) == {"_path", "b"}
+    _, answer = run_one_call(reserved, {"_path": 1, "b": 2})
+    assert (answer.text, answer.is_error) == ("1+2=3", False)
+
+
+def test_positional_only_defaults_fill_in_in_order() -> None:
+    defaulted = tool(name="defaulted")(_defaulted_posonly)
+    _, answer = run_one_call(defaulted, {"a": 1})
+    assert (answer.text, answer.is_error) == ("1+2=3", False)
+    _, answer = run_one_call(defaulted, {"a": 1, "b": 5, "c": 1})
+    assert (answer.text, answer.is_error) == ("1+5=7", False)
+
+
+def _star_args(a: int, *rest: int) -> str:
+    return str(a)
+
+
+def _star_kwargs(a: int, **extra: int) -> str:
+    return str(a)
+
+
+@pytest.mark.parametrize(("function", "shown"), [(_star_args, "*rest"), (_star_kwargs, "**extra")])
+def test_star_args_and_star_kwargs_are_refused_naming_the_tool_and_the_parameter(
+    function: Any, shown: str
+) -> None:
+    with pytest.raises(ToolDefinitionError) as caught:
+        tool(name="starry")(function)
+    assert "'starry'" in str(caught.value) and shown in str(caught.value), caught.value
+
+
+def test_a_tool_naming_an_unknown_positional_only_parameter_is_refused() -> None:
+    model = tool(_sync_posonly).args_model
+    with pytest.raises(ToolDefinitionError, match=r"'adder'.*\['zzz'\]"):
+        Tool("adder", "adds", _sync_posonly, model, positional_only=("zzz",))
+
+
+_KINDS = (
+    inspect.Parameter.POSITIONAL_ONLY,
+    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    inspect.Parameter.KEYWORD_ONLY,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kinds=st.lists(st.sampled_from(_KINDS), min_size=1, max_size=4).map(sorted),
+    defaults_from=st.integers(0, 4),
+    is_async=st.booleans(),
+    omit_defaulted=st.booleans(),
+)
+def test_any_accepted_signature_of_named_parameters_gets_every_argument(
+    kinds: list[inspect._ParameterKind], defaults_from: int, is_async: bool, omit_defaulted: bool
+) -> None:
+    """Every definition `tool` accepts can be called: each parameter kind in every order
+    Python allows, with and without defaults, gets the model's value."""
+    names = [f"p{i}" for i in range(len(kinds))]
+    parameters = [
+        inspect.Parameter(
+            n,
+            k,
+            annotation=int,
+            default=i if i >= defaults_from else inspect.Parameter.empty,
+        )
+        for i, (n, k) in enumerate(zip(names, kinds, strict=True))
+    ]
+    signature = inspect.Signature(parameters)
+    source = f"{'async ' if is_async else ''}def probe{signature}:\n    return [{', '.join(names)}]"
+    namespace: dict[str, Any] = {}
+    exec(source, namespace)  # a real function with that signature, not a *args stand-in
+    probe = tool(namespace["probe"])
+    given_ = [i < defaults_from or not omit_defaulted for i in range(len(names))]
+    arguments = {n: 100 + i for i, n in enumerate(names) if given_[i]}
+    result, answer = run_one_call(probe, arguments)
+    assert result.state == "done"
+    expected = [100 + i if given_[i] else i for i in range(len(names))]
+    assert (answer.text, answer.is_error) == (repr(expected).replace(" ", ""), False)
+    assert_valid_history(result.messages)
