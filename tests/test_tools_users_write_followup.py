@@ -4,14 +4,21 @@ progress updates that are not JSON, guards that raise, a lone tool result from
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import functools
 import inspect
+import json
+import math
+import threading
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 from statemachine_agent import (
     Agent,
@@ -19,10 +26,14 @@ from statemachine_agent import (
     Tool,
     ToolContext,
     ToolDefinitionError,
+    ToolExecutionUpdate,
+    ToolResult,
     ToolResultMessage,
+    event_to_dict,
     tool,
 )
 from statemachine_agent.models import ScriptedModel
+from statemachine_agent.session import check_session
 from statemachine_agent.testing import assert_valid_history
 from statemachine_agent.testing.steps import call, text_response, tool_response
 
@@ -176,3 +187,85 @@ def test_any_accepted_signature_of_named_parameters_gets_every_argument(
     expected = [100 + i if given_[i] else i for i in range(len(names))]
     assert (answer.text, answer.is_error) == (repr(expected).replace(" ", ""), False)
     assert_valid_history(result.messages)
+
+
+# -- case 2: progress updates (and a result's details) that are not JSON -----------------------
+
+
+def strict_dumps(data: Any) -> str:
+    return json.dumps(data, allow_nan=False)
+
+
+@dataclasses.dataclass
+class _Eta:
+    order: str
+    eta: datetime.date
+
+
+class _Point(BaseModel):
+    x: float
+    y: float
+
+
+_LOCK = threading.Lock()
+
+
+@pytest.mark.parametrize(
+    ("update", "expected"),
+    [
+        ({"when": datetime.date(2024, 5, 1)}, {"when": "2024-05-01"}),
+        (_LOCK, "<unserializable _thread.lock>"),
+        ({"lock": _LOCK, "n": 1}, {"lock": "<unserializable _thread.lock>", "n": 1}),
+        (_Eta("A-17", datetime.date(2024, 5, 1)), {"order": "A-17", "eta": "2024-05-01"}),
+        (_Point(x=1, y=math.nan), {"x": 1.0, "y": None}),
+        ([math.inf, {1, 2}], [None, [1, 2]]),
+        ({"raw": b"\xff", "ok": "é"}, {"raw": "<unserializable bytes>", "ok": "é"}),
+        (10**30, 10**30),
+    ],
+    ids=["date", "lock", "nested_lock", "dataclass", "model_nan", "inf_set", "bad_bytes", "int"],
+)
+def test_event_to_dict_gives_json_ready_progress_updates_never_raising(
+    update: Any, expected: Any
+) -> None:
+    event = ToolExecutionUpdate(call_id="t1", update=update)
+    data = event_to_dict(event)
+    assert data["update"] == expected
+    assert json.loads(strict_dumps(data))["update"] == expected
+
+
+def test_every_event_of_a_run_with_unserializable_updates_is_strict_json(tmp_path: Path) -> None:
+    """A generator yielding a date and a lock, returning details holding both, with a session
+    log: every event's JSON form dumps, the log is written whole, ``check`` passes, resume
+    gives the same history."""
+
+    @tool
+    def report() -> Iterator[Any]:
+        """Report with odd data."""
+        yield {"when": datetime.date(2024, 5, 1)}
+        yield _LOCK
+        return ToolResult(
+            "reported", details={"when": datetime.date(2024, 5, 1), "lock": _LOCK, "nan": math.nan}
+        )
+
+    path = tmp_path / "run.jsonl"
+    model = ScriptedModel([tool_response(call("report", {}, id="t1")), text_response("ok")])
+    agent = Agent(model, tools=[report], session=path)
+    dumped: list[dict[str, Any]] = []
+    agent.subscribe(lambda event: dumped.append(json.loads(strict_dumps(event_to_dict(event)))))
+    result = agent.run_sync("go")
+    agent.close()
+    assert result.state == "done"
+    updates = [d["update"] for d in dumped if d["type"] == "tool_execution_update"]
+    assert updates == [{"when": "2024-05-01"}, "<unserializable _thread.lock>"]
+    assert agent.session is not None and agent.session.errors == []  # every line written
+    _, problems = check_session(path)
+    assert problems == []
+    resumed = Agent.resume(path, model=ScriptedModel([]), tools=[report])
+    resumed.close()
+    (answer,) = [m for m in resumed.messages if isinstance(m, ToolResultMessage)]
+    assert (answer.text, answer.details) == (
+        "reported",
+        {"when": "2024-05-01", "lock": "<unserializable _thread.lock>", "nan": None},
+    )
+    assert len(resumed.messages) == len(agent.messages)
+    assert_valid_history(resumed.messages)
