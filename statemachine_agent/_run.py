@@ -534,7 +534,7 @@ class Run:
             projected = project(messages)
             problems = find_violations(projected, request=True)
             if problems:
-                raise InvalidHistoryError(problems)
+                raise InvalidHistoryError([*_dropped_by_projection(messages, projected), *problems])
         else:
             projected = agent._projector.project(agent._messages, agent._appended)
         if self.data.winding_down:  # the final turn: tools disabled, an instruction to answer
@@ -563,6 +563,26 @@ def _takes_signal(hook: object) -> bool:
         return True
     positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     return len(positional) >= 2
+
+
+def _dropped_by_projection(returned: Sequence[Message], projected: Sequence[Message]) -> list[str]:
+    """What the projection of the ``transform_context`` hook's output dropped that made the
+    request invalid: tool results whose calls are not in the output (each result must follow
+    the assistant message holding its call). Empty when it dropped none."""
+    kept = {c.id for m in projected if isinstance(m, AssistantMessage) for c in m.tool_calls}
+    orphans = [
+        m.tool_call_id
+        for m in returned
+        if isinstance(m, ToolResultMessage) and m.tool_call_id not in kept
+    ]
+    if not orphans:
+        return []
+    only = "only " if len(orphans) == len(returned) else ""
+    return [
+        f"the transform_context hook returned {only}{len(orphans)} tool result(s) whose calls "
+        f"were missing ({', '.join(orphans)}), dropped from the request: keep each tool result "
+        "with the assistant message holding its call, after a user message"
+    ]
 
 
 def continuation_of(messages: Sequence[Message]) -> UserMessage | None:

@@ -437,3 +437,25 @@ def test_a_state_left_unreachable_is_refused_when_the_run_starts_saying_how_to_f
     ):
         agent.run_sync("go")
     assert agent.state is State.IDLE and agent.messages == []  # nothing started
+
+
+# -- case 4: transform_context keeping only tool results ---------------------------------------
+
+
+@pytest.mark.parametrize("keep", [1, 2], ids=["lone_result", "whole_batch_of_results"])
+def test_transform_context_keeping_only_tool_results_names_the_hook_and_the_dropped_results(
+    keep: int,
+) -> None:
+    calls = [call("lookup", {"key": f"k{i}"}, id=f"c{i}") for i in range(1, keep + 1)]
+    model = ScriptedModel([tool_response(*calls), text_response("never")])
+    agent = Agent(model, tools=[lookup], transform_context=lambda m: m[-keep:])
+    result = agent.run_sync("go")
+    assert result.state is State.FAILED
+    assert len(model.requests) == 1  # the second request was refused before sending
+    ids = ", ".join(f"c{i}" for i in range(1, keep + 1))
+    assert result.error is not None
+    assert (
+        f"the transform_context hook returned only {keep} tool result(s) whose calls were "
+        f"missing ({ids}), dropped from the request"
+    ) in result.error, result.error
+    assert_valid_history(result.messages)
