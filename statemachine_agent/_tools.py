@@ -583,14 +583,15 @@ def result_json(value: Any) -> tuple[str, bool]:
 
     Compact JSON of the data through pydantic's own serialization (a pydantic model, a
     dataclass, a date, a dict, a list... nested too; non-ASCII kept; bytes as UTF-8 text;
-    NaN and infinities as ``null``), e.g. ``{"x":1,"y":2}``.
+    NaN and infinities as ``null``, as pydantic writes them in JSON; a pydantic model's fields
+    by their serialization alias, as an API built on the model expects), e.g. ``{"x":1,"y":2}``.
 
     Returns:
         ``(text, is_error)``: for a value pydantic cannot serialize, an error text naming the
         value's type (never its ``str()``) and True.
     """
     try:
-        return _ANY.dump_json(value).decode(), False
+        return _ANY.dump_json(value, by_alias=True).decode(), False
     except Exception as exc:  # PydanticSerializationError, or a custom serializer's own error
         kind = type(value)
         where = "" if kind.__module__ == "builtins" else f"{kind.__module__}."

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from statemachine_agent import (
     Agent,
@@ -459,3 +459,34 @@ def test_transform_context_keeping_only_tool_results_names_the_hook_and_the_drop
         f"missing ({ids}), dropped from the request"
     ) in result.error, result.error
     assert_valid_history(result.messages)
+
+
+# -- README decisions: what bytes, NaN and aliases become in a result --------------------------
+
+
+class _Order(BaseModel):
+    order_id: str = Field(alias="orderId")
+    total: float
+
+
+@pytest.mark.parametrize(
+    ("returned", "text", "is_error"),
+    [
+        (_Order(orderId="A-17", total=math.nan), '{"orderId":"A-17","total":null}', False),
+        ({"ratio": math.inf, "n": -math.nan}, '{"ratio":null,"n":null}', False),
+        ("é".encode(), '"é"', False),
+        (b"\xff", "The tool returned a value of type bytes that cannot be turned into JSON", True),
+    ],
+    ids=["alias_and_nan", "infinities", "utf8_bytes", "other_bytes"],
+)
+def test_result_data_uses_aliases_nan_as_null_and_bytes_as_utf8_text(
+    returned: Any, text: str, is_error: bool
+) -> None:
+    @tool
+    def give() -> Any:
+        """Give a value."""
+        return returned
+
+    _, answer = run_one_call(give, {})
+    assert answer.text.startswith(text), answer.text
+    assert answer.is_error is is_error
