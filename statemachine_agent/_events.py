@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from ._accounting import ContextUsage
 from ._dataclasses import fast_init
 from ._hooks import PendingCall
+from ._jsonable import jsonable
 from ._messages import AssistantMessage, Message, ToolCallBlock, ToolResultMessage
 
 if TYPE_CHECKING:
@@ -220,16 +221,30 @@ Event = (
 
 def _plain(value: Any) -> Any:
     if isinstance(value, BaseModel):
-        return value.model_dump(mode="json", exclude_none=True)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return jsonable(value, exclude_none=True)
+    if _is_own_dataclass(value):
         return event_to_dict(value)
     if isinstance(value, list | tuple):
         return [_plain(item) for item in value]
-    return value
+    return jsonable(value)  # a tool's progress update, a person's arguments: anything
+
+
+def _is_own_dataclass(value: Any) -> bool:
+    """An event, a `PendingCall`, a `ContextUsage`... (a user's dataclass is data: `jsonable`)."""
+    return (
+        dataclasses.is_dataclass(value)
+        and not isinstance(value, type)
+        and type(value).__module__.startswith("statemachine_agent.")
+    )
 
 
 def event_to_dict(event: Any) -> dict[str, Any]:
     """The JSON-ready shape of an event: ``{"type": ..., "run_id": ..., "seq": ..., **fields}``.
+
+    Every field is JSON-ready (``json.dumps(..., allow_nan=False)`` never fails), whatever a tool
+    sent as progress: data goes through pydantic's serialization (a date becomes its ISO text, a
+    model or dataclass a dict), NaN and infinities become None, and a value pydantic cannot
+    serialize becomes a marker naming its type, ``"<unserializable _thread.lock>"``.
 
     A ``run_end`` event's ``result`` is the outcome without the history (``state``, ``turns``,
     ``usage``, ``stop_reason``, ``error``, ``refusal``, ``text``, ``new_messages``: how many

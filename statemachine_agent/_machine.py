@@ -37,8 +37,9 @@ user's branch on ``model_replied`` that leads elsewhere than ``executing_tools``
 
 Extending it (`LoopMachine.add_transition`, `add_state`, `add_guard`) is validated when it happens:
 unknown states, a transition into a non-terminal state with no effect, a transition that an earlier
-unguarded one of the same trigger and source shadows (or that shadows built-in branches), states
-that are unreachable or have no way out. Guards are plain synchronous functions of `LoopData`;
+unguarded one of the same trigger and source shadows (or that shadows built-in branches). Whether
+every state can be reached and left is checked when a run starts, once every addition is known
+(so a new state's transitions may be added in any order). Guards are plain synchronous functions of `LoopData`;
 actions are synchronous functions of the `Run`; effects are async functions of the `Run` that
 return the next trigger. This module is the only importer of `transitions`.
 """
@@ -54,6 +55,7 @@ from transitions import Machine, MachineError
 from . import _compacting as cx
 from . import _effects as fx
 from ._errors import MachineDefinitionError
+from ._hooks import INTERRUPTS
 from ._limits import UsageLimits
 from ._messages import (
     NO_USAGE,
@@ -141,6 +143,7 @@ class LoopData:
     overflow_retried: bool = False
     compaction_reason: str | None = None
     _fired: TransitionSpec | None = field(default=None, init=False, repr=False, compare=False)
+    _raised_in: str | None = field(default=None, init=False, repr=False, compare=False)
 
 
 Guard = Callable[[LoopData], bool]
@@ -435,8 +438,17 @@ def validate_definition(
     states: Iterable[StateSpec | State | str],
     transitions: Iterable[TransitionSpec],
     initial: str = State.IDLE,
+    *,
+    complete: bool = True,
 ) -> None:
     """Check a machine definition before it is built.
+
+    Args:
+        states: the states.
+        transitions: the transitions, in the order they are tried.
+        initial: where a machine starts.
+        complete: the definition is whole: also check that every state can be reached and left
+            (False while a user is still adding transitions: see `LoopMachine.add_transition`).
 
     Raises:
         MachineDefinitionError: listing every problem: a transition naming an unknown state, a
@@ -464,6 +476,10 @@ def validate_definition(
         for source in spec.sources:
             edges.setdefault(str(source), set()).add(str(spec.dest))
     problems += _shadowing(specs)
+    if not complete:
+        if problems:
+            raise MachineDefinitionError("invalid state machine:\n" + "\n".join(problems))
+        return
     reached = {initial}
     frontier = [initial]
     while frontier:
@@ -472,7 +488,9 @@ def validate_definition(
                 reached.add(nxt)
                 frontier.append(nxt)
     problems += [
-        f"state {n!r} is unreachable from {initial!r}" for n in specs_by_name if n not in reached
+        f"state {n!r} is unreachable from {initial!r} (add a transition into it)"
+        for n in specs_by_name
+        if n not in reached
     ]
     problems += [
         f"state {n!r} has no way out (no transition leaves it)"
@@ -532,12 +550,20 @@ class Fired:
     label: str
     spec: TransitionSpec = field(repr=False, compare=False)
     dest_name: str = field(default="", repr=False, compare=False)
+    action: Action | None = field(default=None, repr=False, compare=False)
+    """The spec's action; a user's is checked (`checked_action`)."""
 
 
 def _fired(trigger: str, source: str, spec: TransitionSpec) -> Fired:
     dest = str(spec.dest)
     return Fired(
-        trigger, _BUILTIN.get(source, source), _BUILTIN.get(dest, dest), spec.name, spec, dest
+        trigger,
+        _BUILTIN.get(source, source),
+        _BUILTIN.get(dest, dest),
+        spec.name,
+        spec,
+        dest,
+        checked_action(spec),
     )
 
 
@@ -557,17 +583,20 @@ class _Definition:
     ``machine.models``). A change builds a new definition for that `LoopMachine` only.
     """
 
-    __slots__ = ("callbacks", "compiled", "machine", "specs", "states")
+    __slots__ = ("callbacks", "compiled", "complete", "machine", "specs", "states")
 
     def __init__(
         self,
         states: dict[str, StateSpec],
         specs: tuple[TransitionSpec, ...],
         callbacks: _Callbacks | None = None,
+        *,
+        complete: bool = False,
     ) -> None:
         self.states = states
         self.specs = specs
         self.callbacks: _Callbacks = callbacks or {}
+        self.complete = complete  # validated whole (`validate_definition(complete=True)`)
         machine = Machine(
             model=None,
             states=[str(name) for name in states],
@@ -582,14 +611,18 @@ class _Definition:
                     str(spec.trigger),
                     str(source),
                     str(spec.dest),
-                    conditions=list(spec.guards),
+                    conditions=[_checked_guard(guard, spec) for guard in spec.guards],
                     after=[note],
                 )
         for name, (enter, exit_) in self.callbacks.items():
             for callback in enter:
-                machine.get_state(name).add_callback("enter", callback)
+                machine.get_state(name).add_callback(
+                    "enter", _checked_callback(callback, "on_enter", name)
+                )
             for callback in exit_:
-                machine.get_state(name).add_callback("exit", callback)
+                machine.get_state(name).add_callback(
+                    "exit", _checked_callback(callback, "on_exit", name)
+                )
         self.machine = machine
         self.compiled: _Compiled | None = (
             None
@@ -620,7 +653,7 @@ def _shared_definition() -> _Definition:
     if not _SHARED:
         states = {str(s.name): s for s in STATES}
         validate_definition(states.values(), TRANSITIONS)
-        _SHARED.append(_Definition(states, TRANSITIONS))
+        _SHARED.append(_Definition(states, TRANSITIONS, complete=True))
     return _SHARED[0]
 
 
@@ -651,6 +684,7 @@ class LoopMachine:
                 specs = _placed(specs, spec)
             validate_definition(self.states.values(), specs)
             self._definition = self._definition.changed(specs=specs)
+            self._definition.complete = True
 
     @property
     def states(self) -> dict[str, StateSpec]:
@@ -673,6 +707,19 @@ class LoopMachine:
         """The current state (a `State`, or the name of a state a user added)."""
         name = self._holder.state
         return _BUILTIN.get(name, name)
+
+    def check_complete(self) -> None:
+        """Check that every state can be reached from ``idle`` and left (once per definition; a
+        run does it before it starts, when every addition is known).
+
+        Raises:
+            MachineDefinitionError: naming each unreachable state (add a transition into it) or
+                state with no way out.
+        """
+        definition = self._definition
+        if not definition.complete:
+            validate_definition(definition.states.values(), definition.specs)
+            definition.complete = True
 
     def is_terminal(self, state: str) -> bool:
         """``state`` ends a run."""
@@ -727,6 +774,10 @@ class LoopMachine:
             raise MachineDefinitionError(
                 f"trigger {trigger!r} cannot leave state {source!r}"
             ) from exc
+        except BaseException:
+            # A guard or an enter/exit callback raised: the transition did not happen.
+            self._holder.state = source
+            raise
         spec, data._fired = data._fired, None
         if not moved or spec is None:
             raise MachineDefinitionError(
@@ -762,13 +813,21 @@ class LoopMachine:
         labelled ``spec.after`` (same trigger); with neither, before every existing branch of its
         trigger from the same sources (so later additions are tried first: say where instead).
 
+        A new state's transitions may be added in any order (out of it before into it): that
+        every state can be reached and left is checked when a run starts (`check_complete`).
+
+        A guard that raises ends the run ``failed`` with an error naming the guard and the
+        exception (the transition does not happen; every call is answered), as for a raising
+        hook; a `KeyboardInterrupt` in it ends the run ``aborted``, then propagates. The same
+        holds for the transition's ``action`` and for `on_enter`/`on_exit` callbacks.
+
         Raises:
             MachineDefinitionError: the definition would become invalid (naming the offending
                 specs: unknown states, a state with no effect, shadowed branches, ...); the
                 machine is unchanged.
         """
         specs = _placed(self.specs, spec)
-        validate_definition(self.states.values(), specs)
+        validate_definition(self.states.values(), specs, complete=False)
         self._definition = self._definition.changed(specs=specs)
 
     def add_guard(self, trigger: str, dest: str, guard: Guard) -> None:
@@ -798,11 +857,13 @@ class LoopMachine:
         self._definition.machine.set_state(str(state), model=self._holder)
 
     def on_enter(self, state: str, callback: Callable[[LoopData], None]) -> None:
-        """Call ``callback(data)`` each time ``state`` is entered (synchronously; no I/O)."""
+        """Call ``callback(data)`` each time ``state`` is entered (synchronously; no I/O). One
+        that raises ends the run ``failed`` naming it, as a raising guard does (`add_transition`)."""
         self._add_callback(str(state), callback, 0)
 
     def on_exit(self, state: str, callback: Callable[[LoopData], None]) -> None:
-        """Call ``callback(data)`` each time ``state`` is left (synchronously; no I/O)."""
+        """Call ``callback(data)`` each time ``state`` is left (synchronously; no I/O). One that
+        raises ends the run ``failed`` naming it, as a raising guard does (`add_transition`)."""
         self._add_callback(str(state), callback, 1)
 
     def _add_callback(self, state: str, callback: Callable[[LoopData], None], which: int) -> None:
@@ -819,6 +880,63 @@ class LoopMachine:
 
 
 _BUILTIN: dict[str, State] = {state.value: state for state in State}
+
+
+class CallbackFailed(Exception):
+    """A user's guard, transition action or enter/exit callback raised: the run ends ``failed``
+    with this text (naming it and the exception) as its error, as for a raising hook."""
+
+
+_OWN_CALLABLES = frozenset(
+    [*(g for s in TRANSITIONS for g in s.guards), *(s.action for s in TRANSITIONS if s.action)]
+)
+"""The built-in guards and actions: a bug in one propagates (as from an effect); a user's is
+checked (`CallbackFailed`)."""
+
+
+def _where(function: Callable[..., Any]) -> str:
+    return str(getattr(function, "__qualname__", None) or getattr(function, "__name__", function))
+
+
+def _checked(function: Callable[..., Any], where: str) -> Callable[..., Any]:
+    """``function`` raising `CallbackFailed` for an exception, noting ``where`` an interrupt
+    came from (on the `LoopData` or `Run` it gets, for `record_interrupt`)."""
+
+    def checked(arg: Any, *args: Any) -> Any:
+        try:
+            return function(arg, *args)
+        except Exception as exc:
+            raise CallbackFailed(f"The {where} failed: {type(exc).__name__}: {exc}") from exc
+        except INTERRUPTS:
+            data = getattr(arg, "data", arg)  # a guard's LoopData, an action's Run
+            if isinstance(data, LoopData):
+                data._raised_in = f"the {where}"
+            raise
+
+    checked.__name__ = getattr(function, "__name__", "checked")
+    checked.__qualname__ = _where(function)
+    return checked
+
+
+def _checked_guard(guard: Guard, spec: TransitionSpec) -> Guard:
+    if guard in _OWN_CALLABLES:
+        return guard
+    where = f"guard {_where(guard)!r} of transition {spec.name!r} ({spec.trigger})"
+    return _checked(guard, where)
+
+
+def checked_action(spec: TransitionSpec) -> Action | None:
+    """``spec``'s action, checked as a guard is when it is a user's (`CallbackFailed`)."""
+    action = spec.action
+    if action is None or action in _OWN_CALLABLES:
+        return action
+    return _checked(
+        action, f"action {_where(action)!r} of transition {spec.name!r} ({spec.trigger})"
+    )
+
+
+def _checked_callback(callback: Any, which: str, state: str) -> Any:
+    return _checked(callback, f"{which} callback {_where(callback)!r} of state {state!r}")
 
 
 def _noter(spec: TransitionSpec) -> Callable[..., None]:

@@ -11,7 +11,17 @@ import json
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    field_serializer,
+    model_validator,
+)
+
+from ._jsonable import jsonable
 
 
 class StopReason(StrEnum):
@@ -271,7 +281,9 @@ class ToolResultMessage(_Model):
         tool_name: the name of the tool called.
         content: what the model reads.
         is_error: the call failed; ``content`` says why and how to fix it.
-        details: structured data for the application (not sent to the model).
+        details: structured data for the application (not sent to the model). In JSON (the
+            session log, `HISTORY_ADAPTER`) it is written as JSON-ready data that never fails:
+            what pydantic cannot serialize becomes a marker naming its type (``jsonable``).
     """
 
     role: Literal["tool_result"] = "tool_result"
@@ -280,6 +292,10 @@ class ToolResultMessage(_Model):
     content: list[UserContent] = Field(default_factory=list)
     is_error: bool = False
     details: Any = None
+
+    @field_serializer("details", when_used="json")
+    def _details_json(self, details: Any) -> Any:
+        return jsonable(details)
 
     @property
     def text(self) -> str:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ._cancel import AbortSignal, is_run_cancellation
 from ._compacting import CONTINUE_AFTER_WINDOW, context_window, overflowed
 from ._context import project
-from ._effects import request_model
+from ._effects import answer_pending, request_model
 from ._errors import InvalidHistoryError, MachineDefinitionError
 from ._events import (
     _SET_RUN_ID,
@@ -37,7 +37,7 @@ from ._events import (
 from ._execution import BatchRun, resolve
 from ._hooks import INTERRUPTS, record_interrupt
 from ._limits import FINAL_TURN_PROMPT, LimitHit, RunCounts
-from ._machine import Fired, LoopData
+from ._machine import CallbackFailed, Fired, LoopData, TransitionSpec
 from ._messages import (
     CONTINUE_PROMPT,
     NO_USAGE,
@@ -281,25 +281,38 @@ class Run:
         Raises:
             MachineDefinitionError: no transition of ``trigger`` can leave the current state.
         """
-        self.data.max_turns = self.agent.max_turns if self.max_turns is None else self.max_turns
-        self.data.limits = self.agent.limits
-        fired = self.machine.fire(trigger, self.data)
-        self.fired = fired
-        if self.agent._subscribers:
-            self.emit(StateChanged(fired.source, fired.dest, trigger, fired.label))
-        if fired.spec.action is not None:
-            fired.spec.action(self)
+        data = self.data
+        data.max_turns = self.agent.max_turns if self.max_turns is None else self.max_turns
+        data.limits = self.agent.limits
+        try:
+            fired = self.machine.fire(trigger, data)
+            self.fired = fired
+            if self.agent._subscribers:
+                self.emit(StateChanged(fired.source, fired.dest, trigger, fired.label))
+            if fired.action is not None:
+                fired.action(self)
+        except INTERRUPTS as exc:
+            if data._raised_in is not None:  # a user's guard, action or callback
+                record_interrupt(self.signal, exc, data._raised_in)
+            raise
         return fired
 
     async def drive(self, prompt: UserMessage | None, first: str = Trigger.START) -> RunResult:
         """Run from ``first`` (``start``, or ``decided`` after decisions) until a state that
         stops the run, and return the result.
 
+        A user's guard, transition action or enter/exit callback that raises ends the run
+        ``failed`` (the rule of a raising hook): its error names the callable and the exception.
+
         Raises:
+            MachineDefinitionError: a state cannot be reached or left (checked before the run
+                starts, once every addition to the machine is known).
             asyncio.CancelledError: the task was cancelled (the run is recorded as aborted first).
-            KeyboardInterrupt: raised in a tool or a hook (the run is recorded as aborted first).
+            KeyboardInterrupt: raised in a tool, a hook, a guard or a callback (the run is
+                recorded as aborted first).
             BaseException: whatever escaped an effect (the run is recorded as failed first).
         """
+        self.machine.check_complete()
         self.emit(RunStart(prompt))
         try:
             if self.agent._pending is None:
@@ -333,8 +346,11 @@ class Run:
         except asyncio.CancelledError:
             await self._end_after_exception("the task running the agent was cancelled", "abort")
             raise
+        except CallbackFailed as exc:  # an expected ending: a result, as for a raising hook
+            return await self._end_after_exception(str(exc), "fail", forced=True)
         except KeyboardInterrupt:
-            await self._end_after_exception("KeyboardInterrupt", "abort")
+            forced = self.data._raised_in is not None
+            await self._end_after_exception("KeyboardInterrupt", "abort", forced=forced)
             raise
         except BaseException as exc:
             await self._end_after_exception(f"{type(exc).__name__}: {exc}", "fail")
@@ -343,20 +359,41 @@ class Run:
         self.emit(RunEnd(result))
         return result
 
-    async def _end_after_exception(self, reason: str, trigger: str) -> None:
+    async def _end_after_exception(
+        self, reason: str, trigger: str, *, forced: bool = False
+    ) -> RunResult:
         """End the run in a terminal state (``aborted`` or ``failed``) with every call answered,
-        before the exception propagates."""
-        if not self.machine.stops_run(self.machine.state):
+        before the exception propagates; returns the result.
+
+        ``forced``: a user's guard or callback raised, so the run ends in that state even from
+        where ``trigger`` cannot lead (``idle``, a terminal state, ``awaiting_approval``)."""
+        if forced or not self.machine.stops_run(self.machine.state):
             self.error = self.signal.reason or reason
             try:
-                fired = self.fire(trigger)
-            except MachineDefinitionError:
-                fired = None  # nothing had started (still idle)
+                fired: Fired | None = self.fire(trigger)
+            except (MachineDefinitionError, CallbackFailed):
+                fired = self._forced_end(trigger) if forced else None  # else: still idle
             effect = None if fired is None else self.machine.states[fired.dest].effect
             if effect is not None:
                 await effect(self)
         self.close_turn()
-        self.emit(RunEnd(self.result()))
+        result = self.result()
+        self.emit(RunEnd(result))
+        return result
+
+    def _forced_end(self, trigger: str) -> Fired:
+        """Put the machine in ``failed`` (``aborted`` for ``abort``) from a state the table
+        gives no such way out of: a user's guard or callback raised there."""
+        source = self.machine.state
+        dest = State.ABORTED if trigger == Trigger.ABORT else State.FAILED
+        self.machine.restore(dest)
+        spec = TransitionSpec(trigger, (str(source),), dest, label=trigger)
+        self.fired = fired = Fired(trigger, source, dest, trigger, spec, str(dest))
+        if self.agent._subscribers:
+            self.emit(StateChanged(fired.source, dest, trigger, trigger))
+        if self.agent._pending is not None:  # calls held for decisions: answered, in order
+            answer_pending(self)
+        return fired
 
     def result(self) -> RunResult:
         """The run's outcome so far."""
@@ -498,7 +535,7 @@ class Run:
             projected = project(messages)
             problems = find_violations(projected, request=True)
             if problems:
-                raise InvalidHistoryError(problems)
+                raise InvalidHistoryError([*_dropped_by_projection(messages, projected), *problems])
         else:
             projected = agent._projector.project(agent._messages, agent._appended)
         if self.data.winding_down:  # the final turn: tools disabled, an instruction to answer
@@ -527,6 +564,26 @@ def _takes_signal(hook: object) -> bool:
         return True
     positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     return len(positional) >= 2
+
+
+def _dropped_by_projection(returned: Sequence[Message], projected: Sequence[Message]) -> list[str]:
+    """What the projection of the ``transform_context`` hook's output dropped that made the
+    request invalid: tool results whose calls are not in the output (each result must follow
+    the assistant message holding its call). Empty when it dropped none."""
+    kept = {c.id for m in projected if isinstance(m, AssistantMessage) for c in m.tool_calls}
+    orphans = [
+        m.tool_call_id
+        for m in returned
+        if isinstance(m, ToolResultMessage) and m.tool_call_id not in kept
+    ]
+    if not orphans:
+        return []
+    only = "only " if len(orphans) == len(returned) else ""
+    return [
+        f"the transform_context hook returned {only}{len(orphans)} tool result(s) whose calls "
+        f"were missing ({', '.join(orphans)}), dropped from the request: keep each tool result "
+        "with the assistant message holding its call, after a user message"
+    ]
 
 
 def continuation_of(messages: Sequence[Message]) -> UserMessage | None:

@@ -93,7 +93,7 @@ class Tool:
         name: 1-64 characters of letters, digits, ``_`` or ``-`` (Anthropic tool-name rule).
         description: what the tool does, for the model.
         function: sync or async; called with the validated arguments as keywords (plus the
-            `ToolContext` parameter when it has one).
+            `ToolContext` parameter when it has one), except those named in ``positional_only``.
         args_model: the pydantic model that validates the arguments and gives the JSON schema.
         timeout_seconds: cancel a call that runs longer; its result says so.
         resource: names the resource a call mutates, from the validated arguments (a parameter name
@@ -110,9 +110,13 @@ class Tool:
             worker died; any other such call is answered "no result recorded" instead.
         step_retries: in a durable run, how many times a failed call (an error result) is run
             again by the workflow engine before its error result is kept (default 0: none).
+        positional_only: the function's positional-only parameters (``def f(a, /, b)``), in
+            order: passed positionally, before the keywords. Each is an argument's keyword (its
+            name in the schema) or ``context_param``; `tool` fills it in.
 
     Raises:
-        ToolDefinitionError: the name is invalid.
+        ToolDefinitionError: the name is invalid, or ``positional_only`` names a parameter that
+            is neither an argument nor ``context_param``.
     """
 
     name: str
@@ -127,6 +131,7 @@ class Tool:
     sequential: bool = False
     idempotent: bool = False
     step_retries: int = 0
+    positional_only: tuple[str, ...] = ()
     is_async: bool = field(init=False)
     needs_context: bool = field(init=False)
     input_schema: dict[str, Any] = field(init=False)
@@ -157,6 +162,12 @@ class Tool:
             (info.alias or name) if renamed else name for name, info in fields.items()
         )
         self._renamed = self._keywords != self._field_names
+        unknown = set(self.positional_only) - {*self._keywords, self.context_param}
+        if unknown:
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: positional_only names {sorted(unknown)}, which are neither "
+                f"arguments ({list(self._keywords)}) nor the ToolContext parameter"
+            )
         try:
             schema = self.args_model.model_json_schema()
         except Exception as exc:  # pydantic's schema errors: a type with no JSON schema
@@ -201,14 +212,18 @@ class Tool:
         a generator or async generator is consumed (see `tool`)."""
         if self.context_param is not None:
             kwargs = {**kwargs, self.context_param: ctx}
+        args: tuple[Any, ...] = ()
+        if self.positional_only:  # ``def f(a, /, b)``: ``a`` cannot be given as a keyword
+            kwargs = dict(kwargs)
+            args = tuple(kwargs.pop(name) for name in self.positional_only)
         if self._kind == "async":
-            return self.function(**kwargs)  # type: ignore[no-any-return]
+            return self.function(*args, **kwargs)  # type: ignore[no-any-return]
         progress = _no_progress if ctx is None else ctx.progress
         if self._kind == "async_generator":
-            return _last_of(self.function(**kwargs), progress)
+            return _last_of(self.function(*args, **kwargs), progress)
         if self.run_in_thread:
-            return _in_thread(functools.partial(self.function, **kwargs), progress)
-        return _settled(self.function(**kwargs), progress)
+            return _in_thread(functools.partial(self.function, *args, **kwargs), progress)
+        return _settled(self.function(*args, **kwargs), progress)
 
 
 _Kind = Literal["async", "async_generator", "sync"]
@@ -401,7 +416,7 @@ def tool_from_function(
 
     Raises:
         ToolDefinitionError: a parameter has no annotation or a type with no JSON schema,
-            ``*args``/``**kwargs`` are used, or the name is invalid.
+            ``*args``/``**kwargs`` are used (naming the parameter), or the name is invalid.
     """
     own_name, documented, annotated = _parts(function)
     tool_name = name or own_name
@@ -419,11 +434,20 @@ def tool_from_function(
     bound = set(function.keywords) if isinstance(function, functools.partial) else set()
     fields: dict[str, Any] = {}
     context_param = None
+    positional_only: list[str] = []
     for param in parameters:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise ToolDefinitionError(f"tool {tool_name!r}: *args and **kwargs are not supported")
+            # The model sends one JSON object of named arguments: nothing could fill ``*args``,
+            # and a ``**kwargs`` would take keys no schema describes.
+            star = "*" if param.kind == param.VAR_POSITIONAL else "**"
+            raise ToolDefinitionError(
+                f"tool {tool_name!r}: parameter {star}{param.name} is not supported: the model "
+                "sends named arguments only; declare each one as a named, annotated parameter"
+            )
         if param.name in bound:  # fixed by the partial: not the model's to choose
             continue
+        if param.kind == param.POSITIONAL_ONLY:
+            positional_only.append(param.name)
         annotation = hints.get(param.name, inspect.Parameter.empty)
         if annotation is ToolContext:
             context_param = param.name
@@ -451,6 +475,7 @@ def tool_from_function(
         sequential=sequential,
         idempotent=idempotent,
         step_retries=step_retries,
+        positional_only=tuple(positional_only),
     )
 
 
@@ -496,7 +521,10 @@ def tool(
     The name is the function's, the description its docstring, the JSON schema comes from the
     annotated parameters (pydantic), parameter descriptions from the docstring's ``Args:``. A
     parameter pydantic reserves as a field name (``_path``, ``model_config``, ``json``...) keeps
-    its name in the schema and in the call (the model field takes it as its alias).
+    its name in the schema and in the call (the model field takes it as its alias). A
+    positional-only parameter (``def f(a, /, b)``) is named in the schema as usual and passed
+    positionally, in order. ``*args`` and ``**kwargs`` are refused (the model sends named
+    arguments only), so every accepted definition can be called.
 
     Which callables: see the module docstring (functions, methods, partials, objects with a
     ``__call__``, decorated functions; sync ones run in a worker thread).
@@ -515,7 +543,8 @@ def tool(
 
     Raises:
         ToolDefinitionError: naming the tool: a parameter lacks an annotation, has a type with no
-            JSON schema, is ``*args``/``**kwargs``, or the name is invalid. No other exception.
+            JSON schema, is ``*args``/``**kwargs`` (naming it), or the name is invalid. No other
+            exception.
     """
 
     def wrap(fn: ToolFunction) -> Tool:
@@ -554,14 +583,15 @@ def result_json(value: Any) -> tuple[str, bool]:
 
     Compact JSON of the data through pydantic's own serialization (a pydantic model, a
     dataclass, a date, a dict, a list... nested too; non-ASCII kept; bytes as UTF-8 text;
-    NaN and infinities as ``null``), e.g. ``{"x":1,"y":2}``.
+    NaN and infinities as ``null``, as pydantic writes them in JSON; a pydantic model's fields
+    by their serialization alias, as an API built on the model expects), e.g. ``{"x":1,"y":2}``.
 
     Returns:
         ``(text, is_error)``: for a value pydantic cannot serialize, an error text naming the
         value's type (never its ``str()``) and True.
     """
     try:
-        return _ANY.dump_json(value).decode(), False
+        return _ANY.dump_json(value, by_alias=True).decode(), False
     except Exception as exc:  # PydanticSerializationError, or a custom serializer's own error
         kind = type(value)
         where = "" if kind.__module__ == "builtins" else f"{kind.__module__}."
