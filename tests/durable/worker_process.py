@@ -40,6 +40,9 @@ def start_worker(
     )
     assert worker.stdout is not None and worker.stderr is not None
     line = worker.stdout.readline()
-    stderr = worker.stderr.read() if worker.poll() is not None else ""
+    stderr = ""
+    if not line:  # stdout closed: the worker is ending; say why
+        worker.wait(timeout=60)
+        stderr = worker.stderr.read()
     assert line.startswith(f"worker {worker_id} serving"), (line, stderr)
     return worker
