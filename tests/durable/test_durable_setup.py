@@ -53,14 +53,14 @@ def _stop(worker: subprocess.Popen[str]) -> None:
 
 # -- (a) the factory resolves from the working folder ---------------------------------------------
 
-FACTORY_SOURCE = '''
+FACTORY_SOURCE = """
 from statemachine_agent import Agent
 from statemachine_agent.models import FunctionModel
 
 
 def make_agent() -> Agent:
     return Agent(FunctionModel(lambda messages, request: "hello from myapp"))
-'''
+"""
 
 
 def _installed_script() -> list[str]:
