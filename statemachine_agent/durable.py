@@ -80,18 +80,26 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import importlib
 import logging
+import os
+import re
+import sqlite3
+import sys
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 try:
+    import sqlalchemy.exc
     from dbos import DBOS, DBOSClient, SetWorkflowID, StepOptions
     from dbos import error as dbos_error
+    from sqlalchemy.engine import URL, make_url
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError(
         "statemachine_agent.durable needs DBOS Transact: pip install 'statemachine-agent[dbos]' "
@@ -513,21 +521,278 @@ async def agent_workflow(
 def load_factory(spec: str) -> AgentFactory:
     """The agent factory named ``module:attribute`` (a callable that returns an `Agent`).
 
+    The module is found as ``python -m`` finds one: the current working folder is put at the
+    front of ``sys.path`` first (and stays there, so the module's own later imports work), so
+    ``myapp.agents:make_agent`` resolves from the folder that holds ``myapp`` whether the CLI was
+    started as ``statemachine-agent`` (whose ``sys.path`` lacks the working folder) or as
+    ``python -m statemachine_agent``.
+
     Raises:
-        UsageError: the spec is malformed, the module cannot be imported, or the attribute is
-            missing or not callable.
+        UsageError: the spec is malformed, the module cannot be imported (the message names the
+            folder it was looked for in), or the attribute is missing or not callable.
     """
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
-        raise UsageError(f"the agent factory {spec!r} must be 'module:function'")
+        raise UsageError(
+            f"the agent factory {spec!r} must be 'module:function', e.g. myapp.agents:make_agent"
+        )
+    folder = _working_folder_first()
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
+        parts = module_name.split(".")
+        own = {".".join(parts[: i + 1]) for i in range(len(parts))}
+        if exc.name in own:  # the factory's module (or a package above it) is not there
+            raise UsageError(
+                f"cannot import {module_name!r} for the agent factory: {exc}; it is looked up "
+                f"from the working folder {folder} and sys.path: start the command from the "
+                f"folder that holds {parts[0]!r} (or add that folder to PYTHONPATH)"
+            ) from exc
         raise UsageError(f"cannot import {module_name!r} for the agent factory: {exc}") from exc
     factory = getattr(module, attribute, None)
     if not callable(factory):
         raise UsageError(f"{spec!r}: {module_name} has no callable {attribute!r}")
     return factory  # type: ignore[no-any-return]
+
+
+def _working_folder_first() -> str:
+    """Put the working folder at the front of ``sys.path`` (as ``python -m`` does) unless it is
+    already there; returns it."""
+    folder = os.getcwd()
+    if not sys.path or sys.path[0] not in ("", folder):
+        sys.path.insert(0, folder)
+        importlib.invalidate_caches()
+    return folder
+
+
+class DatabaseUnavailableError(UsageError):
+    """The system database (``--db``) cannot be used: a malformed URL, a Postgres server that
+    refuses the connection (no server at the host and port, an unknown role, a missing
+    database, a refused password) or a SQLite file that cannot be opened or has no tables yet.
+
+    The message is one line: what is wrong, the URL with its password hidden (never the
+    password itself), and what to create or start (e.g. ``createuser --createdb agents``).
+    """
+
+
+_URL_HELP = "use sqlite:////abs/path/runs.sqlite or postgresql://user@host:port/database"
+
+
+def _hide_password(text: str) -> str:
+    """``text`` with the password of any ``scheme://user:password@`` in it replaced by ***."""
+    return re.sub(r"(://[^/:@\s]*:)[^@/\s]*@", r"\1***@", text)
+
+
+def check_database_url(db: str) -> URL:
+    """The parsed system-database URL, checked before anything connects.
+
+    Args:
+        db: ``sqlite:////abs/path.sqlite`` (``sqlite:///rel.sqlite`` is relative to the working
+            folder) or ``postgresql://user[:password]@host[:port]/database``.
+
+    Returns:
+        The URL as SQLAlchemy (which DBOS uses) parses it.
+
+    Raises:
+        DatabaseUnavailableError: the URL cannot be parsed, names another kind of database, or
+            a Postgres URL names no database.
+    """
+    try:
+        url = make_url(db)
+    except (sqlalchemy.exc.ArgumentError, ValueError) as exc:
+        raise DatabaseUnavailableError(
+            f"--db {_hide_password(db)!r} is not a database URL: {_URL_HELP}"
+        ) from exc
+    shown = url.render_as_string(hide_password=True)
+    backend = url.get_backend_name()
+    if backend == "postgres":
+        fixed = url.set(drivername="postgresql").render_as_string(hide_password=True)
+        raise DatabaseUnavailableError(f"--db {shown}: write postgresql://, as in {fixed}")
+    if backend not in ("sqlite", "postgresql"):
+        raise DatabaseUnavailableError(f"--db {shown}: {backend!r} is not supported: {_URL_HELP}")
+    if backend == "sqlite" and not url.database:
+        raise DatabaseUnavailableError(f"--db {shown} names no SQLite file: {_URL_HELP}")
+    if backend == "postgresql" and not url.database:
+        raise DatabaseUnavailableError(
+            f"--db {shown} names no database: add /DATABASE at its end (a worker creates it)"
+        )
+    return url
+
+
+def _messages(exc: BaseException) -> str:
+    """The texts of ``exc`` and of the errors it wraps (a driver's error under SQLAlchemy's)."""
+    texts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        texts.append(str(current))
+        orig = getattr(current, "orig", None)
+        if isinstance(orig, BaseException) and id(orig) not in seen:
+            seen.add(id(orig))
+            texts.append(str(orig))
+        current = current.__cause__ or current.__context__
+    return "\n".join(texts)
+
+
+_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    sqlite3.OperationalError,
+)
+
+
+def explain_database_error(
+    db: str, exc: BaseException, *, creating: bool = False
+) -> DatabaseUnavailableError | None:
+    """One clear line for an error met while connecting to the system database ``db``.
+
+    Recognises (from the server's or the driver's own words; Postgres's are English unless
+    the server sets another ``lc_messages``): an unknown role, a missing database, a refused
+    password or host, a closed port, an unknown host, a SQLite file that cannot be opened, a
+    database without the DBOS tables. Any other connection failure gets the driver's first
+    line. The password of the URL is never in the message.
+
+    Args:
+        db: the system-database URL the error came from.
+        exc: the error raised (by DBOS, SQLAlchemy or the driver).
+        creating: the error came from a worker's launch, which creates a missing database (so
+            a missing one means the role may not create it).
+
+    Returns:
+        The error to raise instead, or None when ``exc`` is no database-connection problem.
+    """
+    try:
+        url = check_database_url(db)
+    except DatabaseUnavailableError as bad_url:
+        return bad_url
+    text = _messages(exc)
+    shown = url.render_as_string(hide_password=True)
+    where = f"(--db {shown})"
+    role = url.username or os.environ.get("PGUSER") or "postgres"
+    name = url.database or ""
+    server = f"{url.host or 'localhost'}:{url.port or 5432}"
+    worker_first = "start a worker with this --db first (it creates the database and its tables)"
+    if url.get_backend_name() == "sqlite":
+        path = Path(name)
+        if "unable to open database file" in text:
+            folder = path.parent
+            if not folder.is_dir():
+                return DatabaseUnavailableError(
+                    f"cannot open the SQLite file {path} {where}: its folder {folder} does not "
+                    f"exist; create it (mkdir -p {folder}) or give another path"
+                )
+            return DatabaseUnavailableError(
+                f"cannot open the SQLite file {path} {where}: this user cannot create or write "
+                f"files in {folder}; give a path in a writable folder"
+            )
+        if "no such table" in text:
+            return DatabaseUnavailableError(
+                f"{path} has no DBOS tables yet {where}: {worker_first}"
+            )
+        if "file is not a database" in text:
+            return DatabaseUnavailableError(
+                f"{path} is not a SQLite database {where}: give the path of the runs database"
+            )
+    found = re.search(r'role "([^"]+)" does not exist', text)
+    if found:
+        missing = found.group(1)
+        return DatabaseUnavailableError(
+            f'the Postgres server at {server} has no role "{missing}" {where}: create it, e.g. '
+            f'`createuser --createdb {missing}` or in psql `CREATE ROLE "{missing}" LOGIN '
+            f'CREATEDB;` (CREATEDB lets the first worker create database "{name}"; without it, '
+            f"`createdb -O {missing} {name}`)"
+        )
+    found = re.search(r'database "([^"]+)" does not exist', text)
+    if (found and creating) or "permission denied to create database" in text:
+        return DatabaseUnavailableError(
+            f'role "{role}" may not create database "{name}" on the Postgres server at {server} '
+            f"{where}: create it for the role (`createdb -O {role} {name}`) or let the role "
+            f'create databases (`ALTER ROLE "{role}" CREATEDB;`)'
+        )
+    if found:
+        return DatabaseUnavailableError(
+            f'the Postgres server at {server} has no database "{found.group(1)}" {where}: '
+            f"{worker_first}, or create it: `createdb -O {role} {found.group(1)}`"
+        )
+    if "password authentication failed" in text or "no password supplied" in text:
+        return DatabaseUnavailableError(
+            f'the Postgres server at {server} refused the password of role "{role}" {where}: '
+            f"put the right one in the URL (user:PASSWORD@host), or set it with "
+            f"`ALTER ROLE \"{role}\" PASSWORD '...';`"
+        )
+    if "no pg_hba.conf entry" in text:
+        return DatabaseUnavailableError(
+            f'the Postgres server at {server} does not let role "{role}" connect from this '
+            f"host {where}: add a pg_hba.conf line for it (then reload the server)"
+        )
+    if re.search(r"Connection refused|No such file or directory\s+Is the server", text):
+        return DatabaseUnavailableError(
+            f"no Postgres server accepts connections at {server} {where}: start the server, "
+            "or fix the host and port in the URL"
+        )
+    if re.search(r"failed to resolve host|could not translate host name|Name or service", text):
+        return DatabaseUnavailableError(
+            f"cannot find the host {url.host!r} {where}: fix the host in the URL"
+        )
+    if re.search(r"timeout expired|timed out", text):
+        return DatabaseUnavailableError(
+            f"the Postgres server at {server} did not answer {where}: check the host, the port "
+            "and any firewall between"
+        )
+    if re.search(r'relation "[^"]*" does not exist', text):
+        return DatabaseUnavailableError(
+            f'database "{name}" has no DBOS tables yet {where}: {worker_first}'
+        )
+    if isinstance(exc, (*_CONNECTION_ERRORS, dbos_error.DBOSInitializationError)):
+        first = next((line for line in str(getattr(exc, "orig", None) or exc).splitlines()), "")
+        password = url.password
+        if password:
+            first = first.replace(str(password), "***")
+        return DatabaseUnavailableError(f"cannot use the database {where}: {_hide_password(first)}")
+    return None
+
+
+class _HeldRecords(logging.Filter):
+    """Holds back the records of the ``dbos`` logger (see `_database`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.records.append(record)
+        return False
+
+
+@contextlib.contextmanager
+def _database(db: str, *, connecting: bool = False, creating: bool = False) -> Iterator[None]:
+    """Turn a failure to reach database ``db`` into a `DatabaseUnavailableError`.
+
+    With ``connecting``, DBOS's own log records are held back meanwhile: when the failure is
+    explained they are dropped (DBOS logs the full traceback of a failed connection, which the
+    one-line error replaces), otherwise they are logged afterwards. ``creating``: see
+    `explain_database_error`.
+    """
+    dbos_logger = logging.getLogger("dbos")
+    held = _HeldRecords()
+    if connecting:
+        dbos_logger.addFilter(held)
+    explained: DatabaseUnavailableError | None = None
+    try:
+        yield
+    except DatabaseUnavailableError:
+        raise
+    except Exception as exc:
+        explained = explain_database_error(db, exc, creating=creating)
+        if explained is None:
+            raise
+        raise explained from exc
+    finally:
+        dbos_logger.removeFilter(held)
+        if explained is None:
+            for record in held.records:
+                dbos_logger.handle(record)
 
 
 async def launch(
@@ -557,10 +822,13 @@ async def launch(
 
     Raises:
         UsageError: DBOS is already launched in this process (one per process).
+        DatabaseUnavailableError: ``db`` is malformed or cannot be reached or created (one
+            line saying what to create or start; see `explain_database_error`).
     """
     global _factory, _incarnation
     if _factory is not None:
         raise UsageError("DBOS is already launched in this process; call shutdown() first")
+    check_database_url(db)
     config: Any = {
         "name": APP_NAME,
         "system_database_url": db,
@@ -569,17 +837,19 @@ async def launch(
         "log_level": log_level,
         "notification_listener_polling_interval_sec": 0.05,
     }
+    with _database(db):
+        _use_wal(db)
     _factory = factory
     _incarnation = uuid.uuid4().hex
-    _use_wal(db)
     DBOS(config=config)
     if not serve_queue:
         DBOS.listen_queues([])
     try:
-        DBOS.launch()
-        await DBOS.register_queue_async(
-            QUEUE_NAME, worker_concurrency=concurrency, polling_interval_sec=poll_seconds
-        )
+        with _database(db, connecting=True, creating=True):
+            DBOS.launch()
+            await DBOS.register_queue_async(
+                QUEUE_NAME, worker_concurrency=concurrency, polling_interval_sec=poll_seconds
+            )
     except BaseException:
         shutdown()
         raise
@@ -749,12 +1019,29 @@ class RunStatus:
 class Client:
     """Submit runs and read their status from any process (no agent code needed).
 
+    Every method raises `DatabaseUnavailableError` when the database cannot be reached.
+
     Args:
-        db: the system database URL the workers use.
+        db: the system database URL the workers use (a worker creates it and its tables: a
+            client never does).
+
+    Raises:
+        DatabaseUnavailableError: ``db`` is malformed, names a SQLite file that does not exist
+            yet, or cannot be reached (one line saying what to create or start).
     """
 
     def __init__(self, db: str) -> None:
-        self._client = DBOSClient(system_database_url=db, application_name=APP_NAME)
+        self._db = db
+        url = check_database_url(db)
+        if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+            path = Path(url.database)
+            if not path.exists():  # DBOSClient would leave an empty file there
+                raise DatabaseUnavailableError(
+                    f"no SQLite file at {path} (--db {db}): start a worker with this --db "
+                    "first (it creates the file and its tables), or fix the path"
+                )
+        with _database(db, connecting=True):
+            self._client = DBOSClient(system_database_url=db, application_name=APP_NAME)
 
     def submit(
         self,
@@ -777,17 +1064,27 @@ class Client:
             "workflow_id": workflow_id,
             "app_version": APP_VERSION,
         }
-        self._client.enqueue(options, prompt, max_turns, approval_timeout_seconds)
+        with _database(self._db):
+            self._client.enqueue(options, prompt, max_turns, approval_timeout_seconds)
         return workflow_id
 
     def abort(self, run_id: str, reason: str = "aborted by the caller") -> None:
         """Ask run ``run_id`` to stop (see the module's `abort`)."""
-        self._client.send(run_id, reason, topic=ABORT_TOPIC)
-        self._client.send(run_id, {"abort": reason}, topic=DECISION_TOPIC)
+        with _database(self._db):
+            self._client.send(run_id, reason, topic=ABORT_TOPIC)
+            self._client.send(run_id, {"abort": reason}, topic=DECISION_TOPIC)
 
-    def pending(self, run_id: str) -> tuple[PendingCall, ...]:
-        """The calls run ``run_id`` waits for decisions on (see the module's `pending`)."""
-        return _decode_pending(self._client.get_event(run_id, PENDING_EVENT, timeout_seconds=0))
+    def pending(self, run_id: str, *, wait_seconds: float = 0) -> tuple[PendingCall, ...]:
+        """The calls run ``run_id`` waits for decisions on (see the module's `pending`).
+
+        Args:
+            run_id: the run's id.
+            wait_seconds: when the run has not waited for approval yet, wait up to this long
+                for it to start (0: answer at once).
+        """
+        with _database(self._db):
+            data = self._client.get_event(run_id, PENDING_EVENT, timeout_seconds=wait_seconds)
+        return _decode_pending(data)
 
     def send_decisions(self, run_id: str, decisions: Mapping[str, Decision]) -> None:
         """Decide calls of a run awaiting approval (see the module's `send_decisions`).
@@ -800,7 +1097,8 @@ class Client:
         if not calls:
             self.status(run_id)  # no such run: says so
         message = _decision_message(run_id, calls, decisions)
-        self._client.send(run_id, message, topic=DECISION_TOPIC)
+        with _database(self._db):
+            self._client.send(run_id, message, topic=DECISION_TOPIC)
 
     def status(self, run_id: str) -> RunStatus:
         """The run's status (and result once it ended).
@@ -808,7 +1106,8 @@ class Client:
         Raises:
             UsageError: no run has this id.
         """
-        statuses = self._client.list_workflows(workflow_ids=[run_id])
+        with _database(self._db):
+            statuses = self._client.list_workflows(workflow_ids=[run_id])
         if not statuses:
             raise UsageError(f"no run with id {run_id!r}")
         status = statuses[0]
@@ -822,13 +1121,14 @@ class Client:
     def count(self, status: str, *, executor_id: str | None = None) -> int:
         """How many runs have DBOS status ``status`` (``ENQUEUED``, ``PENDING``, ``SUCCESS``,
         ``ERROR``...), optionally only those of worker ``executor_id``."""
-        found = self._client.list_workflows(
-            status=status,
-            name=WORKFLOW_NAME,
-            executor_id=executor_id,
-            load_input=False,
-            load_output=False,
-        )
+        with _database(self._db):
+            found = self._client.list_workflows(
+                status=status,
+                name=WORKFLOW_NAME,
+                executor_id=executor_id,
+                load_input=False,
+                load_output=False,
+            )
         return len(found)
 
     def result(self, run_id: str, *, timeout_seconds: float | None = None) -> RunResult:
@@ -838,7 +1138,8 @@ class Client:
             TimeoutError: it did not end within ``timeout_seconds``.
             Exception: the workflow's own error when it ended in ``ERROR``.
         """
-        handle: Any = self._client.retrieve_workflow(run_id)
+        with _database(self._db):
+            handle: Any = self._client.retrieve_workflow(run_id)
         if timeout_seconds is None:
             return decode_result(handle.get_result())
         outcome: list[Any] = []
@@ -890,6 +1191,7 @@ __all__ = [
     "WORKFLOW_NAME",
     "AgentFactory",
     "Client",
+    "DatabaseUnavailableError",
     "DurableBatch",
     "DurableRun",
     "PositionedModel",
@@ -897,9 +1199,11 @@ __all__ = [
     "ToolStepFailed",
     "abort",
     "agent_workflow",
+    "check_database_url",
     "decode_result",
     "drive",
     "encode_result",
+    "explain_database_error",
     "launch",
     "load_factory",
     "pending",

@@ -11,12 +11,14 @@ denies them from any machine; ``recover`` hands a dead worker's runs back to the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import functools
 import json
 import signal
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +45,47 @@ def _durable() -> Any:
     return durable
 
 
-def _workspace_factory(workspace: Path, model_spec: str, yes: bool) -> Any:
+class DatabaseProblem(click.ClickException):
+    """The ``--db`` database cannot be used: one line (``Error: ...``) on stderr, exit code 2."""
+
+    exit_code = 2
+
+
+def _click_error(exc: UsageError) -> click.ClickException:
+    """``exc`` as the CLI reports it: exit code 2 for a database problem, else 1."""
+    from ..durable import DatabaseUnavailableError
+
+    if isinstance(exc, DatabaseUnavailableError):
+        return DatabaseProblem(str(exc))
+    return click.ClickException(str(exc))
+
+
+@contextlib.contextmanager
+def _database_problems() -> Iterator[None]:
+    """Report a `statemachine_agent.durable.DatabaseUnavailableError` as `DatabaseProblem`."""
+    try:
+        yield
+    except UsageError as exc:
+        from ..durable import DatabaseUnavailableError
+
+        if not isinstance(exc, DatabaseUnavailableError):
+            raise
+        raise DatabaseProblem(str(exc)) from exc
+
+
+def _reports_database_problems(command: Callable[..., None]) -> Callable[..., None]:
+    """Wrap a command taking ``--db``: a database it cannot use is one line and exit code 2,
+    never a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        with _database_problems():
+            command(*args, **kwargs)
+
+    return wrapper
+
+
+def _workspace_factory(workspace: Path, model_spec: str, yes: bool, deny: bool) -> Any:
     from ..workspace import Permissions, Workspace
     from ._run import build_agent, load_model
 
@@ -55,7 +97,10 @@ def _workspace_factory(workspace: Path, model_spec: str, yes: bool) -> Any:
             load_model(model_spec),
             permissions=Permissions(
                 allow_all=yes,
-                how_to_allow="The worker's operator can allow it with --yes.",
+                # Nobody is at a worker's terminal: a gated call waits for `decide`.
+                defer=not deny,
+                how_to_allow="The worker's operator can allow it with --yes, or run the worker "
+                "without --deny-unapproved so such calls wait for `statemachine-agent decide`.",
             ),
         )
 
@@ -89,7 +134,19 @@ def _workspace_factory(workspace: Path, model_spec: str, yes: bool) -> Any:
     "or script:FILE (for demos and tests: each run plays it from its first step; a recovered "
     "run continues after its last recorded step).",
 )
-@click.option("--yes", is_flag=True, help="Without --factory: allow commands and writes.")
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Without --factory: allow commands and writes. Without it (and without "
+    "--deny-unapproved) each run_command, write_file and edit_file call waits in "
+    "awaiting_approval for `statemachine-agent decide`.",
+)
+@click.option(
+    "--deny-unapproved",
+    is_flag=True,
+    help="Without --factory: deny commands and writes at once (the model reads why) instead "
+    "of making them wait for `decide`.",
+)
 @click.option(
     "--executor-id",
     default=None,
@@ -110,22 +167,34 @@ def _workspace_factory(workspace: Path, model_spec: str, yes: bool) -> Any:
     show_default=True,
     help="How often the queue is polled.",
 )
+@_reports_database_problems
 def worker_command(
     db: str,
     factory_spec: str | None,
     workspace: Path,
     model_spec: str | None,
     yes: bool,
+    deny_unapproved: bool,
     executor_id: str | None,
     concurrency: int,
     poll_seconds: float,
 ) -> None:
     """Serve the queue of durable runs until SIGTERM or Ctrl-C.
 
+    With the built-in workspace tools (no --factory), a run_command, write_file or edit_file
+    call waits in awaiting_approval (`status` lists it, `decide` approves or denies it from any
+    machine) unless --yes allows it or --deny-unapproved denies it.
+
     Runs this worker left unfinished when it died (or was stopped) are recovered when it starts
     again with the same --executor-id; to hand them to the other workers instead, use `recover`.
+    --factory MODULE:FUNCTION is imported as `python -m` would: from the working folder first.
+
+    Exit codes: 0 stopped by SIGTERM or Ctrl-C, 2 bad options or a database it cannot use.
     """
     durable = _durable()
+    durable.check_database_url(db)
+    if yes and deny_unapproved:
+        raise click.UsageError("--yes allows what --deny-unapproved denies: give one of them")
     if factory_spec is None:
         if model_spec is None:
             raise click.UsageError(
@@ -134,7 +203,12 @@ def worker_command(
         from ._run import load_model
 
         load_model(model_spec)  # a bad spec or a missing API key is reported now, not per run
-        factory = _workspace_factory(workspace, model_spec, yes)
+        factory = _workspace_factory(workspace, model_spec, yes, deny_unapproved)
+    elif deny_unapproved:
+        raise click.UsageError(
+            "--deny-unapproved is for the built-in workspace tools: with --factory, your "
+            "factory's before_tool_call hook decides"
+        )
     else:
         try:
             factory = durable.load_factory(factory_spec)
@@ -179,6 +253,7 @@ def worker_command(
     "aborted (default: 7 days).",
 )
 @click.argument("prompt")
+@_reports_database_problems
 def submit_command(
     db: str,
     run_id: str | None,
@@ -186,7 +261,11 @@ def submit_command(
     approval_timeout: float | None,
     prompt: str,
 ) -> None:
-    """Put PROMPT on the queue as a durable run; prints the run's id."""
+    """Put PROMPT on the queue as a durable run; prints the run's id.
+
+    Exit codes: 0 queued, 2 bad options or a database it cannot use (start a worker with the
+    same --db first: it creates the database and its tables).
+    """
     durable = _durable()
     if not prompt.strip():
         raise click.BadParameter("the prompt is empty", param_hint="PROMPT")
@@ -206,6 +285,7 @@ def submit_command(
 @click.option("--db", required=True, help=DB_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the status and result as JSON.")
 @click.argument("run_id")
+@_reports_database_problems
 def status_command(db: str, as_json: bool, run_id: str) -> None:
     """Show where RUN_ID is (queued, running, or its result).
 
@@ -213,14 +293,15 @@ def status_command(db: str, as_json: bool, run_id: str) -> None:
     the run's state (done, failed, aborted, awaiting_approval...) apart: SUCCESS says the
     workflow ran to its end, the state says how the run ended.
 
-    Exit codes: 0 the run exists (whatever its state), 1 no such run.
+    Exit codes: 0 the run exists (whatever its state), 1 no such run, 2 a database it cannot
+    use (one line saying what to create or start).
     """
     durable = _durable()
     client = durable.Client(db)
     try:
         status = client.status(run_id)
     except UsageError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise _click_error(exc) from exc
     finally:
         client.close()
     result = status.result
@@ -290,6 +371,7 @@ def status_line(status: RunStatus) -> str:
     help="Deny this pending call (the model reads REASON). Repeatable.",
 )
 @click.argument("run_id")
+@_reports_database_problems
 def decide_command(
     db: str, approve: Sequence[str], approve_all: bool, deny: Sequence[str], run_id: str
 ) -> None:
@@ -298,7 +380,7 @@ def decide_command(
     The decisions are stored in the database and reach the run even while its worker is down:
     approved calls run once, denied ones get an error result with the reason, calls left
     undecided keep waiting. Exit codes: 0 sent, 1 nothing sent (no such run, it is not awaiting
-    approval, or an id is not pending), 2 bad options.
+    approval, or an id is not pending), 2 bad options or a database it cannot use.
     """
     from ._run import parse_decisions
 
@@ -312,7 +394,7 @@ def decide_command(
         decisions = parse_decisions(approve, deny)
         client.send_decisions(run_id, decisions)
     except UsageError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise _click_error(exc) from exc
     finally:
         client.close()
     summary = ", ".join(
@@ -324,10 +406,11 @@ def decide_command(
 @click.command("recover")
 @click.option("--db", required=True, help=DB_HELP)
 @click.argument("executor_ids", nargs=-1, required=True)
+@_reports_database_problems
 def recover_command(db: str, executor_ids: Sequence[str]) -> None:
     """Hand the unfinished runs of dead workers EXECUTOR_IDS back to the queue, where the live
     workers take them over. Only for workers known to be dead: a live worker's runs would run
-    twice."""
+    twice. Exit codes: 0 done, 2 a database it cannot use."""
     durable = _durable()
 
     def no_agent() -> Agent:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 
 
 def cli(*args: str) -> list[str]:
@@ -13,19 +15,34 @@ def cli(*args: str) -> list[str]:
 
 
 def start_worker(
-    db: str, worker_id: str, env: dict[str, str], *options: str
+    db: str,
+    worker_id: str,
+    env: dict[str, str],
+    *options: str,
+    cwd: Path | None = None,
+    launcher: Sequence[str] | None = None,
 ) -> subprocess.Popen[str]:
     """Start ``statemachine-agent worker --db DB --executor-id ID OPTIONS`` and return once it
-    says it serves the queue (DBOS launched and recovered)."""
+    says it serves the queue (DBOS launched and recovered).
+
+    Args:
+        cwd: the worker's working folder (default: this process's).
+        launcher: the command line that starts the CLI (default: `cli`'s).
+    """
+    command = [*(launcher or cli()), "worker", "--db", db, "--executor-id", worker_id]
     worker = subprocess.Popen(
-        cli("worker", "--db", db, "--executor-id", worker_id, "--poll-seconds", "0.1", *options),
+        [*command, "--poll-seconds", "0.1", *options],
         env=env,
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     assert worker.stdout is not None and worker.stderr is not None
     line = worker.stdout.readline()
-    stderr = worker.stderr.read() if worker.poll() is not None else ""
+    stderr = ""
+    if not line:  # stdout closed: the worker is ending; say why
+        worker.wait(timeout=60)
+        stderr = worker.stderr.read()
     assert line.startswith(f"worker {worker_id} serving"), (line, stderr)
     return worker
