@@ -362,7 +362,8 @@ def test_an_unknown_step_key_is_refused_naming_the_key_the_step_and_the_known_ke
     if owner == "FakeMessagesAPI" or "cut_after" not in key:
         assert suggests in message
     known = message.split("a step may hold only ")[1].split(", ")
-    assert {"content", "stop_reason", "usage", "error", "status_code", "delay_seconds"} <= set(known)
+    expected = {"content", "stop_reason", "usage", "error", "status_code", "delay_seconds"}
+    assert expected <= set(known)
     assert ("cut_after_events" in known) is (owner == "FakeMessagesAPI")
     assert ("headers" in known) is (owner == "FakeMessagesAPI")
 
@@ -378,7 +379,7 @@ def test_scripted_model_refuses_a_wire_key_saying_it_is_fake_messages_apis(key: 
 def test_every_key_of_the_sdks_message_and_error_types_is_a_known_step_key() -> None:
     from statemachine_agent.models._offline import step_keys
 
-    sdk = set(anthropic.types.Message.model_fields) | set(anthropic.types.ErrorResponse.model_fields)
+    sdk = {*anthropic.types.Message.model_fields, *anthropic.types.ErrorResponse.model_fields}
     assert sdk <= set(step_keys())
     # A recorded response as the API sends it, every field present, plays as a step.
     full = {
