@@ -338,15 +338,9 @@ class FakeMessagesAPI:
         self._lock = threading.Condition()
         self._closing = threading.Event()
         self._started = False
+        self._httpd: _QuietServer | None = None  # bound by start(): no socket before
+        self._thread: threading.Thread | None = None
         self.add(*script_steps(steps, "FakeMessagesAPI"))
-        self._httpd = _QuietServer(("127.0.0.1", 0), _handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.01},
-            name="FakeMessagesAPI",
-            daemon=True,
-        )
 
     def start(self) -> Self:
         """Start serving (in a daemon thread); `close` stops. ``with`` does both.
@@ -355,28 +349,36 @@ class FakeMessagesAPI:
             This server, so ``api = FakeMessagesAPI(steps).start()`` reads in one line.
 
         Raises:
-            UsageError: it was started before (a closed server cannot start again: make a new
-                one).
+            UsageError: it was started before, or closed (a closed server cannot start again:
+                make a new one).
         """
+        if self._closing.is_set():
+            raise UsageError("FakeMessagesAPI.start: it is closed: make a new FakeMessagesAPI")
         if self._started:
-            raise UsageError(
-                "FakeMessagesAPI.start: already started"
-                + (" and closed: make a new FakeMessagesAPI" if self._closing.is_set() else "")
-            )
+            raise UsageError("FakeMessagesAPI.start: already started (by start() or `with`)")
         self._started = True
+        self._httpd = _QuietServer(("127.0.0.1", 0), _handler(self))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.01},
+            name="FakeMessagesAPI",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
     def close(self) -> None:
         """Stop serving and free the port; answers still waiting out a ``delay_seconds`` are
-        dropped. Safe to call more than once, or on a server never started."""
+        dropped. Safe to call more than once, or on a server never started (which holds no
+        port: `start` binds it)."""
         if self._closing.is_set():
             return
         self._closing.set()  # wakes answers still waiting out their delay
-        if self._started:
+        if self._httpd is not None and self._thread is not None:
             self._httpd.shutdown()
             self._thread.join()
-        self._httpd.server_close()
+            self._httpd.server_close()
 
     def _check_running(self, what: str) -> None:
         if self._closing.is_set():
@@ -399,6 +401,7 @@ class FakeMessagesAPI:
             UsageError: the server is not started, or closed.
         """
         self._check_running("url")
+        assert self._httpd is not None  # started
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}"
 

@@ -418,7 +418,8 @@ def test_every_recorded_response_and_error_body_is_a_valid_step(anthropic_fixtur
     assert len(bodies) >= 6, "responses and an error recorded as JSON"
     assert {"id", "type", "role", "model", "usage", "stop_sequence"} <= set().union(*bodies)
     assert ScriptedModel(bodies).remaining == len(bodies)
-    assert FakeMessagesAPI(bodies).remaining == len(bodies)
+    with FakeMessagesAPI(bodies) as api:
+        assert api.remaining == len(bodies)
 
 
 @pytest.mark.parametrize("owner", ["ScriptedModel", "FakeMessagesAPI"])
@@ -439,7 +440,8 @@ def test_a_response_without_stop_reason_goes_on_by_its_content_and_ends_done(own
 def test_a_script_files_object_with_steps_is_accepted_as_the_cli_reads_it() -> None:
     demo = Path(__file__).resolve().parents[2] / "statemachine_agent" / "demo" / "script.json"
     script = json.loads(demo.read_text(encoding="utf-8"))  # {"prompt": ..., "steps": [...]}
-    assert FakeMessagesAPI(script).remaining == len(script["steps"]) > 0
+    with FakeMessagesAPI(script) as api:
+        assert api.remaining == len(script["steps"]) > 0
     assert ScriptedModel(script).remaining == len(script["steps"])
     with FakeMessagesAPI({"steps": [ANSWER]}) as api:
         result = Agent(api.model(max_retries=0)).run_sync("1+2?")
@@ -490,9 +492,14 @@ def test_start_and_close_serve_runs_as_a_pytest_fixture_would() -> None:
     api.close()  # twice: nothing more to do
     with pytest.raises(UsageError, match="closed"):
         api.url  # noqa: B018
-    with pytest.raises(UsageError, match="already started and closed: make a new"):
+    with pytest.raises(UsageError, match="closed: make a new FakeMessagesAPI"):
         api.start()
-    FakeMessagesAPI([ANSWER]).close()  # never started: frees its port all the same
+    again = FakeMessagesAPI([ANSWER]).start()
+    try:
+        with pytest.raises(UsageError, match="already started"):
+            again.start()
+    finally:
+        again.close()
 
 
 def test_the_deprecated_model_warning_points_at_the_users_line_in_both_paths() -> None:
