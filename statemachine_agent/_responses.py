@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from ._cancel import AbortSignal, abort_scope, cancelling
-from ._errors import ModelError, ModelRetryableError
+from ._errors import ModelError, ModelRetryableError, UsageError
 from ._events import Event, MessageDelta, MessageStart, ModelRetry
 from ._messages import (
     TRUNCATING_STOP_REASONS,
@@ -138,7 +138,10 @@ async def request_response(
                 f"{error.message}",
                 prompt_too_long=_too_long(error),
             )
-        logger.error("model %r raised", model, exc_info=error)
+        if isinstance(error, UsageError):  # explained, expected: its message says what to do
+            logger.error("model %r refused the request: %s", model, error)
+        else:  # unexpected: the traceback is what finds the bug
+            logger.error("model %r raised", model, exc_info=error)
         return RequestFailed(f"Model request failed: {type(error).__name__}: {error}")
 
 

@@ -4,6 +4,7 @@ function. Both stream like a real provider, so the engine's streaming path is ex
 from __future__ import annotations
 
 import asyncio
+import difflib
 import functools
 import inspect
 import json
@@ -83,6 +84,13 @@ class ScriptedModel:
             ``"status_code"``), or an `AssistantMessage`. A dict step may add ``"delay_seconds"``
             (or ``"delay"``): wait that long before answering. A ``tool_use`` block whose
             ``input`` is a string is argument text, parsed as a provider stream would be.
+            A step may hold only the keys of the API's response object and error body (``id``,
+            ``type``, ``role``, ``model``, ``usage``, ``stop_sequence``, ``stop_details``,
+            ``container``, ... as the installed SDK's ``Message`` has them) and those above: a
+            typo is refused, not ignored. A response without ``stop_reason`` (the API always
+            sends one) is a response whose stop reason is missing: the loop goes on by its
+            content (its tool calls run; without any the run ends ``done``). The whole script
+            may also be a script file's object, ``{"steps": [...]}``.
         name: the model name reported.
         record_requests: keep every request in ``requests`` (turn off for long benchmarks).
         context_window: the context window (tokens) the model claims, for context accounting
@@ -99,21 +107,25 @@ class ScriptedModel:
     recorded one and plays no step twice.
 
     Raises:
-        UsageError: a step is malformed (not an object, neither ``content`` nor ``error``,
-            ``content`` not a list of blocks, a block of an unknown type, a bad delay); the
-            message names the step, counting from 1. Steps are checked here, not mid-run.
+        UsageError: a step is malformed (not an object, an unknown key, neither ``content``
+            nor ``error``, ``content`` not a list of blocks, a block of an unknown type, a bad
+            delay); the message names the step, counting from 1. Steps are checked here, not
+            mid-run. Or ``steps`` is not a list of steps (a string, say).
     """
 
     def __init__(
         self,
-        steps: Sequence[Step],
+        steps: Sequence[Step] | dict[str, Any],
         *,
         name: str = "scripted",
         record_requests: bool = True,
         context_window: int | None = None,
     ) -> None:
         self.context_window = context_window
-        self._steps = [_checked_step(number, step) for number, step in enumerate(steps, 1)]
+        self._steps = [
+            _checked_step(number, step)
+            for number, step in enumerate(script_steps(steps, "ScriptedModel"), 1)
+        ]
         self._name = name
         self._record = record_requests
         self.requests: list[ModelRequest] = []
@@ -181,16 +193,125 @@ _PROVIDER_BLOCK_TYPES = frozenset(
 _REQUIRED_FIELDS = {"text": ("text",), "thinking": ("thinking",), "tool_use": ("id", "name")}
 
 
+SCRIPT_KEYS = ("delay_seconds", "delay", "status_code")
+"""A step's own keys besides the API's: a wait before answering, an error's HTTP status."""
+
+# The keys of the Messages API's response object (`anthropic.types.Message`, and the beta
+# `BetaMessage` with ``context_management``) and of its error body (``ErrorResponse``), so a
+# recorded response or error serves as a step as it is. A key outside these is looked up in the
+# installed SDK's types (`step_keys`) before it is refused: a field the API added later is known.
+_API_KEYS = frozenset(
+    {
+        "id",
+        "type",
+        "role",
+        "model",
+        "content",
+        "stop_reason",
+        "stop_sequence",
+        "stop_details",
+        "usage",
+        "container",
+        "context_management",
+        "diagnostics",
+        "error",
+        "request_id",
+    }
+)
+
+
+@functools.cache
+def _sdk_keys() -> frozenset[str]:
+    """The field names of the installed SDK's response and error types (imported on first use:
+    only a step with a key outside `_API_KEYS` pays for importing the SDK)."""
+    import anthropic.types
+    import anthropic.types.beta
+
+    fields: set[str] = set()
+    for kind in (anthropic.types.Message, anthropic.types.beta.BetaMessage):
+        fields.update(kind.model_fields)
+    fields.update(anthropic.types.ErrorResponse.model_fields)
+    return frozenset(fields)
+
+
+def step_keys(wire_keys: Sequence[str] = ()) -> list[str]:
+    """Every top-level key a step may hold, sorted: the Messages API response's and error
+    body's (as the installed ``anthropic`` SDK types them), `SCRIPT_KEYS`, and ``wire_keys``
+    (`FakeMessagesAPI`'s ``headers`` and ``cut_after_events``)."""
+    return sorted(_API_KEYS | _sdk_keys() | set(SCRIPT_KEYS) | set(wire_keys))
+
+
+def _refuse_unknown_keys(where: str, step: dict[Any, Any], wire_keys: Sequence[str]) -> None:
+    """A UsageError naming a top-level key of ``step`` no step may hold (a typo such as
+    ``cut_after_event`` would otherwise be ignored silently)."""
+    fast = _API_KEYS.union(SCRIPT_KEYS, wire_keys)
+    unknown = [key for key in step if key not in fast]
+    if unknown:
+        unknown = [key for key in unknown if key not in _sdk_keys()]
+    if not unknown:
+        return
+    key = unknown[0]
+    known = step_keys(wire_keys)
+    hint = ""
+    close = difflib.get_close_matches(str(key), known, n=1)
+    if close:
+        hint = f" (did you mean {close[0]!r}?)"
+    if str(key).lower().replace("_", "-") in _HEADER_KEYS:
+        hint = (
+            " (response headers go in 'headers', e.g. {'headers': {'retry-after-ms': '1'}}, "
+            "which FakeMessagesAPI sends)"
+        )
+    elif key in _FAKE_API_KEYS and not wire_keys:
+        hint = f" ({key!r} is FakeMessagesAPI's: ScriptedModel has no HTTP wire to apply it to)"
+    raise UsageError(f"{where}: unknown key {key!r}{hint}; a step may hold only {', '.join(known)}")
+
+
+_FAKE_API_KEYS = frozenset({"headers", "cut_after_events"})
+_HEADER_KEYS = frozenset({"retry-after", "retry-after-ms", "x-should-retry", "request-id"})
+
+
+def script_steps(script: Any, owner: str) -> list[Any]:
+    """The steps of ``script``: a sequence of steps, or a script file's JSON object
+    ``{"steps": [...]}`` (the form ``--model script:FILE`` reads).
+
+    Raises:
+        UsageError: ``script`` is neither (a string, say: a file's name or text, not its steps).
+    """
+    if isinstance(script, dict) and "steps" in script:
+        extra = sorted(str(key) for key in script if key != "steps")
+        steps = script["steps"]
+        if not isinstance(steps, list | tuple):
+            raise UsageError(
+                f"{owner}: a script object's 'steps' must be a list of steps, got "
+                f"{type(steps).__name__}"
+            )
+        if extra and extra != ["prompt"]:
+            raise UsageError(
+                f"{owner}: a script object holds 'steps' (and at most 'prompt'), got also "
+                f"{', '.join(extra)}"
+            )
+        return list(steps)
+    if isinstance(script, str | bytes | dict) or not isinstance(script, Sequence):
+        raise UsageError(
+            f"{owner} takes a list of steps (or a script object {{'steps': [...]}}), got "
+            f"{type(script).__name__}; for a script file, pass json.loads(path.read_text())"
+        )
+    return list(script)
+
+
 def _checked_step(
-    number: int, step: Step, owner: str = "ScriptedModel"
+    number: int, step: Step, owner: str = "ScriptedModel", wire_keys: Sequence[str] = ()
 ) -> tuple[float, AssistantMessage | dict[str, Any]]:
     """``(delay_seconds, response or error body)`` for one step, or a UsageError naming it (and
-    ``owner``, the class the script was given to)."""
+    ``owner``, the class the script was given to). ``wire_keys``: the owner's own step keys,
+    known besides `step_keys` (the caller checks their values)."""
     if isinstance(step, AssistantMessage):
         return 0.0, step
     where = f"{owner} step {number}"
     if not isinstance(step, dict):
         raise UsageError(f"{where}: expected a response object, got {type(step).__name__}")
+    if "content" in step or "error" in step:  # else: "needs 'content' or 'error'" below
+        _refuse_unknown_keys(where, step, wire_keys)
     delay = step.get("delay_seconds", step.get("delay", 0)) or 0
     if not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0:
         raise UsageError(f"{where}: delay_seconds must be a number >= 0, got {delay!r}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import os
 import re
 import threading
@@ -502,8 +503,25 @@ def _warn_if_deprecated(model: str, deprecated: Mapping[str, str]) -> None:
         "model such as 'claude-sonnet-4-6' (see "
         "https://docs.anthropic.com/en/docs/resources/model-deprecations).",
         FutureWarning,
-        stacklevel=3,
+        stacklevel=_stacklevel_outside_package(),
     )
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _stacklevel_outside_package() -> int:
+    """The ``stacklevel`` that makes a warning issued by this function's caller point at the
+    first frame outside this package: the user's line, whether it built the model itself or
+    through a helper of the package (``FakeMessagesAPI.model``). Python 3.12's
+    ``skip_file_prefixes`` does this, but the package supports 3.11."""
+    frame = inspect.currentframe()
+    frame = frame.f_back if frame is not None else None  # the caller: stacklevel 1
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 @dataclass(eq=False)

@@ -26,7 +26,7 @@ from .._messages import (
     ThinkingBlock,
     ToolCallBlock,
 )
-from ..models._offline import Step, _checked_step
+from ..models._offline import Step, _checked_step, script_steps
 
 if TYPE_CHECKING:
     from ..models.anthropic import AnthropicModel
@@ -245,7 +245,7 @@ def _plan(number: int, step: Step) -> _Planned:
     if isinstance(step, dict):
         wire = {k: step[k] for k in _WIRE_KEYS if k in step}
         step = {k: v for k, v in step.items() if k not in _WIRE_KEYS}
-    delay, outcome = _checked_step(number, step, "FakeMessagesAPI")
+    delay, outcome = _checked_step(number, step, "FakeMessagesAPI", _WIRE_KEYS)
     headers = wire.get("headers", {})
     if not isinstance(headers, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
@@ -298,34 +298,65 @@ class FakeMessagesAPI:
 
     A dict step may also hold ``"delay_seconds"`` (wait before answering), ``"headers"`` (more
     response headers, e.g. ``{"retry-after-ms": "1"}``) and, on a response,
-    ``"cut_after_events": n`` (send its first ``n`` SSE events, then drop the connection).
+    ``"cut_after_events": n`` (send its first ``n`` SSE events, then drop the connection). Any
+    other key that is not a field of the API's response object or error body is refused (a typo
+    such as ``cut_after_event`` would otherwise be ignored). The SDK waits as long as a
+    ``retry-after`` header says (seconds; ``retry-after-ms``: milliseconds) before it retries:
+    keep it small in tests (``{"retry-after-ms": "1"}``).
+
+    A response without ``stop_reason`` is sent with a null stop reason (the API always sends
+    one): the loop goes on by its content, as with `ScriptedModel`.
 
     Once the script is spent, a request is answered 500 with ``x-should-retry: false`` and a
     message saying how many steps the script held.
 
-    Use it as a context manager::
+    Use it as a context manager, which starts and stops the server::
 
         with FakeMessagesAPI(steps) as api:
             model = api.model("claude-sonnet-4-6")
 
+    or call `start` and `close` yourself (a pytest fixture: ``api = FakeMessagesAPI(steps);
+    api.start(); yield api; api.close()``). Until it is started, `url`, `model` and
+    `wait_for_requests` raise `UsageError` (a request could not be answered).
+
     Args:
-        steps: the script (the steps `ScriptedModel` takes, plus the keys above).
+        steps: the script: a list of the steps `ScriptedModel` takes, plus the keys above, or a
+            script file's object ``{"steps": [...]}``.
 
     Attributes:
         requests: every request received (`RecordedRequest`: path, headers, parsed JSON body).
 
     Raises:
         UsageError: a malformed step, named by its number from 1 (the checks of
-            `ScriptedModel`, and of the wire keys above).
+            `ScriptedModel`, and of the wire keys above), or ``steps`` is not a list of steps.
     """
 
-    def __init__(self, steps: Sequence[Step | Reply] = ()) -> None:
+    def __init__(self, steps: Sequence[Step | Reply] | dict[str, Any] = ()) -> None:
         self.requests: list[RecordedRequest] = []
         self._queue: list[_Planned | Reply] = []
         self._steps = 0
         self._lock = threading.Condition()
         self._closing = threading.Event()
-        self.add(*steps)
+        self._started = False
+        self._httpd: _QuietServer | None = None  # bound by start(): no socket before
+        self._thread: threading.Thread | None = None
+        self.add(*script_steps(steps, "FakeMessagesAPI"))
+
+    def start(self) -> Self:
+        """Start serving (in a daemon thread); `close` stops. ``with`` does both.
+
+        Returns:
+            This server, so ``api = FakeMessagesAPI(steps).start()`` reads in one line.
+
+        Raises:
+            UsageError: it was started before, or closed (a closed server cannot start again:
+                make a new one).
+        """
+        if self._closing.is_set():
+            raise UsageError("FakeMessagesAPI.start: it is closed: make a new FakeMessagesAPI")
+        if self._started:
+            raise UsageError("FakeMessagesAPI.start: already started (by start() or `with`)")
+        self._started = True
         self._httpd = _QuietServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
@@ -334,10 +365,43 @@ class FakeMessagesAPI:
             name="FakeMessagesAPI",
             daemon=True,
         )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving and free the port; answers still waiting out a ``delay_seconds`` are
+        dropped. Safe to call more than once, or on a server never started (which holds no
+        port: `start` binds it)."""
+        if self._closing.is_set():
+            return
+        self._closing.set()  # wakes answers still waiting out their delay
+        if self._httpd is not None and self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join()
+            self._httpd.server_close()
+
+    def _check_running(self, what: str) -> None:
+        if self._closing.is_set():
+            raise UsageError(
+                f"FakeMessagesAPI.{what}: the server is closed (its `with` block ended, or "
+                "close() was called): use it inside `with FakeMessagesAPI(...) as api:`"
+            )
+        if not self._started:
+            raise UsageError(
+                f"FakeMessagesAPI.{what}: the server is not started, so no request would be "
+                "answered: use `with FakeMessagesAPI(steps) as api:`, or call `api.start()` "
+                "(and `api.close()` when done)"
+            )
 
     @property
     def url(self) -> str:
-        """The base URL to give the SDK (``http://127.0.0.1:<port>``)."""
+        """The base URL to give the SDK (``http://127.0.0.1:<port>``).
+
+        Raises:
+            UsageError: the server is not started, or closed.
+        """
+        self._check_running("url")
+        assert self._httpd is not None  # started
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}"
 
@@ -371,7 +435,12 @@ class FakeMessagesAPI:
 
         Returns:
             True once they have arrived; False when ``timeout_seconds`` passed first.
+
+        Raises:
+            UsageError: the server was never started (no request could arrive).
         """
+        if not self._started:
+            self._check_running("wait_for_requests")
         with self._lock:
             return self._lock.wait_for(lambda: len(self.requests) >= count, timeout_seconds)
 
@@ -383,6 +452,9 @@ class FakeMessagesAPI:
             **options: more `AnthropicModel` options (``max_retries``, ``timeout_seconds``, ...).
 
         Close it as any `AnthropicModel` (``async with`` or ``await model.aclose()``).
+
+        Raises:
+            UsageError: the server is not started, or closed.
         """
         from ..models.anthropic import AnthropicModel
 
@@ -410,8 +482,7 @@ class FakeMessagesAPI:
         )
 
     def __enter__(self) -> Self:
-        self._thread.start()
-        return self
+        return self.start()
 
     def __exit__(
         self,
@@ -419,10 +490,7 @@ class FakeMessagesAPI:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self._closing.set()  # wakes answers still waiting out their delay
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
+        self.close()
 
 
 def _handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import sys
 import threading
 import warnings
@@ -16,8 +17,16 @@ from typing import Any
 import anthropic
 import pytest
 
-from statemachine_agent import Agent, RunResult, State, TextBlock, ToolResultMessage, tool
-from statemachine_agent.models import AnthropicModel
+from statemachine_agent import (
+    Agent,
+    RunResult,
+    State,
+    TextBlock,
+    ToolResultMessage,
+    UsageError,
+    tool,
+)
+from statemachine_agent.models import AnthropicModel, FunctionModel
 
 from .replay_server import ReplayServer, Reply, message_to_sse, sse_reply
 
@@ -228,6 +237,43 @@ def test_a_client_passed_in_serves_one_loop_and_a_second_loop_fails_saying_why(
     assert "client=" in second.error and "another event loop" in second.error
     assert "api_key=" in second.error  # what to do instead
     assert len(server.requests) == 1
+
+
+def test_a_client_passed_in_on_a_second_loop_logs_its_usage_error_without_a_traceback(
+    no_stray_resources: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    with ReplayServer([says("first")]) as server, asyncio.Runner() as owner:
+        client = anthropic.AsyncAnthropic(api_key="test", base_url=server.url, max_retries=0)
+        agent = Agent(AnthropicModel(MODEL, client=client))
+        owner.run(agent.run("one"))
+        with caplog.at_level(logging.DEBUG, logger="statemachine_agent"):
+            second = agent.run_sync("two")  # another loop: the documented UsageError
+        owner.run(client.close())
+
+    assert second.state is State.FAILED and second.error is not None
+    logged = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(logged) == 1, [r.getMessage() for r in logged]
+    assert logged[0].exc_info is None  # an explained failure: its message, not a traceback
+    assert "refused the request" in logged[0].getMessage()
+    assert "another event loop" in logged[0].getMessage()
+
+
+@pytest.mark.parametrize(
+    ("raised", "traceback"),
+    [(UsageError("pass api_key= instead"), False), (ValueError("a bug in the model"), True)],
+)
+def test_a_models_usage_error_is_logged_plainly_and_an_unexpected_one_with_its_traceback(
+    raised: Exception, traceback: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    def model(messages: object, request: object) -> str:
+        raise raised
+
+    with caplog.at_level(logging.DEBUG, logger="statemachine_agent"):
+        result = Agent(FunctionModel(model)).run_sync("hi")
+    assert result.state is State.FAILED and str(raised) in (result.error or "")
+    logged = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(logged) == 1 and str(raised) in logged[0].getMessage() + str(logged[0].exc_info)
+    assert (logged[0].exc_info is not None) is traceback
 
 
 async def test_aclose_closes_the_client_of_a_loop_still_running_in_another_thread(

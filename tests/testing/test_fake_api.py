@@ -5,10 +5,13 @@ ScriptedModel refuses them."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import re
+import secrets
 import urllib.error
 import urllib.request
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -331,3 +334,183 @@ def test_the_readme_example_prints_what_it_says(capsys: pytest.CaptureFixture[st
     printed = capsys.readouterr().out.splitlines()
     expected = [line[2:] for line in ours[0].splitlines() if line.startswith("# ")]
     assert printed == expected == ["done It is 3. 3", "t1 3"]
+
+
+# -- a fresh user's findings on issue 30's FakeMessagesAPI ---------------------------------------
+
+MAKERS = {"ScriptedModel": ScriptedModel, "FakeMessagesAPI": FakeMessagesAPI}
+
+
+@pytest.mark.parametrize("owner", ["ScriptedModel", "FakeMessagesAPI"])
+@pytest.mark.parametrize(
+    ("typo", "suggests"),
+    [
+        ({"cut_after_event": 2}, "did you mean 'cut_after_events'?"),
+        ({"retry_after": "1"}, "response headers go in 'headers'"),
+        ({"stop_reasons": "end_turn"}, "did you mean 'stop_reason'?"),
+        ({"delay_second": 0.1}, "did you mean 'delay_seconds'?"),
+    ],
+)
+def test_an_unknown_step_key_is_refused_naming_the_key_the_step_and_the_known_keys(
+    owner: str, typo: dict[str, Any], suggests: str
+) -> None:
+    key = next(iter(typo))
+    with pytest.raises(UsageError) as refused:
+        MAKERS[owner]([ANSWER, {**CALL, **typo}])
+    message = str(refused.value)
+    assert message.startswith(f"{owner} step 2: unknown key {key!r}")
+    if owner == "FakeMessagesAPI" or "cut_after" not in key:
+        assert suggests in message
+    known = message.split("a step may hold only ")[1].split(", ")
+    expected = {"content", "stop_reason", "usage", "error", "status_code", "delay_seconds"}
+    assert expected <= set(known)
+    assert ("cut_after_events" in known) is (owner == "FakeMessagesAPI")
+    assert ("headers" in known) is (owner == "FakeMessagesAPI")
+
+
+@pytest.mark.parametrize("key", ["cut_after_events", "headers"])
+def test_scripted_model_refuses_a_wire_key_saying_it_is_fake_messages_apis(key: str) -> None:
+    value: Any = 1 if key == "cut_after_events" else {"retry-after-ms": "1"}
+    with pytest.raises(UsageError, match=f"^ScriptedModel step 1: unknown key '{key}'") as refused:
+        ScriptedModel([{**ANSWER, key: value}])
+    assert "is FakeMessagesAPI's: ScriptedModel has no HTTP wire" in str(refused.value)
+
+
+def test_every_key_of_the_sdks_message_and_error_types_is_a_known_step_key() -> None:
+    from statemachine_agent.models._offline import step_keys
+
+    sdk = {*anthropic.types.Message.model_fields, *anthropic.types.ErrorResponse.model_fields}
+    assert sdk <= set(step_keys())
+    # A recorded response as the API sends it, every field present, plays as a step.
+    full = {
+        "id": "msg_01",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-6",
+        "content": [{"type": "text", "text": "It is 3."}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "stop_details": None,
+        "usage": {"input_tokens": 3, "output_tokens": 4},
+        "container": None,
+        "context_management": None,
+        "diagnostics": None,
+    }
+    error = {"type": "error", "error": OVERLOADED, "request_id": "req_01"}
+    assert ScriptedModel([full, error]).remaining == 2
+    with FakeMessagesAPI([full]) as api:
+        result = Agent(api.model(max_retries=0)).run_sync("1+2?")
+    assert (result.state, result.text) == (State.DONE, "It is 3.")
+
+
+def test_every_recorded_response_and_error_body_is_a_valid_step(anthropic_fixtures: Path) -> None:
+    import yaml
+
+    bodies: list[dict[str, Any]] = []
+    for cassette in sorted(anthropic_fixtures.glob("*.yaml")):
+        for item in yaml.safe_load(cassette.read_text(encoding="utf-8"))["interactions"]:
+            response = item["response"]
+            text = response["body"]["string"] if "body" in response else None
+            if text is not None and text.lstrip().startswith("{"):
+                bodies.append(json.loads(text))
+            elif "parsed_body" in response:
+                bodies.append(response["parsed_body"])
+    assert len(bodies) >= 6, "responses and an error recorded as JSON"
+    assert {"id", "type", "role", "model", "usage", "stop_sequence"} <= set().union(*bodies)
+    assert ScriptedModel(bodies).remaining == len(bodies)
+    with FakeMessagesAPI(bodies) as api:
+        assert api.remaining == len(bodies)
+
+
+@pytest.mark.parametrize("owner", ["ScriptedModel", "FakeMessagesAPI"])
+def test_a_response_without_stop_reason_goes_on_by_its_content_and_ends_done(owner: str) -> None:
+    # Documented default (the API always sends a stop reason; a script may leave it out, and
+    # the property suite draws such responses): its tool calls run; without any, the run is done.
+    steps = [{"content": CALL["content"]}, {"content": [{"type": "text", "text": "It is 3."}]}]
+    if owner == "ScriptedModel":
+        result = Agent(ScriptedModel(steps), tools=[add]).run_sync("1+2?")
+    else:
+        with FakeMessagesAPI(steps) as api:
+            result = Agent(api.model(max_retries=0), tools=[add]).run_sync("1+2?")
+    assert (result.state, result.text, result.stop_reason) == (State.DONE, "It is 3.", None)
+    outputs = [m for m in result.messages if isinstance(m, ToolResultMessage)]
+    assert [(o.tool_call_id, o.text) for o in outputs] == [("t1", "3")]
+
+
+def test_a_script_files_object_with_steps_is_accepted_as_the_cli_reads_it() -> None:
+    demo = Path(__file__).resolve().parents[2] / "statemachine_agent" / "demo" / "script.json"
+    script = json.loads(demo.read_text(encoding="utf-8"))  # {"prompt": ..., "steps": [...]}
+    with FakeMessagesAPI(script) as api:
+        assert api.remaining == len(script["steps"]) > 0
+    assert ScriptedModel(script).remaining == len(script["steps"])
+    with FakeMessagesAPI({"steps": [ANSWER]}) as api:
+        result = Agent(api.model(max_retries=0)).run_sync("1+2?")
+    assert (result.state, result.text) == (State.DONE, "It is 3.")
+
+
+@pytest.mark.parametrize("owner", ["ScriptedModel", "FakeMessagesAPI"])
+@pytest.mark.parametrize(
+    ("script", "says"),
+    [
+        ("steps.json", "takes a list of steps (or a script object {'steps': [...]}), got str"),
+        ({"content": []}, "got dict"),
+        ({"steps": "x"}, "a script object's 'steps' must be a list of steps, got str"),
+        ({"steps": [], "model": "x"}, "got also model"),
+    ],
+)
+def test_a_script_that_is_not_a_list_of_steps_is_refused_saying_what_to_pass(
+    owner: str, script: Any, says: str
+) -> None:
+    with pytest.raises(UsageError, match=f"^{owner}") as refused:
+        MAKERS[owner](script)
+    assert says in str(refused.value)
+
+
+def test_a_server_not_started_refuses_url_model_and_waiting_saying_how_to_start_it() -> None:
+    api = FakeMessagesAPI([ANSWER])
+    try:
+        for use in (lambda: api.url, api.model, lambda: api.wait_for_requests(1)):
+            with pytest.raises(UsageError, match="not started") as refused:
+                use()
+            assert "with FakeMessagesAPI(steps) as api:" in str(refused.value)
+            assert "api.start()" in str(refused.value)
+    finally:
+        api.close()
+
+
+def test_start_and_close_serve_runs_as_a_pytest_fixture_would() -> None:
+    api = FakeMessagesAPI([ANSWER, ANSWER])
+    assert api.start() is api
+    try:
+        model = api.model(max_retries=0)
+        first = Agent(model).run_sync("1+2?")
+        second = Agent(model).run_sync("again")
+    finally:
+        api.close()
+    assert [first.state, second.state] == [State.DONE, State.DONE]
+    assert len(api.requests) == 2 and api.remaining == 0
+    api.close()  # twice: nothing more to do
+    with pytest.raises(UsageError, match="closed"):
+        api.url  # noqa: B018
+    with pytest.raises(UsageError, match="closed: make a new FakeMessagesAPI"):
+        api.start()
+    again = FakeMessagesAPI([ANSWER]).start()
+    try:
+        with pytest.raises(UsageError, match="already started"):
+            again.start()
+    finally:
+        again.close()
+
+
+def test_the_deprecated_model_warning_points_at_the_users_line_in_both_paths() -> None:
+    from statemachine_agent.models import AnthropicModel
+
+    names = [f"claude-retired-{secrets.token_hex(4)}" for _ in range(2)]
+    table = {name: "June 1st, 2027" for name in names}
+    with FakeMessagesAPI([]) as api, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+        api.model(names[0], deprecated_models=table)
+        AnthropicModel(names[1], api_key="test", deprecated_models=table)
+    found = [(w.category, w.filename, w.lineno) for w in caught if "deprecated" in str(w.message)]
+    assert found == [(FutureWarning, __file__, line), (FutureWarning, __file__, line + 1)]
