@@ -370,7 +370,12 @@ async def compact_context(run: Run) -> str:
     ``fail`` when the summarizer raised or returned nothing (the history as it was), or
     ``abort`` when the run was aborted meanwhile.
     """
-    from .session._compaction import SUMMARY_PREFIX, compact_history
+    from .session._compaction import (
+        SUMMARY_PREFIX,
+        compact_history,
+        held_response_index,
+        keep_held_batch,
+    )
 
     agent, data = run.agent, run.data
     config = agent.compaction
@@ -381,7 +386,8 @@ async def compact_context(run: Run) -> str:
         return Trigger.ABORT
     messages = list(run.messages)
     before = agent.context_usage.tokens
-    start = config.kept_start(messages)
+    held = held_response_index(messages, [call.id for call in agent.pending])
+    start = keep_held_batch(messages, config.kept_start(messages), held)  # never a held batch
     if start == 1 and _is_summary(messages[0], SUMMARY_PREFIX):
         start = 0  # only the last summary lies before the kept window: nothing to gain
     if start == 0:
@@ -422,7 +428,7 @@ async def compact_context(run: Run) -> str:
             "Compaction failed: the summarizer returned no summary; the history was kept as it was"
         )
         return Trigger.FAIL
-    compacted = compact_history(messages, str(summary), start=start)
+    compacted = compact_history(messages, str(summary), start=start, held=held is not None)
     agent._messages = compacted  # mid-run: the run's own replacement (the setter refuses it)
     agent._context.reset()
     run.start = max(1, run.start - start + 1)

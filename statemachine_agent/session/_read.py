@@ -414,9 +414,14 @@ def _rebuild(data: SessionData) -> None:
                 deferred[waiting_call.id] = waiting_call
         elif record.type == "history":
             # A compaction: the history starts over from this line; results logged before it
-            # belong to messages it replaced.
+            # belong to messages it replaced, except those of calls the new history still holds
+            # (a batch waiting for decisions keeps its held results across a compaction).
             spine = [m for m in record.messages if not isinstance(m, ToolResultMessage)]
-            results, result_lines = {}, {}
+            kept = {
+                c.id for m in spine if isinstance(m, AssistantMessage) for c in m.tool_calls
+            }
+            results = {i: r for i, r in results.items() if i in kept}
+            result_lines = {i: n for i, n in result_lines.items() if i in kept}
             for m in record.messages:
                 if isinstance(m, ToolResultMessage):
                     results[m.tool_call_id] = m
