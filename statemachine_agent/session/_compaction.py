@@ -177,7 +177,9 @@ async def compact(agent: Agent, summarize: Summarize, *, keep_last: int = 20) ->
     summary = await resolve(summarize(messages[:start]))
     if summary is None or not str(summary).strip():
         return False
-    compacted = compact_history(messages, str(summary), start=start, held=held is not None)
+    compacted = compact_history(
+        messages, str(summary), start=start, **({} if held is None else {"held": True})
+    )
     agent.messages = compacted  # the context meter restarts: the new list is estimated whole
     session = getattr(agent, "session", None)
     if session is not None:

@@ -417,9 +417,7 @@ def _rebuild(data: SessionData) -> None:
             # belong to messages it replaced, except those of calls the new history still holds
             # (a batch waiting for decisions keeps its held results across a compaction).
             spine = [m for m in record.messages if not isinstance(m, ToolResultMessage)]
-            kept = {
-                c.id for m in spine if isinstance(m, AssistantMessage) for c in m.tool_calls
-            }
+            kept = {c.id for m in spine if isinstance(m, AssistantMessage) for c in m.tool_calls}
             results = {i: r for i, r in results.items() if i in kept}
             result_lines = {i: n for i, n in result_lines.items() if i in kept}
             for m in record.messages:
