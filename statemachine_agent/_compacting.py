@@ -24,7 +24,11 @@ model's context window can take: with a known window, one request holds at most 
 (`summary_piece_chars`; the other half is room for the answer and the estimate's error). A
 longer transcript is summarized in pieces, then the pieces' summaries are summarized together
 (again in pieces if they do not fit); a request the provider still refuses as "prompt is too
-long" is split in two and sent again.
+long" is split in two and sent again. Each of its requests counts toward ``max_requests``
+(`RunCounts.requests`) and its tokens toward the token limits, as a turn's request does; a
+limit that keeps its next request from being sent stops the compaction (the history as it was)
+and the run ends ``max_turns`` saying which limit (``compacted [usage_limit_before_request]``,
+also when the summary used the last request the limit allowed).
 """
 
 from __future__ import annotations
@@ -485,6 +489,9 @@ async def compact_context(run: Run) -> str:
                 raise  # the abort's cancellation (the scope takes it back) or the task's own
             if isinstance(exc, _Aborted):
                 return Trigger.ABORT
+            if isinstance(exc, _LimitReached):  # the history as it was; ``compacted`` then
+                run.emit(CompactionEnd(reason, before, before, 0))  # stops at the limit
+                return Trigger.COMPACTED
             if isinstance(exc, SummaryError):
                 sizes = measured(run, before)
                 run.error = f"Compaction failed: {exc} (the engine measured {sizes})"
@@ -531,6 +538,11 @@ def _is_summary(message: Message, prefix: str) -> bool:
 
 class _Aborted(Exception):
     """The default summarizer's request was aborted."""
+
+
+class _LimitReached(Exception):
+    """A usage limit (``max_requests``, a token limit) keeps the default summarizer's next
+    request from being sent."""
 
 
 class SummaryError(ModelError):
@@ -591,6 +603,12 @@ async def _ask(run: Run, instructions: str, text: str) -> str | None:
     """
     prompt = f"{instructions}\n\n<conversation>\n{text}\n</conversation>"
     request = ModelRequest([UserMessage(prompt)], None, [], run.agent.model_settings)
+    data = run.data
+    if not data.winding_down:  # counted as every request is (the final turn's is not)
+        limits = data.limits
+        if limits is not None and limits.request_hit(data.requests, data.usage) is not None:
+            raise _LimitReached()
+        data.requests += 1
     outcome = await run.send(request)
     if isinstance(outcome, RequestAborted):
         raise _Aborted()
@@ -599,6 +617,7 @@ async def _ask(run: Run, instructions: str, text: str) -> str | None:
             return None
         raise ModelError(outcome.message, kind="summarizer")
     run.add_usage(outcome.usage)
+    data.usage = data.usage + outcome.usage  # toward the token limits, as a turn's response
     stop = outcome.stop_reason
     if outcome.tool_calls or stop not in SUMMARY_STOP_REASONS:
         what = " (a tool call, not a summary)" if outcome.tool_calls else ""
