@@ -6,9 +6,9 @@ cannot hold an aborted run open; the default summarizer's requests count toward 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from statemachine_agent.testing import assert_valid_history
 from statemachine_agent.testing.steps import call, text_response, tool_response
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_peer_reports_long_runs import _file_tools, _review_writes  # noqa: E402
+from test_peer_reports_long_runs import _file_tools, _review_writes
 
 # -- any history replacement keeps a batch awaiting approval ------------------------------------
 
@@ -105,6 +105,7 @@ async def test_a_single_async_call_that_ignores_the_abort_is_left_and_the_run_en
 ) -> None:
     entered = asyncio.Event()
     release = asyncio.Event()
+    ended = asyncio.Event()
     finished: list[str] = []
     unretrieved: list[dict[str, Any]] = []
     loop = asyncio.get_running_loop()
@@ -115,11 +116,10 @@ async def test_a_single_async_call_that_ignores_the_abort_is_left_and_the_run_en
         """Ignore every cancellation until released, then fail."""
         entered.set()
         while not release.is_set():
-            try:
+            with contextlib.suppress(asyncio.CancelledError):  # ignores the abort
                 await release.wait()
-            except asyncio.CancelledError:
-                pass  # ignores the abort
         finished.append("late")
+        ended.set()  # its task ends in this same step, the failure below caught or not
         raise RuntimeError("a late failure nobody waits for")
 
     model = ScriptedModel([tool_response(call("stubborn", id="s1"))])
@@ -138,11 +138,8 @@ async def test_a_single_async_call_that_ignores_the_abort_is_left_and_the_run_en
     assert_valid_history(agent.messages)
 
     release.set()  # the straggler ends now, failing; its result is ignored
-    while not finished:
-        await asyncio.sleep(0)
-    for _ in range(3):
-        await asyncio.sleep(0)
-    gc.collect()
+    await ended.wait()
+    gc.collect()  # an unretrieved task exception is reported when the task is collected
     assert [m.text for m in agent.messages if isinstance(m, ToolResultMessage)] == [INTERRUPTED]
     assert not [c for c in unretrieved if "never retrieved" in str(c.get("message"))], unretrieved
 
