@@ -383,6 +383,7 @@ class Agent:
             if not {c.id for c in calls} <= ids or not {r.tool_call_id for r in results} <= ids:
                 raise UsageError("the pending calls are not calls of the last message")
             batch = PendingBatch(last, {r.tool_call_id: r for r in results}, list(calls))
+        self._pending = None  # the history below replaces the old batch's too
         self.messages = messages
         self.machine.restore(state)
         self._pending = batch
@@ -401,8 +402,33 @@ class Agent:
 
     @messages.setter
     def messages(self, messages: Sequence[Message]) -> None:
+        """Replace the history between runs.
+
+        In ``awaiting_approval`` the new history must still end with the response whose calls
+        wait for a decision (the same tool calls; their held results are appended after it once
+        every call is decided), as a compaction that keeps that turn does.
+
+        Raises:
+            AgentBusyError: a run is in progress.
+            UsageError: calls await approval and the new history does not end with their
+                response (it would drop them, and approving them would leave results without
+                their calls).
+        """
         if self._running:
             raise AgentBusyError("cannot replace the history while a run is in progress")
+        pending = self._pending
+        if pending is not None:
+            last = messages[-1] if messages else None
+            batch = [c.id for c in pending.response.tool_calls]
+            if not isinstance(last, AssistantMessage) or [c.id for c in last.tool_calls] != batch:
+                waiting = ", ".join(call.id for call in pending.calls)
+                raise UsageError(
+                    f"calls {waiting} are awaiting approval: a new history must end with the "
+                    f"response that holds them (tool calls {', '.join(batch)}); keep it, or "
+                    "decide them first with agent.run(decisions={call_id: Approve() or "
+                    "Deny(reason)}), or agent.abort()"
+                )
+            pending.response = last  # the batch goes on from the message the history holds
         self._messages = list(messages)
         self._call_ids = call_ids(self._messages)
         # The projection and the context account followed the old list: start over (and let

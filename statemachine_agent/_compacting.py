@@ -24,7 +24,11 @@ model's context window can take: with a known window, one request holds at most 
 (`summary_piece_chars`; the other half is room for the answer and the estimate's error). A
 longer transcript is summarized in pieces, then the pieces' summaries are summarized together
 (again in pieces if they do not fit); a request the provider still refuses as "prompt is too
-long" is split in two and sent again.
+long" is split in two and sent again. Each of its requests counts toward ``max_requests``
+(`RunCounts.requests`) and its tokens toward the token limits, as a turn's request does; a
+limit that keeps its next request from being sent stops the compaction (the history as it was)
+and the run ends ``max_turns`` saying which limit (``compacted [usage_limit_before_request]``,
+also when the summary used the last request the limit allowed).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ._accounting import CHARS_PER_TOKEN, ContextUsage
+from ._accounting import CHARS_PER_TOKEN, ContextUsage, estimate_tokens
 from ._cancel import abort_scope, is_run_cancellation
 from ._errors import ModelError, UsageError
 from ._events import CompactionEnd, CompactionStart
@@ -331,15 +335,19 @@ def overflowed(run: Run, failure: RequestFailed) -> str:
     data = run.data
     if data.compaction and not data.overflow_retried:
         data.overflow_retried = True
+        run.overflow = failure.message
         data.compaction_reason = "prompt_too_long"
         return Trigger.COMPACT
     if data.compaction:
         sizes = run.compaction_sizes
         engine = "" if sizes is None else f" (the engine measured {measured(run, *sizes)})"
-        how = (
-            f"even after automatic compaction{engine}; lower Compaction(threshold=...) and keep "
-            "less recent history (keep_recent=... tokens or keep_recent_turns=...)."
-        )
+        if not cuttable(run.messages):  # the newest turn alone is left: it is what is too large
+            how = f"even after automatic compaction{engine}, and {nothing_to_cut(run.messages)}"
+        else:
+            how = (
+                f"even after automatic compaction{engine}; lower Compaction(threshold=...) and "
+                "keep less recent history (keep_recent=... tokens or keep_recent_turns=...)."
+            )
     else:
         how = (
             "automatic compaction is off: turn it on with Agent(compaction=Compaction()) "
@@ -347,6 +355,56 @@ def overflowed(run: Run, failure: RequestFailed) -> str:
             "statemachine_agent.session.compact(agent, summarize)."
         )
     return run.fail(f"{failure.message}. The history does not fit the model's context window {how}")
+
+
+def cuttable(messages: Sequence[Message]) -> list[int]:
+    """The turn boundaries a compaction could cut ``messages`` at (`find_cut_points` after 0,
+    and after a summary that starts the history): empty when the newest turn (with the last
+    summary) is all there is."""
+    from .session._compaction import SUMMARY_PREFIX, find_cut_points
+
+    first = 1 if messages and _is_summary(messages[0], SUMMARY_PREFIX) else 0
+    return [i for i in find_cut_points(messages) if i > first]
+
+
+def _largest_part(messages: Sequence[Message]) -> tuple[str, bool]:
+    """The largest message of the newest turn of ``messages``, described with its size
+    (``the result of tool dump (call d1): 120,004 characters, about 30,013 tokens``), and
+    whether it is a tool result."""
+    from .session._compaction import find_cut_points
+
+    start = max(find_cut_points(messages), default=0)
+    turn = list(messages[start:]) or list(messages)
+    if not turn:
+        return "the history is empty", False
+    largest = max(turn, key=lambda m: estimate_tokens([m]))
+    chars = sum(len(block.model_dump_json()) for block in largest.content)
+    size = f"{chars:,} characters, about {estimate_tokens([largest]):,} tokens"
+    if isinstance(largest, ToolResultMessage):
+        name = largest.tool_name or "?"
+        return f"the result of tool {name} (call {largest.tool_call_id}): {size}", True
+    if isinstance(largest, UserMessage):
+        return f"a user message: {size}", False
+    return f"the model's response: {size}", False
+
+
+def nothing_to_cut(messages: Sequence[Message]) -> str:
+    """The advice when compaction has nothing left to cut in ``messages`` (the newest turn
+    alone does not fit the window): what to shorten, with the size of its largest part. Keeping
+    less recent history cannot help then."""
+    part, from_tool = _largest_part(messages)
+    if from_tool:
+        what = (
+            "shorten what the tools return (have the tool return a page, a filter or a "
+            "digest of its output instead of all of it)"
+        )
+    else:
+        what = "shorten the prompt or split the task"
+    return (
+        "compaction found nothing left to cut: the newest turn alone is larger than the "
+        f"window (its largest part is {part}). To go on, {what}, or use a model with a "
+        "larger context window."
+    )
 
 
 # -- actions -----------------------------------------------------------------------------------
@@ -393,7 +451,12 @@ async def compact_context(run: Run) -> str:
     ``fail`` when the summarizer raised or returned nothing (the history as it was), or
     ``abort`` when the run was aborted meanwhile.
     """
-    from .session._compaction import SUMMARY_PREFIX, compact_history
+    from .session._compaction import (
+        SUMMARY_PREFIX,
+        compact_history,
+        held_response_index,
+        keep_held_batch,
+    )
 
     agent, data = run.agent, run.data
     config = agent.compaction
@@ -404,22 +467,41 @@ async def compact_context(run: Run) -> str:
         return Trigger.ABORT
     messages = list(run.messages)
     before = agent.context_usage.tokens
-    start = config.kept_start(messages, context_window(agent.model))
+    held = held_response_index(messages, [call.id for call in agent.pending])
+    start = keep_held_batch(  # never a held batch
+        messages, config.kept_start(messages, context_window(agent.model)), held
+    )
     if start == 1 and _is_summary(messages[0], SUMMARY_PREFIX):
         start = 0  # only the last summary lies before the kept window: nothing to gain
     if start == 0:
         run.compaction_sizes = (before, before)
         run.emit(CompactionEnd(reason, before, before, 0))
-        if reason == "context_window":  # the response cannot fit, and nothing is left to cut
-            run.error = (
-                "The response was cut off by the model's context window and compaction found "
-                f"nothing left to cut (the engine measured {measured(run, before, before)}; the "
+        if reason == "threshold":  # under the window still: the request goes as it is
+            return Trigger.COMPACTED
+        # The history does not fit and nothing is cut: the same request would be refused
+        # again, so it is not sent; the error says what to shorten.
+        sizes = measured(run, before, before)
+        if reason == "context_window":
+            problem = "The response was cut off by the model's context window"
+        else:
+            problem = f"{run.overflow or 'prompt is too long'}. The request does not fit"
+            problem += " the model's context window"
+        if cuttable(messages):  # the turns the configuration keeps fill the window
+            advice = (
+                f"compaction found nothing left to cut (the engine measured {sizes}; the "
                 "turns it keeps fill the window): keep less recent history (Compaction("
                 "keep_recent=... tokens or keep_recent_turns=...)), or shorten what the tools "
                 "return."
             )
-            return Trigger.FAIL
-        return Trigger.COMPACTED
+        else:
+            advice = nothing_to_cut(messages).replace(
+                "window (its", f"window (the engine measured {sizes}; its", 1
+            )
+        error = f"{problem} and {advice}"
+        if reason == "prompt_too_long":
+            return run.fail(error)  # a failed request, recorded as the refusal was
+        run.error = error
+        return Trigger.FAIL
     run.emit(CompactionStart(reason, before, start))
     old = messages[:start]
     summary: object = None
@@ -432,6 +514,9 @@ async def compact_context(run: Run) -> str:
                 raise  # the abort's cancellation (the scope takes it back) or the task's own
             if isinstance(exc, _Aborted):
                 return Trigger.ABORT
+            if isinstance(exc, _LimitReached):  # the history as it was; ``compacted`` then
+                run.emit(CompactionEnd(reason, before, before, 0))  # stops at the limit
+                return Trigger.COMPACTED
             if isinstance(exc, SummaryError):
                 sizes = measured(run, before)
                 run.error = f"Compaction failed: {exc} (the engine measured {sizes})"
@@ -445,7 +530,9 @@ async def compact_context(run: Run) -> str:
             "Compaction failed: the summarizer returned no summary; the history was kept as it was"
         )
         return Trigger.FAIL
-    compacted = compact_history(messages, str(summary), start=start)
+    compacted = compact_history(
+        messages, str(summary), start=start, **({} if held is None else {"held": True})
+    )
     agent._messages = compacted  # mid-run: the run's own replacement (the setter refuses it)
     agent._context.reset()
     run.start = max(1, run.start - start + 1)
@@ -476,6 +563,11 @@ def _is_summary(message: Message, prefix: str) -> bool:
 
 class _Aborted(Exception):
     """The default summarizer's request was aborted."""
+
+
+class _LimitReached(Exception):
+    """A usage limit (``max_requests``, a token limit) keeps the default summarizer's next
+    request from being sent."""
 
 
 class SummaryError(ModelError):
@@ -536,6 +628,12 @@ async def _ask(run: Run, instructions: str, text: str) -> str | None:
     """
     prompt = f"{instructions}\n\n<conversation>\n{text}\n</conversation>"
     request = ModelRequest([UserMessage(prompt)], None, [], run.agent.model_settings)
+    data = run.data
+    if not data.winding_down:  # counted as every request is (the final turn's is not)
+        limits = data.limits
+        if limits is not None and limits.request_hit(data.requests, data.usage) is not None:
+            raise _LimitReached()
+        data.requests += 1
     outcome = await run.send(request)
     if isinstance(outcome, RequestAborted):
         raise _Aborted()
@@ -544,6 +642,7 @@ async def _ask(run: Run, instructions: str, text: str) -> str | None:
             return None
         raise ModelError(outcome.message, kind="summarizer")
     run.add_usage(outcome.usage)
+    data.usage = data.usage + outcome.usage  # toward the token limits, as a turn's response
     stop = outcome.stop_reason
     if outcome.tool_calls or stop not in SUMMARY_STOP_REASONS:
         what = " (a tool call, not a summary)" if outcome.tool_calls else ""

@@ -239,6 +239,7 @@ class BatchRun:
         self._terminated = False
         self._fatal: BaseException | None = None
         self._resource_tails: dict[str, asyncio.Future[None]] = {}
+        self._task_slots: dict[asyncio.Future[None], _Slot] = {}
 
     @property
     def terminate_reason(self) -> str | None:
@@ -314,8 +315,7 @@ class BatchRun:
                     break
                 await self._process_inline(slot)
         else:
-            tasks = [asyncio.ensure_future(self._process(slot)) for slot in self._slots]
-            await self._watch(tasks)
+            await self._watch([self._start(slot) for slot in self._slots])
         if self._fatal is not None:
             raise self._fatal
 
@@ -329,27 +329,80 @@ class BatchRun:
         )
 
     async def _process_inline(self, slot: _Slot) -> None:
-        """Process one call in this task (no task of its own: a per-turn cost); an abort gives it
-        the grace period, then cancels it (recorded as interrupted)."""
-        with abort_scope(self._signal, self._grace):
+        """Process one call of a batch run one at a time. A sync tool in its worker thread with
+        no hooks runs in this task (no task of its own: a per-turn cost; an abort gives it the
+        grace period, then stops waiting for the thread). Anything that runs on the loop (an
+        async tool, a hook) gets a task of its own, watched as a parallel batch's calls are, so
+        a call that ignores its cancellation cannot keep the run open (`_watch`)."""
+        tool = self._tools.get(slot.call.name)
+        if (
+            tool is not None
+            and not tool.is_async
+            and tool.run_in_thread
+            and self._before is None
+            and self._after is None
+        ):
+            with abort_scope(self._signal, self._grace):
+                await self._process(slot)
+            return
+        await self._watch([self._start(slot)])
+
+    def _start(self, slot: _Slot) -> asyncio.Future[None]:
+        """``slot``'s call in a task of its own; whatever it ends with is retrieved (a task the
+        batch stopped waiting for may end long after the run, unobserved)."""
+        task = asyncio.ensure_future(self._guarded(slot))
+        task.add_done_callback(_retrieve)
+        self._task_slots[task] = slot
+        return task
+
+    async def _guarded(self, slot: _Slot) -> None:
+        """`_process` in a call's task: a `BaseException` that escapes it (a subscriber's
+        ``KeyboardInterrupt``, say) is kept for `run` to raise, as in the batch's own task."""
+        try:
             await self._process(slot)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            if self._fatal is None:
+                self._fatal = exc
 
     async def _watch(self, tasks: Sequence[asyncio.Future[None]]) -> None:
+        """Wait for the calls' tasks. After an abort, running calls get the grace period to end,
+        then are cancelled; a call still running `STOP_WAIT_SECONDS` after its cancellation
+        (it ignores it) is answered as interrupted and left to end in the background, its late
+        result ignored: the run is never held open by it. The cancellation of the task running
+        the batch cancels the calls, waits for them the same way, and propagates."""
         try:
             await self._all_done_or_abort(tasks)
             pending = {task for task in tasks if not task.done()}
             if pending:
                 # Aborted: running tools saw the signal; give them the grace period to stop.
                 _done, pending = await asyncio.wait(pending, timeout=self._grace)
-                for task in pending:
-                    task.cancel()
-                if pending:
-                    await asyncio.wait(pending)
+                await self._stop(pending)
         except asyncio.CancelledError:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._stop({task for task in tasks if not task.done()})
             raise
+
+    async def _stop(self, tasks: set[asyncio.Future[None]]) -> None:
+        """Cancel ``tasks``, wait at most `STOP_WAIT_SECONDS` for them to end, and answer each
+        one still running as interrupted (it goes on unwatched; what it returns is ignored)."""
+        if not tasks:
+            return
+        for task in tasks:
+            task.cancel()
+        _done, stubborn = await asyncio.wait(tasks, timeout=STOP_WAIT_SECONDS)
+        for task in stubborn:
+            _ABANDONED.add(task)  # a strong reference until it ends (the loop keeps weak ones)
+            task.add_done_callback(_ABANDONED.discard)
+            slot = self._task_slots[task]
+            text = INTERRUPTED if slot.started else NOT_RUN
+            self._finish(slot, text_result(slot.call, text, is_error=True))
+            logger.warning(
+                "tool %r (call %s) did not stop when cancelled after the abort's grace period; "
+                "the run no longer waits for it (it goes on in the background, its result ignored)",
+                slot.call.name,
+                slot.call.id,
+            )
 
     async def _all_done_or_abort(self, tasks: Sequence[asyncio.Future[None]]) -> None:
         """Wait until every task is done or the run is aborted, whichever comes first (one
@@ -606,6 +659,24 @@ class BatchRun:
         if isinstance(value, ToolResult) and value.terminate:
             slot.ends_run = True
         return to_result(call, value)
+
+
+STOP_WAIT_SECONDS = 0.1
+"""How long a batch waits for a call it cancelled (after an abort's grace period, or when the
+task running the batch is cancelled) to end: its cancellation delivered and its cleanup run. A
+call still running then ignores its cancellation: it is answered as interrupted and the batch
+stops waiting for it."""
+
+
+_ABANDONED: set[asyncio.Future[None]] = set()
+"""The tasks of calls a batch stopped waiting for, until they end."""
+
+
+def _retrieve(task: asyncio.Future[None]) -> None:
+    """Retrieve what a call's task ended with, so asyncio never reports "Task exception was
+    never retrieved" for a task the batch stopped waiting for."""
+    if not task.cancelled():
+        task.exception()
 
 
 OWN_CANCELLATION = (

@@ -86,7 +86,8 @@ class RunCounts:
 
     Attributes:
         turns: completed turns (the count ``max_turns`` caps).
-        requests: model requests sent (``max_requests``; the final turn's is not counted).
+        requests: model requests sent (``max_requests``), the default summarizer's compaction
+            requests included; the final turn's is not counted.
         tool_calls: tool calls run (``max_tool_calls``).
         usage: tokens of the run's responses (the token limits).
     """
@@ -127,7 +128,10 @@ class UsageLimits:
 
     Args:
         max_requests: model requests sent (a request retried after a transient failure counts
-            once). Checked before each request: a request that would exceed it is not sent.
+            once; each request of the default summarizer during compaction counts, as
+            pydantic-ai's ``request_limit`` counts every request). Checked before each request:
+            a request that would exceed it is not sent (a compaction it stops keeps the history
+            as it was, and the run ends ``max_turns``).
         max_input_tokens: input tokens of the run's responses, prompt-cache reads and writes
             included. Checked after each response.
         max_output_tokens: generated tokens. Checked after each response.

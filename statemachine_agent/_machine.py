@@ -423,6 +423,8 @@ TRANSITIONS: tuple[TransitionSpec, ...] = (
     _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_MODEL,   (),                                "next_turn",      fx.deliver_steering),
     _T(Trigger.DECIDED,        _APPROVAL,             _S.EXECUTING_TOOLS,  (),                                "decided"),
     _T(Trigger.COMPACT,        (_S.AWAITING_MODEL,),  _S.COMPACTING,       (cx.compaction_on,),               "compact"),
+    _T(Trigger.COMPACTED,      (_S.COMPACTING,),      _S.AWAITING_MODEL,   (final_turn_wanted, usage_limit_before_request), "final_turn", fx.final_turn_at_usage_limit),
+    _T(Trigger.COMPACTED,      (_S.COMPACTING,),      _S.MAX_TURNS,        (usage_limit_before_request,),     "usage_limit",    fx.note_usage_limit),
     _T(Trigger.COMPACTED,      (_S.COMPACTING,),      _S.AWAITING_MODEL,   (),                                "compacted"),
     _T(Trigger.ABORT,          _ACTIVE,               _S.ABORTED,          (),                                "abort",          fx.note_abort),
     _T(Trigger.ABORT,          _APPROVAL,             _S.ABORTED,          (),                                "abort_pending",  fx.answer_pending),

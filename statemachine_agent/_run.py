@@ -118,6 +118,8 @@ class Run:
         self.final_text: str | None = None
         # ``(tokens before, tokens after)`` of the run's last compaction, for error texts.
         self.compaction_sizes: tuple[int, int] | None = None
+        # The provider's "prompt is too long" message that led to the pending compaction.
+        self.overflow: str | None = None
         context_hook = agent.transform_context
         self._context_takes_signal = context_hook is not None and _takes_signal(context_hook)
 

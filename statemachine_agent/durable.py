@@ -95,6 +95,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from pydantic import BaseModel
+
 try:
     import sqlalchemy.exc
     from dbos import DBOS, DBOSClient, SetWorkflowID, StepOptions
@@ -111,6 +113,7 @@ from ._agent import Agent, _as_user
 from ._errors import AgentBusyError, ToolStepFailed, UsageError
 from ._execution import BatchRun, _Slot
 from ._hooks import Approve, Decision, Deny, PendingCall, check_decisions
+from ._limits import LimitHit, RunCounts
 from ._messages import HISTORY_ADAPTER, AssistantMessage, Message, ToolResultMessage, Usage
 from ._messages import text_result as _text_result
 from ._protocol import NO_RESULT
@@ -203,12 +206,20 @@ def _decode_decision(data: dict[str, Any]) -> Decision:
 
 
 def encode_result(result: RunResult) -> dict[str, Any]:
-    """A `RunResult` as JSON-ready data (what the workflow returns).
+    """A `RunResult` as JSON-ready data (what the workflow returns): every field of it.
 
     Returns:
-        A dict with ``state``, ``messages`` and ``new_messages`` (lists of message dicts),
-        ``turns``, ``usage``, ``stop_reason``, ``error`` and ``refusal``.
+        A dict with one key per `RunResult` field: ``state``, ``messages`` and
+        ``new_messages`` (lists of message dicts), ``turns``, ``usage``, ``stop_reason``,
+        ``error``, ``refusal``, ``pending`` (a list of `PendingCall` dicts), ``final_text``,
+        ``run_id``, ``output`` (the text answer, or a typed output's JSON: see
+        `decode_result`), ``counts`` (`RunCounts.to_json`) and ``limit_exceeded`` (the
+        `LimitHit`'s fields, or None).
     """
+    output = result.output
+    if isinstance(output, BaseModel):
+        output = output.model_dump(mode="json")
+    limit = result.limit_exceeded
     return {
         "state": str(result.state),
         "messages": HISTORY_ADAPTER.dump_python(result.messages, mode="json"),
@@ -218,11 +229,39 @@ def encode_result(result: RunResult) -> dict[str, Any]:
         "stop_reason": result.stop_reason,
         "error": result.error,
         "refusal": result.refusal,
+        "pending": [_encode_pending(call) for call in result.pending],
+        "final_text": result.final_text,
+        "run_id": result.run_id,
+        "output": output,
+        "counts": result.counts.to_json(),
+        "limit_exceeded": None if limit is None else dataclasses.asdict(limit),
     }
 
 
-def decode_result(data: dict[str, Any]) -> RunResult:
-    """The `RunResult` back from `encode_result`'s data."""
+def decode_result(
+    data: Mapping[str, Any], *, output_type: type[BaseModel] | None = None
+) -> RunResult:
+    """The `RunResult` back from `encode_result`'s data.
+
+    Data written before a field was encoded (a run recorded by an older release) reads back
+    with that field's default: no pending calls, no final text, an empty run id, no output, zero
+    counts (`RunCounts`), no exceeded limit.
+
+    Args:
+        data: what `encode_result` returned.
+        output_type: the agent's ``output_type``: a typed output is validated back into it (the
+            equal instance). Without it, ``output`` is the output's JSON (a dict); a text answer
+            is its text either way.
+
+    Raises:
+        KeyError: a field every release encodes (``state``, ``messages``, ...) is missing.
+        pydantic.ValidationError: ``output`` does not validate as ``output_type``.
+    """
+    output = data.get("output")
+    if output_type is not None and isinstance(output, dict):
+        output = output_type.model_validate(output)
+    counts = data.get("counts")
+    limit = data.get("limit_exceeded")
     return RunResult(
         state=State(data["state"]),
         messages=HISTORY_ADAPTER.validate_python(data["messages"]),
@@ -232,6 +271,12 @@ def decode_result(data: dict[str, Any]) -> RunResult:
         stop_reason=data["stop_reason"],
         error=data["error"],
         refusal=data["refusal"],
+        pending=_decode_pending(data.get("pending")),
+        final_text=data.get("final_text"),
+        run_id=data.get("run_id") or "",
+        output=output,
+        counts=RunCounts() if counts is None else RunCounts.from_json(counts),
+        limit_exceeded=None if limit is None else LimitHit(**limit),
     )
 
 

@@ -23,7 +23,16 @@ the run that stops in ``awaiting_approval`` drops the span it had started for it
 so never exported) and names the pending call ids on its own span
 (``statemachine_agent.pending_call_ids``); the run that decides them links its span to the
 paused run's (a span link, ``statemachine_agent.link.type = "resumes"``). Every run's span
-carries ``gen_ai.conversation.id``: ``conversation_id=`` or an id made per `instrument` call.
+carries ``gen_ai.conversation.id``: ``conversation_id=``, else the one the agent's session log
+records, else an id made per `instrument` call.
+
+Across processes, through the session log: an instrumented agent with a session log records
+there (a ``trace`` line, `statemachine_agent.session.SessionTrace`) its conversation id and, for a
+run that stops in ``awaiting_approval``, the paused run's span context (trace id, span id, flags)
+and pending call ids. An agent resumed from that log (`Agent.resume`) and instrumented takes the
+same conversation id, and its run that decides the calls links to the paused run's span, with no
+argument to pass. ``resumes=`` / ``conversation_id=`` hand them over without a log (or override
+it).
 
 Nothing is traced, and no event is built, for an agent that is not instrumented.
 """
@@ -32,7 +41,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextvars import Token
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -41,7 +50,15 @@ try:
     from opentelemetry import context as otel_context
     from opentelemetry import trace
     from opentelemetry.context import Context
-    from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
+    from opentelemetry.trace import (
+        Link,
+        Span,
+        SpanContext,
+        SpanKind,
+        Status,
+        StatusCode,
+        TraceFlags,
+    )
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "statemachine_agent.otel needs OpenTelemetry: pip install 'statemachine-agent[otel]'"
@@ -60,8 +77,10 @@ from ._events import (
     TurnStart,
 )
 from ._execution import _DEFERRED
+from ._hooks import PendingCall
 from ._messages import AssistantMessage, Usage
 from ._states import State
+from .session import PausedSpan, SessionTrace
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -105,11 +124,12 @@ class Instrumentation:
         tracer_provider: where the spans go; the global provider when None.
         include_content: record prompts, responses, tool arguments and results (off by
             default: they may hold personal or secret data).
-        conversation_id: ``gen_ai.conversation.id`` of every run's span (a new id when None;
-            give the same one to the process that resumes the session).
+        conversation_id: ``gen_ai.conversation.id`` of every run's span (when None: the one
+            the agent's session log records, else a new id).
         resumes: the span context of a paused run this agent resumes in another process
             (`Instrumentation.paused` there): the next run's span links to it. Within one
-            process the link is made without it.
+            process the link is made without it, and so it is for an agent resumed from a
+            session log that recorded the paused run (see the module's docstring).
 
     Attributes:
         conversation_id: the ``gen_ai.conversation.id`` of the runs' spans.
@@ -134,7 +154,18 @@ class Instrumentation:
         self._agent = agent
         self._content = include_content
         self._runs: dict[str, _RunSpans] = {}
+        log = agent.session
+        recorded = None if log is None else log.trace
+        if conversation_id is None and recorded is not None:
+            conversation_id = recorded.conversation_id
         self.conversation_id = conversation_id or uuid.uuid4().hex
+        if (
+            resumes is None
+            and recorded is not None
+            and recorded.paused is not None
+            and agent.state == State.AWAITING_APPROVAL  # the recorded pause is still waiting
+        ):
+            resumes = _span_context(recorded.paused)
         self.paused: SpanContext | None = resumes
         model = agent.model
         self._provider = str(getattr(model, "provider_name", type(model).__name__.lower()))
@@ -322,6 +353,7 @@ class Instrumentation:
         if result.pending:
             run.set_attribute("statemachine_agent.pending_call_ids", [c.id for c in result.pending])
             self.paused = run.get_span_context()
+        self._record_trace(run.get_span_context(), result.pending)
         for name, value in _usage_attributes(result.usage).items():
             run.set_attribute(name, value)
         if self._content and result.state is State.DONE:
@@ -332,6 +364,30 @@ class Instrumentation:
         else:
             self._end_all(spans, f"the run ended in {state}", run_too=False)
             run.end()
+
+    def _record_trace(self, context: SpanContext, pending: Sequence[PendingCall]) -> None:
+        """Record in the agent's session log, if it has one, the conversation id and the span
+        of a run that stopped with ``pending`` calls: a ``trace`` line when the run paused, or
+        when the log does not hold this conversation id yet."""
+        log = self._agent.session
+        if log is None:
+            return
+        paused = None
+        if pending and context.is_valid:
+            paused = PausedSpan(
+                trace.format_trace_id(context.trace_id),
+                trace.format_span_id(context.span_id),
+                int(context.trace_flags),
+                tuple(call.id for call in pending),
+            )
+        recorded = log.trace
+        if (
+            paused is None
+            and recorded is not None
+            and recorded.conversation_id == self.conversation_id
+        ):
+            return
+        log.record_trace(SessionTrace(self.conversation_id, paused))
 
     def _end_all(self, spans: _RunSpans, reason: str, *, run_too: bool = True) -> None:
         """End every open span with an error status naming ``reason`` (the run's span last)."""
@@ -385,6 +441,16 @@ def instrument(
         include_content=include_content,
         conversation_id=conversation_id,
         resumes=resumes,
+    )
+
+
+def _span_context(paused: PausedSpan) -> SpanContext:
+    """The span context a session log's paused span names (a remote one: another process's)."""
+    return SpanContext(
+        trace_id=int(paused.trace_id, 16),
+        span_id=int(paused.span_id, 16),
+        is_remote=True,
+        trace_flags=TraceFlags(paused.trace_flags),
     )
 
 

@@ -5,6 +5,9 @@ Spans go to the OpenTelemetry SDK's in-memory exporter."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ from statemachine_agent import (
     tool,
 )
 from statemachine_agent.models import FunctionModel, ScriptedModel
+from statemachine_agent.session import SessionCorruptError, SessionTrace, read_session
 from statemachine_agent.testing.steps import call, text_response, tool_response
 
 pytest.importorskip("opentelemetry.sdk", reason="the [otel] extra is not installed")
@@ -34,6 +38,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 from opentelemetry.trace import StatusCode
 
 from statemachine_agent.otel import instrument
+
+CHILD = Path(__file__).with_name("otel_child.py")
+SAFETY_SECONDS = 60.0  # only ends a hung child; nothing is asserted about time
 
 
 @pytest.fixture
@@ -138,6 +145,176 @@ async def test_case7_a_run_resumed_in_another_process_links_to_the_paused_run(
     assert paused_span.attributes["gen_ai.conversation.id"] == "order-42"
     assert resumed_span.attributes["gen_ai.conversation.id"] == "order-42"
     resumed_agent.close()
+
+
+def _child(mode: str, log: Path, out: Path) -> dict[str, Any]:
+    """Run otel_child.py in a process of its own (it inherits PYTHONPATH); its spans as JSON."""
+    done = subprocess.run(
+        [sys.executable, str(CHILD), mode, str(log), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=SAFETY_SECONDS,
+    )
+    assert done.returncode == 0, done.stderr
+    data: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    return data
+
+
+def test_case7_a_run_resumed_from_the_session_log_in_another_process_links_to_the_paused_run(
+    tmp_path: Path,
+) -> None:
+    """Process 1 runs to ``awaiting_approval``; process 2 resumes the session log and approves.
+    Neither passes a tracing argument: the log carries the paused run's span context and the
+    conversation id."""
+    log = tmp_path / "run.jsonl"
+    first = _child("pause", log, tmp_path / "spans-1.json")
+    second = _child("resume", log, tmp_path / "spans-2.json")
+    assert (first["state"], second["state"]) == ("awaiting_approval", "done")
+
+    [paused] = [s for s in first["spans"] if s["name"] == "invoke_agent"]
+    [resumed] = [s for s in second["spans"] if s["name"] == "invoke_agent"]
+    assert paused["attributes"]["statemachine_agent.pending_call_ids"] == ["t1"]
+    [link] = resumed["links"]
+    assert (link["trace_id"], link["span_id"]) == (paused["trace_id"], paused["span_id"])
+    assert link["attributes"]["statemachine_agent.link.type"] == "resumes"
+    conversation = paused["attributes"]["gen_ai.conversation.id"]
+    assert resumed["attributes"]["gen_ai.conversation.id"] == conversation
+    # t1's span exists only where it ran: in process 2, under the resumed run's span
+    assert [s for s in first["spans"] if s["name"].startswith("execute_tool")] == []
+    [t1] = [s for s in second["spans"] if s["name"] == "execute_tool deploy"]
+    assert t1["attributes"]["gen_ai.tool.call.id"] == "t1"
+    assert t1["parent_span_id"] == resumed["span_id"]
+    # the log records it (a ``trace`` line); once decided, the pause is no longer there to link
+    data = read_session(log)
+    assert data.trace is not None and data.trace.conversation_id == conversation
+    assert data.trace.paused is None
+
+
+async def test_case7_a_session_log_without_a_trace_line_still_resumes_traced(
+    exporter: Any, tmp_path: Path
+) -> None:
+    """A log written untraced (or before the ``trace`` line existed) loads as before: the
+    resumed run has no link and a conversation id of its own; t1 has one span."""
+    path = tmp_path / "run.jsonl"
+    agent = Agent(ScriptedModel(SCRIPT), tools=[_deploy_tool([])], session=path)
+    assert (await agent.run("deploy to prod")).state is State.AWAITING_APPROVAL
+    agent.close()
+    assert "trace" not in [r.type for r in read_session(path).records]
+
+    ran: list[str] = []
+    resumed = Agent.resume(path, model=ScriptedModel(SCRIPT[1:]), tools=[_deploy_tool(ran)])
+    assert resumed.session is not None and resumed.session.trace is None
+    tracing = instrument(resumed, tracer_provider=exporter.provider)
+    assert tracing.paused is None
+    assert (await resumed.run(decisions={"t1": Approve()})).state is State.DONE
+    resumed.close()
+    spans = exporter.get_finished_spans()
+    [run_span] = named(spans, "invoke_agent")
+    assert run_span.links == ()
+    assert run_span.attributes["gen_ai.conversation.id"] == tracing.conversation_id
+    assert len(named(spans, "execute_tool deploy")) == 1 and ran == ["prod"]
+
+
+async def test_case7_a_pause_decided_since_is_not_linked_again(
+    exporter: Any, tmp_path: Path
+) -> None:
+    """The log's paused span is linked only by the run that decides its calls: resumed again
+    after an untraced process decided them, the next run links to nothing (it keeps the
+    conversation id); ``conversation_id=`` still overrides the log's."""
+    path = tmp_path / "run.jsonl"
+    agent = Agent(ScriptedModel(SCRIPT), tools=[_deploy_tool([])], session=path)
+    tracing = instrument(agent, tracer_provider=exporter.provider)
+    assert (await agent.run("deploy to prod")).state is State.AWAITING_APPROVAL
+    agent.close()
+    assert read_session(path).trace == SessionTrace(
+        tracing.conversation_id,
+        read_session(path).trace.paused,  # type: ignore[union-attr]
+    )
+
+    untraced = Agent.resume(path, model=ScriptedModel(SCRIPT[1:]), tools=[_deploy_tool([])])
+    assert (await untraced.run(decisions={"t1": Approve()})).state is State.DONE
+    untraced.close()
+    assert read_session(path).trace == SessionTrace(tracing.conversation_id)
+    exporter.clear()
+
+    again = Agent.resume(path, model=ScriptedModel([text_response("ok")]), tools=[])
+    traced = instrument(again, tracer_provider=exporter.provider)
+    assert (traced.conversation_id, traced.paused) == (tracing.conversation_id, None)
+    assert (await again.run("anything else?")).state is State.DONE
+    [run_span] = named(exporter.get_finished_spans(), "invoke_agent")
+    assert run_span.links == ()
+    assert run_span.attributes["gen_ai.conversation.id"] == tracing.conversation_id
+    traced.close()
+    assert instrument(again, conversation_id="mine").conversation_id == "mine"
+    again.close()
+
+
+async def test_case7_a_pause_a_later_untraced_run_left_waiting_is_not_linked(
+    exporter: Any, tmp_path: Path
+) -> None:
+    """In one process: a traced run pauses on t1 and t2; tracing stops; an untraced run decides
+    t1 and waits on t2. Traced again, the agent has nothing to link to: the recorded pause was
+    the first run's, and a run started since (the log keeps what it records current)."""
+    path = tmp_path / "run.jsonl"
+    two = [
+        tool_response(call("deploy", {"env": "a"}, id="t1"), call("deploy", {"env": "b"}, id="t2"))
+    ]
+    agent = Agent(
+        ScriptedModel([*two, text_response("Done.")]), tools=[_deploy_tool([])], session=path
+    )
+    tracing = instrument(agent, tracer_provider=exporter.provider)
+    assert (await agent.run("deploy both")).state is State.AWAITING_APPROVAL
+    tracing.close()
+    assert agent.session is not None and agent.session.trace is not None
+    assert agent.session.trace.paused is not None
+    assert agent.session.trace.paused.call_ids == ("t1", "t2")
+
+    waiting = await agent.run(decisions={"t1": Approve()})  # untraced; t2 still waits
+    assert waiting.state is State.AWAITING_APPROVAL
+    assert agent.session.trace.paused is None
+    again = instrument(agent, tracer_provider=exporter.provider)
+    assert again.paused is None
+    again.close()
+    agent.close()
+
+
+async def test_case7_a_resumed_session_keeps_its_conversation_id(
+    exporter: Any, tmp_path: Path
+) -> None:
+    """A session is one conversation: resumed in a new agent and traced, its runs' spans carry
+    the id the log records (written once, not per run)."""
+    path = tmp_path / "run.jsonl"
+    agent = Agent(ScriptedModel([text_response("one"), text_response("two")]), session=path)
+    tracing = instrument(agent, tracer_provider=exporter.provider)
+    await agent.run("first")
+    await agent.run("second")
+    agent.close()
+
+    resumed = Agent.resume(path, model=ScriptedModel([text_response("three")]))
+    again = instrument(resumed, tracer_provider=exporter.provider)
+    await resumed.run("third")
+    resumed.close()
+    assert again.conversation_id == tracing.conversation_id
+    runs = named(exporter.get_finished_spans(), "invoke_agent")
+    assert [s.attributes["gen_ai.conversation.id"] for s in runs] == [tracing.conversation_id] * 3
+    assert [r.type for r in read_session(path).records].count("trace") == 1
+
+
+def test_case7_a_hand_edited_trace_line_that_breaks_its_fields_is_unreadable(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "run.jsonl"
+    agent = Agent(ScriptedModel([text_response("ok")]), session=path)
+    agent.run_sync("hi")
+    agent.close()
+    good = {"type": "trace", "conversation_id": "c1", "paused": None}
+    bad = {"type": "trace", "conversation_id": "c1", "paused": {"trace_id": "xyz", "span_id": "0"}}
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(SessionCorruptError, match="not a valid 'trace' line"):
+        read_session(path)
+    data = read_session(path, strict=False)
+    assert data.trace == SessionTrace("c1")  # the readable line is kept
 
 
 # -- case 8: spans a tool can nest under ---------------------------------------------------------

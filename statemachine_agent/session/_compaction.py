@@ -9,6 +9,10 @@ never separated from it. One prompt followed by 40 tool turns therefore has 40 c
 
 The same functions serve `compact` (by hand, between runs) and the ``compacting`` state of the
 loop (automatic compaction, `statemachine_agent.Compaction`).
+
+A batch waiting for decisions (``awaiting_approval``) is never cut: the kept window starts at
+or before the turn of the response whose calls are pending (`keep_held_batch`), so approving
+them later runs each once and their results (the held ones included) follow their calls.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import TYPE_CHECKING
 from .._accounting import estimate_tokens
 from .._errors import UsageError
 from .._execution import resolve
-from .._messages import AssistantMessage, Message, ToolResultMessage, UserMessage
+from .._messages import AssistantMessage, Message, ToolResultMessage, UserMessage, text_result
 from .._protocol import assert_valid_history
 
 if TYPE_CHECKING:
@@ -94,15 +98,41 @@ def kept_tokens_start(messages: Sequence[Message], keep_tokens: int) -> int:
     return fits
 
 
+def held_response_index(messages: Sequence[Message], call_ids: Sequence[str]) -> int | None:
+    """The index of the response holding the calls ``call_ids`` (the batch waiting for
+    decisions in ``awaiting_approval``), or None when ``call_ids`` is empty. A history that
+    does not hold them gives its last index (the held batch's response ends the history)."""
+    if not call_ids:
+        return None
+    wanted = set(call_ids)
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, AssistantMessage) and wanted & {c.id for c in message.tool_calls}:
+            return index
+    return len(messages) - 1
+
+
+def keep_held_batch(messages: Sequence[Message], start: int, held: int | None) -> int:
+    """``start`` moved back so the kept window holds the response at ``held`` (whose calls
+    await a decision) with its whole turn: the latest cut point at or before ``held`` when
+    ``start`` lies past it; 0 (nothing can be cut) when there is none after 0. ``held`` None
+    (nothing pending): ``start`` as it is."""
+    if held is None or start <= held:
+        return start
+    return max((i for i in find_cut_points(messages) if i <= held), default=0)
+
+
 def compact_history(
     messages: Sequence[Message],
     summary: str,
     *,
     keep_last: int | None = None,
     start: int | None = None,
+    held: bool = False,
 ) -> list[Message]:
     """``[summary as a user message] + kept window``: the window starts at ``start`` (a cut
-    point) or at `kept_window_start` of ``keep_last`` messages.
+    point) or at `kept_window_start` of ``keep_last`` messages. ``held``: the history ends with
+    a batch waiting for decisions (its calls have no result yet; they get them once decided).
 
     Raises:
         InvalidHistoryError: the result breaks the protocol (then so did the kept window of
@@ -114,7 +144,12 @@ def compact_history(
             raise UsageError("compact_history needs keep_last= or start=")
         start = kept_window_start(messages, keep_last)
     compacted: list[Message] = [UserMessage(SUMMARY_PREFIX + summary), *messages[start:]]
-    assert_valid_history(compacted)
+    last = compacted[-1]
+    if held and isinstance(last, AssistantMessage):  # checked as if the held calls were answered
+        answered = [text_result(call, "held") for call in last.tool_calls]
+        assert_valid_history([*compacted, *answered])
+    else:
+        assert_valid_history(compacted)
     return compacted
 
 
@@ -123,7 +158,9 @@ async def compact(agent: Agent, summarize: Summarize, *, keep_last: int = 20) ->
 
     ``summarize`` receives the messages that would be dropped; the history becomes the summary
     followed by the kept window (`compact_history`). Nothing happens when nothing would be
-    dropped or the hook returns None.
+    dropped or the hook returns None. In ``awaiting_approval`` the response whose calls wait
+    for a decision is kept with its whole turn, whatever ``keep_last`` says
+    (`keep_held_batch`): the kept window may then be longer than ``keep_last``.
 
     Returns:
         True when the history was replaced.
@@ -133,13 +170,16 @@ async def compact(agent: Agent, summarize: Summarize, *, keep_last: int = 20) ->
         InvalidHistoryError: the compacted history would break the protocol.
     """
     messages = list(agent.messages)
-    start = kept_window_start(messages, keep_last)
+    held = held_response_index(messages, [call.id for call in agent.pending])
+    start = keep_held_batch(messages, kept_window_start(messages, keep_last), held)
     if start == 0:
         return False
     summary = await resolve(summarize(messages[:start]))
     if summary is None or not str(summary).strip():
         return False
-    compacted = compact_history(messages, str(summary), start=start)
+    compacted = compact_history(
+        messages, str(summary), start=start, **({} if held is None else {"held": True})
+    )
     agent.messages = compacted  # the context meter restarts: the new list is estimated whole
     session = getattr(agent, "session", None)
     if session is not None:

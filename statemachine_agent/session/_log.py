@@ -16,7 +16,12 @@ passed on (``fsync=True`` also syncs it to disk, on a thread of its own):
   last run) / ``run_end`` (``state``, ``turns``, ``usage``, ``stop_reason``, ``error``, and
   ``counts``: turns, requests, tool calls and tokens the run counted toward its limits, which a
   resumed agent continues from);
-- ``history``: the whole history replaced (``reason``: ``initial``, ``compaction``, ``replaced``).
+- ``history``: the whole history replaced (``reason``: ``initial``, ``compaction``, ``replaced``);
+- ``trace`` (written by ``statemachine_agent.otel`` for an instrumented agent): the
+  ``conversation_id`` of the runs' spans and, for a run that stopped in ``awaiting_approval``,
+  ``paused``: its span (``trace_id``, ``span_id``, ``trace_flags``) and pending ``call_ids``,
+  so a run resumed from the log in another process links to it (`SessionTrace`). A log
+  without the line (untraced, or older) reads as before.
 
 Every line after the header carries ``time`` (Unix seconds).
 """
@@ -53,7 +58,7 @@ from .._limits import RunCounts
 from .._machine import State
 from .._messages import HISTORY_ADAPTER, MESSAGE_ADAPTER, Message, ToolResultMessage
 from .._states import RUN_STOPS
-from ._read import FORMAT, VERSION, SessionData, read_session
+from ._read import FORMAT, VERSION, SessionData, SessionTrace, read_session, trace_line
 
 if sys.platform != "win32":
     import fcntl
@@ -89,6 +94,8 @@ class SessionLog:
     Attributes:
         errors: one text per line that could not be written (each also logged at error level);
             empty while the log is complete.
+        trace: what the log records for tracing, kept current as lines are written (see
+            `SessionData.trace`): the paused run's span is dropped once another run starts.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
@@ -104,6 +111,7 @@ class SessionLog:
         self.errors: list[str] = []
         # Results written when their call finished, not yet appended to the history.
         self._early: set[str] = set()
+        self.trace: SessionTrace | None = None
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -133,6 +141,7 @@ class SessionLog:
             log.close()
             raise
         log.data = data
+        log.trace = data.trace
         log._has_header = data.header is not None
         fd = log._file.fileno()
         if data.torn_tail:
@@ -358,6 +367,8 @@ class SessionLog:
         elif isinstance(event, RunStart):
             # A run without a prompt continues the last one's counts (`RunCounts`).
             self._write({"type": "run_start", "continued": event.prompt is None})
+            if self.trace is not None and self.trace.paused is not None:
+                self.trace = SessionTrace(self.trace.conversation_id)  # decided by this run
         elif isinstance(event, ApprovalRequested | CallDecided):
             body = event_to_dict(event)
             body["type"] = "pending" if isinstance(event, ApprovalRequested) else "decision"
@@ -375,6 +386,13 @@ class SessionLog:
                     "counts": result.counts.to_json(),
                 }
             )
+
+    def record_trace(self, trace: SessionTrace) -> None:
+        """Log a ``trace`` line (the tracing of the agent's runs: see `SessionTrace`); `trace`
+        is then ``trace``. Like every line, a failure to write it is kept in ``errors``, never
+        raised."""
+        self.trace = trace
+        self._write(trace_line(trace))
 
     def record_history(
         self, messages: Sequence[Message], *, reason: str, summary: str | None = None

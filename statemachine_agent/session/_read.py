@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from .._errors import AgentError, SessionCorruptError
 from .._hooks import PendingCall
@@ -56,8 +56,43 @@ RECORD_TYPES = frozenset(
         "history",
         "pending",
         "decision",
+        "trace",
     }
 )
+
+
+@dataclass(frozen=True, slots=True)
+class PausedSpan:
+    """The span of a run that stopped in ``awaiting_approval``, as a session log's ``trace``
+    line records it (W3C trace-context form), so the run that decides its calls in another
+    process can link to it.
+
+    Attributes:
+        trace_id: the span's trace id, 32 lowercase hex digits.
+        span_id: the span's id, 16 lowercase hex digits.
+        trace_flags: the span's trace flags (1: sampled).
+        call_ids: the ids of the calls the run left pending.
+    """
+
+    trace_id: str
+    span_id: str
+    trace_flags: int = 0
+    call_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTrace:
+    """What a session log records for tracing (``statemachine_agent.otel``): the conversation id
+    of its runs' spans and, while the log ends in ``awaiting_approval``, the paused run's span.
+
+    Attributes:
+        conversation_id: the ``gen_ai.conversation.id`` of the runs' spans.
+        paused: the span of the run that stopped in ``awaiting_approval``, while no run started
+            after it (None otherwise): what the run that decides its calls links to.
+    """
+
+    conversation_id: str
+    paused: PausedSpan | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +132,9 @@ class SessionData:
         pending: the calls waiting for a decision when the log ends in ``awaiting_approval``
             (their batch's assistant message ends ``history``).
         pending_results: the results that batch already has (held until every call is decided).
+        trace: the last ``trace`` line's conversation id and paused span (`SessionTrace`;
+            the paused span is dropped once a later run starts), or None for a log without
+            one (one written untraced, or before the line existed).
         counts: what the last run counted toward its limits (`RunCounts`): its ``run_end``
             line's ``counts``; for a run the process died in (or a log written before runs
             recorded them), rebuilt from its lines: the counts it started from (a run continued
@@ -121,6 +159,7 @@ class SessionData:
     pending: list[PendingCall] = field(default_factory=list)
     pending_results: list[ToolResultMessage] = field(default_factory=list)
     counts: RunCounts = field(default_factory=RunCounts)
+    trace: SessionTrace | None = None
 
     @property
     def usage(self) -> Usage:
@@ -208,7 +247,57 @@ class _RunEndBody(BaseModel):
     counts: _CountsBody | None = None
 
 
-_BODIES: dict[str, type[BaseModel]] = {"state": _StateBody, "run_end": _RunEndBody}
+_HEX = "^[0-9a-f]+$"
+
+
+class _PausedBody(BaseModel):
+    trace_id: str = Field(min_length=32, max_length=32, pattern=_HEX)
+    span_id: str = Field(min_length=16, max_length=16, pattern=_HEX)
+    trace_flags: int = Field(default=0, ge=0, le=255)
+    call_ids: list[str] = []
+
+
+class _TraceBody(BaseModel):
+    conversation_id: str
+    paused: _PausedBody | None = None
+
+
+_BODIES: dict[str, type[BaseModel]] = {
+    "state": _StateBody,
+    "run_end": _RunEndBody,
+    "trace": _TraceBody,
+}
+
+
+def session_trace(body: dict[str, Any]) -> SessionTrace:
+    """The `SessionTrace` of a ``trace`` line's object (checked when the line was read)."""
+    parsed = _TraceBody.model_validate(body)
+    paused = parsed.paused
+    return SessionTrace(
+        parsed.conversation_id,
+        None
+        if paused is None
+        else PausedSpan(
+            paused.trace_id, paused.span_id, paused.trace_flags, tuple(paused.call_ids)
+        ),
+    )
+
+
+def trace_line(trace: SessionTrace) -> dict[str, Any]:
+    """The ``trace`` line's object for ``trace`` (what `session_trace` reads back)."""
+    paused = trace.paused
+    return {
+        "type": "trace",
+        "conversation_id": trace.conversation_id,
+        "paused": None
+        if paused is None
+        else {
+            "trace_id": paused.trace_id,
+            "span_id": paused.span_id,
+            "trace_flags": paused.trace_flags,
+            "call_ids": list(paused.call_ids),
+        },
+    }
 
 
 def _short(exc: Exception) -> str:
@@ -325,9 +414,12 @@ def _rebuild(data: SessionData) -> None:
                 deferred[waiting_call.id] = waiting_call
         elif record.type == "history":
             # A compaction: the history starts over from this line; results logged before it
-            # belong to messages it replaced.
+            # belong to messages it replaced, except those of calls the new history still holds
+            # (a batch waiting for decisions keeps its held results across a compaction).
             spine = [m for m in record.messages if not isinstance(m, ToolResultMessage)]
-            results, result_lines = {}, {}
+            kept = {c.id for m in spine if isinstance(m, AssistantMessage) for c in m.tool_calls}
+            results = {i: r for i, r in results.items() if i in kept}
+            result_lines = {i: n for i, n in result_lines.items() if i in kept}
             for m in record.messages:
                 if isinstance(m, ToolResultMessage):
                     results[m.tool_call_id] = m
@@ -352,8 +444,13 @@ def _rebuild(data: SessionData) -> None:
             data.state_name = dest
         elif record.type == "run_start":
             data.run_open = True
+            if data.trace is not None and data.trace.paused is not None:
+                # A run started after the pause: it decided (or dropped) the paused calls.
+                data.trace = SessionTrace(data.trace.conversation_id)
         elif record.type == "run_end":
             data.run_open = False
+        elif record.type == "trace":
+            data.trace = session_trace(record.body)
         elif record.type not in RECORD_TYPES:
             data.notes.append(f"line {record.line}: unknown record type {record.type!r}")
     data.counts = tally.counts()
