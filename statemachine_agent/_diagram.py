@@ -215,8 +215,7 @@ def diagram_graph(
                     str(spec.dest),
                     str(spec.trigger),
                     tuple(callable_name(g) for g in spec.guards),
-                    fallback=not spec.guards
-                    and any((spec.trigger, m) in guarded for m in members),
+                    fallback=not spec.guards and any((spec.trigger, m) in guarded for m in members),
                     labels=(spec.name,),
                 )
             )
@@ -300,7 +299,9 @@ def to_dot(graph: DiagramGraph, *, element_ids: bool = False) -> str:
             f"        {group.name} [shape=plaintext, label={_quote(group.name)}, "
             'fontname="Helvetica-Bold", fontcolor="#555555"];',
         ]
-        lines += [f"        {_dot_node(n, element_ids)}" for n in graph.nodes if n.name in group.members]
+        lines += [
+            f"        {_dot_node(n, element_ids)}" for n in graph.nodes if n.name in group.members
+        ]
         lines.append("    }")
     lines += [f"    {_dot_node(n, element_ids)}" for n in graph.nodes if n.name not in grouped]
     members = {g.name: g.members for g in graph.groups}

@@ -503,8 +503,8 @@ def expand_groups(
             for state in members.get(source, (source,)):
                 if state not in sources:
                     sources.append(state)
-        groups = (*spec.groups, *(g for g in named if g not in spec.groups))
-        out.append(replace(spec, sources=_builtin_names(sources), groups=groups))
+        written = (*spec.groups, *(g for g in named if g not in spec.groups))
+        out.append(replace(spec, sources=_builtin_names(sources), groups=written))
     return tuple(out)
 
 
