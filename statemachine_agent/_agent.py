@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from ._accounting import ContextMeter, ContextUsage
 from ._compacting import Compaction, context_window
 from ._context import ContextProjector, project
+from ._diagram import Detail, Diagram
 from ._errors import AgentBusyError, ToolDefinitionError, UsageError
 from ._events import SLOW_SUBSCRIBER_SECONDS, Event, RunEnd, RunStart
 from ._execution import PendingBatch, ToolExecution
@@ -345,6 +346,20 @@ class Agent:
     def state(self) -> State | str:
         """The machine's current state (a `State`, or the name of a state a user added)."""
         return self.machine.state
+
+    def diagram(self, *, detail: Detail = "overview") -> Diagram:
+        """This agent's state diagram (its machine with the states, transitions and callbacks
+        added), the current state marked: Jupyter shows it (SVG with Graphviz, Mermaid
+        without), ``str()`` gives the Mermaid text.
+
+        Args:
+            detail: ``overview`` (one edge per pair of states, labelled with the branches'
+                labels) or ``full`` (every guarded branch with its guards).
+
+        Raises:
+            UsageError: ``detail`` is unknown.
+        """
+        return Diagram(self, detail=detail)
 
     def restore(
         self,

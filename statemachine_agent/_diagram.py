@@ -1,9 +1,16 @@
 """State diagrams of the agent loop: machine definition -> neutral graph -> Mermaid, DOT, SVG/PNG.
 
-`diagram_graph` reads a `LoopMachine` (or an `Agent`'s machine, including the guards, transitions and
-enter/exit callbacks a user added) into a `DiagramGraph`; `to_mermaid` and `to_dot` turn it into text
-with no system binary; `render_image` pipes DOT through Graphviz's ``dot`` for SVG or PNG.
-`render_diagram` does it all in one call.
+`diagram_graph` reads a `LoopMachine` (or an `Agent`'s machine, including the guards, transitions,
+states and enter/exit callbacks a user added) into a `DiagramGraph`; `to_mermaid` and `to_dot` turn
+it into text with no system binary; `render_image` pipes DOT through Graphviz's ``dot`` for SVG or
+PNG. `render_diagram` does it all in one call; `Diagram` is what ``agent.diagram()`` returns.
+
+Two views (``detail``): the ``overview`` draws at most one edge per (source, dest) pair, labelled
+with its branches' `TransitionSpec.label` s one per line; ``full`` draws every guarded branch with
+its trigger and guards. Both draw the machine's `StateGroup` s as composite states (a Mermaid
+``state active { }``, a DOT ``cluster_active``) and a group's transitions once, from the composite.
+``branches`` (what `diagram_graph` returns by default) is the flat table: one edge per branch and
+source state, no composites: one edge for each transition the engine can fire.
 """
 
 from __future__ import annotations
@@ -19,6 +26,9 @@ from ._errors import GraphvizNotFoundError, UsageError
 from ._machine import LoopMachine, State
 
 DiagramFormat = Literal["mermaid", "dot", "svg", "png"]
+Detail = Literal["overview", "full", "branches"]
+DETAILS: tuple[str, ...] = ("overview", "full")
+"""The views `render_diagram` and the CLI draw (``branches`` is `diagram_graph`'s flat table)."""
 TEXT_FORMATS: tuple[str, ...] = ("mermaid", "dot")
 IMAGE_FORMATS: tuple[str, ...] = ("svg", "png")
 
@@ -49,15 +59,19 @@ class DiagramNode:
 
 @dataclass(frozen=True, slots=True)
 class DiagramEdge:
-    """A transition from one source state.
+    """A transition from one source: a state, or a group drawn as a composite state.
 
     Attributes:
-        source: the state left.
+        source: the state left, or the name of a `DiagramGroup` (its transition leaves each
+            member).
         dest: the state entered.
-        trigger: the event (``model_replied``).
+        trigger: the event (``model_replied``); an overview edge's triggers, comma-separated.
         guards: the guards' names, all of which must pass; empty for an unguarded transition.
         fallback: unguarded, but guarded siblings of the same trigger and source are tried first
             (drawn as ``[else]``).
+        labels: the `TransitionSpec.label` s (names) of the branches this edge draws, each once.
+        summary: an overview edge: it stands for every branch from ``source`` to ``dest`` and is
+            labelled with ``labels``, one per line.
     """
 
     source: str
@@ -65,6 +79,8 @@ class DiagramEdge:
     trigger: str
     guards: tuple[str, ...] = ()
     fallback: bool = False
+    labels: tuple[str, ...] = ()
+    summary: bool = False
 
     @property
     def condition(self) -> str:
@@ -75,17 +91,45 @@ class DiagramEdge:
 
     @property
     def text(self) -> str:
-        """The one-line edge label: ``trigger [guard and guard]``."""
+        """The one-line edge label: ``trigger [guard and guard]``, or an overview edge's labels
+        separated by `` / ``."""
+        if self.summary:
+            return " / ".join(self.labels)
         return f"{self.trigger} {self.condition}".strip()
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        """The label's lines: an overview edge's branch labels, else the trigger and condition."""
+        if self.summary:
+            return self.labels
+        return tuple(part for part in (self.trigger, self.condition) if part)
+
+
+@dataclass(frozen=True, slots=True)
+class DiagramGroup:
+    """A `StateGroup` drawn as a composite state.
+
+    Attributes:
+        name: the group's name (``active``); edges whose source is this name leave the composite.
+        members: its states, in the graph's node order.
+        description: what the members share.
+    """
+
+    name: str
+    members: tuple[str, ...]
+    description: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class DiagramGraph:
-    """The neutral graph every renderer reads: states in `State` order, edges in priority order."""
+    """The neutral graph every renderer reads: states in definition order, edges in priority
+    order (an overview edge where its first branch is), groups (composites) in `GROUPS` order."""
 
     name: str
     nodes: tuple[DiagramNode, ...]
     edges: tuple[DiagramEdge, ...]
+    groups: tuple[DiagramGroup, ...] = ()
+    detail: Detail = "branches"
 
 
 def callable_name(function: Any) -> str:
@@ -99,7 +143,11 @@ def callable_name(function: Any) -> str:
 
 
 def diagram_graph(
-    source: Any = None, *, highlight: bool = True, name: str = "agent_loop"
+    source: Any = None,
+    *,
+    highlight: bool = True,
+    name: str = "agent_loop",
+    detail: Detail = "branches",
 ) -> DiagramGraph:
     """Read a machine into a `DiagramGraph`.
 
@@ -108,10 +156,16 @@ def diagram_graph(
             the built-in definition.
         highlight: mark the machine's current state (never for ``source=None``).
         name: the graph's name.
+        detail: ``branches`` (one edge per branch and source state, no groups: each transition
+            the engine can fire), ``full`` (every branch with its guards, a group's branches once
+            from its composite) or ``overview`` (as ``full``, then one edge per (source, dest)
+            labelled with its branches' labels).
 
     Raises:
-        UsageError: ``source`` is neither a machine nor has one.
+        UsageError: ``source`` is neither a machine nor has one, or ``detail`` is unknown.
     """
+    if detail not in ("overview", "full", "branches"):
+        raise UsageError(f"unknown diagram detail {detail!r}: use overview or full")
     machine = LoopMachine() if source is None else getattr(source, "machine", source)
     if not isinstance(machine, LoopMachine):
         raise UsageError(f"cannot draw {source!r}: pass an Agent or a LoopMachine")
@@ -132,29 +186,72 @@ def diagram_graph(
                 else callable_name(state_spec.effect),
             )
         )
-    edges = []
+    order = [n.name for n in nodes]
+    groups: tuple[DiagramGroup, ...] = ()
+    if detail != "branches":
+        groups = tuple(
+            DiagramGroup(
+                g.name,
+                tuple(sorted(map(str, g.states), key=order.index)),
+                g.description,
+            )
+            for g in machine.groups.values()
+            if g.states
+        )
+    drawn = {g.name: set(g.members) for g in groups}
     guarded: set[tuple[str, str]] = {
         (spec.trigger, src) for spec in machine.specs if spec.guards for src in spec.sources
     }
+    edges = []
     for spec in machine.specs:
-        for src in spec.sources:
+        composites = [g for g in spec.groups if g in drawn]
+        covered = {m for g in composites for m in drawn[g]}
+        rest = [str(s) for s in spec.sources if str(s) not in covered]
+        for src in (*composites, *rest):
+            members = drawn.get(src, {src})
             edges.append(
                 DiagramEdge(
-                    str(src),
+                    src,
                     str(spec.dest),
                     str(spec.trigger),
                     tuple(callable_name(g) for g in spec.guards),
-                    fallback=not spec.guards and (spec.trigger, src) in guarded,
+                    fallback=not spec.guards and any((spec.trigger, m) in guarded for m in members),
+                    labels=(spec.name,),
                 )
             )
-    return DiagramGraph(name, tuple(nodes), tuple(edges))
+    if detail == "overview":
+        edges = _one_per_pair(edges)
+    return DiagramGraph(name, tuple(nodes), tuple(edges), groups, detail)
+
+
+def _one_per_pair(edges: Sequence[DiagramEdge]) -> list[DiagramEdge]:
+    """One summary edge per (source, dest), where its first branch is: the branches' triggers
+    and labels, each once, in priority order."""
+    merged: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
+    for edge in edges:
+        triggers, labels = merged.setdefault((edge.source, edge.dest), ([], []))
+        if edge.trigger not in triggers:
+            triggers.append(edge.trigger)
+        labels += [label for label in edge.labels if label not in labels]
+    return [
+        DiagramEdge(source, dest, ", ".join(triggers), labels=tuple(labels), summary=True)
+        for (source, dest), (triggers, labels) in merged.items()
+    ]
 
 
 def to_mermaid(graph: DiagramGraph) -> str:
-    """Mermaid ``stateDiagram-v2`` text: terminal states bold with a thick border (class
-    ``terminal``), the current state filled (class ``current``), callbacks as notes."""
+    """Mermaid ``stateDiagram-v2`` text: groups as composite states (``state active { ... }``),
+    terminal states bold with a thick border (class ``terminal``), the current state filled
+    (class ``current``), callbacks as notes; an overview edge's labels one per line."""
     lines = ["stateDiagram-v2", f"    [*] --> {_initial(graph.nodes)}"]
-    lines += [f"    {e.source} --> {e.dest} : {e.text}" for e in graph.edges]
+    for group in graph.groups:
+        lines.append(f"    state {group.name} {{")
+        lines += [f"        {member}" for member in group.members]
+        lines.append("    }")
+    lines += [
+        f"    {e.source} --> {e.dest} : {'<br/>'.join(e.lines) if e.summary else e.text}"
+        for e in graph.edges
+    ]
     for node in graph.nodes:
         notes = _callback_lines(node)
         if notes:
@@ -174,35 +271,62 @@ def to_mermaid(graph: DiagramGraph) -> str:
 
 def to_dot(graph: DiagramGraph, *, element_ids: bool = False) -> str:
     """Graphviz DOT text: terminal states with a double border, the current state filled,
-    callbacks listed under the state's name.
+    callbacks listed under the state's name; each group a dashed cluster (``cluster_NAME``)
+    titled by a node named after it, from which the group's edges leave (clipped at the
+    cluster's border with ``ltail``).
 
     Args:
         graph: the graph to draw.
-        element_ids: give each state the id ``state_NAME`` and each edge ``edge_INDEX`` (its
-            position in ``graph.edges``); Graphviz's SVG keeps them, so a page can highlight one.
+        element_ids: give each state the id ``state_NAME``, each group's cluster ``group_NAME``
+            and each edge ``edge_INDEX`` (its position in ``graph.edges``); Graphviz's SVG keeps
+            them, so a page can highlight one.
     """
-    lines = [
-        f"digraph {graph.name} {{",
+    lines = [f"digraph {graph.name} {{"]
+    if graph.detail != "branches":  # the views: left to right, clusters as edge ends
+        lines.append("    rankdir=LR; compound=true;")
+    lines += [
         '    node [shape=box, style=rounded, fontname="Helvetica"];',
         '    edge [fontname="Helvetica", fontsize=10];',
         '    __start__ [shape=point, label=""];',
         f"    __start__ -> {_initial(graph.nodes)};",
     ]
-    for node in graph.nodes:
-        attrs = [f"label={_quote(chr(10).join([node.name, *_callback_lines(node)]))}"]
-        if node.terminal:
-            attrs.append("peripheries=2")
-        if node.current:
-            attrs.append('style="rounded,filled", fillcolor="#ffe08a"')
-        if element_ids:
-            attrs.append(f"id={_quote('state_' + node.name)}")
-        lines.append(f"    {node.name} [{', '.join(attrs)}];")
+    grouped = {m: g for g in graph.groups for m in g.members}
+    for group in graph.groups:
+        extra = f" id={_quote('group_' + group.name)};" if element_ids else ""
+        lines += [
+            f"    subgraph cluster_{group.name} {{",
+            f'        style="rounded,dashed"; color="#777777"; label="";{extra}',
+            f"        {group.name} [shape=plaintext, label={_quote(group.name)}, "
+            'fontname="Helvetica-Bold", fontcolor="#555555"];',
+        ]
+        lines += [
+            f"        {_dot_node(n, element_ids)}" for n in graph.nodes if n.name in group.members
+        ]
+        lines.append("    }")
+    lines += [f"    {_dot_node(n, element_ids)}" for n in graph.nodes if n.name not in grouped]
+    members = {g.name: g.members for g in graph.groups}
     for index, edge in enumerate(graph.edges):
-        label = "\n".join(part for part in (edge.trigger, edge.condition) if part)
-        extra = f", id={_quote(f'edge_{index}')}" if element_ids else ""
-        lines.append(f"    {edge.source} -> {edge.dest} [label={_quote(label)}{extra}];")
+        attrs = [f"label={_quote(chr(10).join(edge.lines))}"]
+        if edge.source in members and edge.dest not in members[edge.source]:
+            attrs.append(f"ltail=cluster_{edge.source}")  # from the cluster's border
+        if edge.source == edge.dest and graph.detail != "branches":
+            attrs.append("tailport=w, headport=w")  # the loop and its label left of the state
+        if element_ids:
+            attrs.append(f"id={_quote(f'edge_{index}')}")
+        lines.append(f"    {edge.source} -> {edge.dest} [{', '.join(attrs)}];")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _dot_node(node: DiagramNode, element_ids: bool) -> str:
+    attrs = [f"label={_quote(chr(10).join([node.name, *_callback_lines(node)]))}"]
+    if node.terminal:
+        attrs.append("peripheries=2")
+    if node.current:
+        attrs.append('style="rounded,filled", fillcolor="#ffe08a"')
+    if element_ids:
+        attrs.append(f"id={_quote('state_' + node.name)}")
+    return f"{node.name} [{', '.join(attrs)}];"
 
 
 def render_image(
@@ -238,7 +362,11 @@ def render_image(
 
 
 def render_diagram(
-    source: Any = None, *, format: DiagramFormat = "mermaid", highlight: bool = True
+    source: Any = None,
+    *,
+    format: DiagramFormat = "mermaid",
+    highlight: bool = True,
+    detail: Detail = "overview",
 ) -> str | bytes:
     """Render the loop's state diagram.
 
@@ -247,15 +375,17 @@ def render_diagram(
         format: ``mermaid`` or ``dot`` (text, nothing to install), ``svg`` (text) or ``png``
             (bytes), which need Graphviz's ``dot``.
         highlight: mark the current state of ``source``.
+        detail: ``overview`` (one edge per pair of states, labelled with its branches' labels)
+            or ``full`` (every guarded branch with its trigger and guards); see `diagram_graph`.
 
     Returns:
         Text for mermaid, dot and svg; bytes for png.
 
     Raises:
         GraphvizNotFoundError: svg/png without Graphviz installed.
-        UsageError: an unknown format.
+        UsageError: an unknown format or detail.
     """
-    graph = diagram_graph(source, highlight=highlight)
+    graph = diagram_graph(source, highlight=highlight, detail=detail)
     renderers: dict[str, Callable[[DiagramGraph], str]] = {"mermaid": to_mermaid, "dot": to_dot}
     if format in renderers:
         return renderers[format](graph)
@@ -301,3 +431,55 @@ def _callback_lines(node: DiagramNode) -> list[str]:
 def _quote(text: str) -> str:
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{escaped}"'
+
+
+class Diagram:
+    """A machine's state diagram as Jupyter shows it: SVG with Graphviz installed, a Mermaid
+    Markdown block without it; ``str()`` is the Mermaid text. What ``agent.diagram()`` returns.
+
+    Args:
+        source: an `Agent` or a `LoopMachine` (its current state is marked), or None for the
+            built-in definition.
+        detail: ``overview`` or ``full`` (see `render_diagram`).
+
+    Raises:
+        UsageError: ``source`` is neither a machine nor has one, or ``detail`` is unknown.
+    """
+
+    __slots__ = ("graph",)
+
+    def __init__(self, source: Any = None, *, detail: Detail = "overview") -> None:
+        if detail not in DETAILS:
+            raise UsageError(f"unknown diagram detail {detail!r}: use overview or full")
+        self.graph = diagram_graph(source, detail=detail)
+
+    def __str__(self) -> str:
+        return to_mermaid(self.graph)
+
+    def __repr__(self) -> str:
+        current = next((n.name for n in self.graph.nodes if n.current), None)
+        return f"<Diagram {self.graph.detail} of {len(self.graph.nodes)} states, current={current}>"
+
+    @property
+    def mermaid(self) -> str:
+        """The Mermaid ``stateDiagram-v2`` text."""
+        return to_mermaid(self.graph)
+
+    @property
+    def dot(self) -> str:
+        """The Graphviz DOT text."""
+        return to_dot(self.graph)
+
+    def _repr_svg_(self) -> str | None:
+        """Jupyter's SVG (Graphviz's layout), or None without Graphviz (then Markdown)."""
+        if shutil.which("dot") is None:
+            return None
+        svg = render_image(to_dot(self.graph, element_ids=True), "svg").decode()
+        start = svg.find("<svg")
+        return svg[start:] if start >= 0 else svg
+
+    def _repr_markdown_(self) -> str | None:
+        """A Mermaid block for Jupyter when Graphviz is missing (None with it: SVG is shown)."""
+        if shutil.which("dot") is not None:
+            return None
+        return f"```mermaid\n{to_mermaid(self.graph)}```\n"

@@ -14,6 +14,11 @@ States and their effects (`STATES`):
                     without a result and ends the run
 ==================  ================================================================================
 
+Groups (`GROUPS`): ``active`` (``awaiting_model``, ``executing_tools``, ``compacting`` and every
+state a user adds: ``abort`` and ``fail`` leave each) and ``ended`` (the terminal states: ``start``
+leaves each, as it leaves ``idle``). A row's sources may name a group: it leaves every member
+(`expand_groups`), and a diagram draws it once from the group's composite state.
+
 Transitions (`TRANSITIONS`), tried top to bottom per trigger and source; the first whose guards all
 pass fires. Failure paths: a provider failure (``fail``), an abort or cancelled task (``abort``, from
 any active state), a bug escaping a tool, hook or model (``fail``), a terminating denial
@@ -349,6 +354,10 @@ class TransitionSpec:
         after: place it after the branch of the same trigger with this label. With neither, it
             goes before every existing branch of its trigger that leaves one of its sources (and
             last when there is none).
+        groups: the `StateGroup` names its sources were written with (``sources`` holds their
+            members, expanded when the spec enters a machine): the branch leaves every member,
+            including states that join the group later, and a diagram draws it once from the
+            group's composite. Write a group's name among ``sources`` rather than setting this.
     """
 
     trigger: str
@@ -359,6 +368,7 @@ class TransitionSpec:
     action: Action | None = None
     before: str | None = None
     after: str | None = None
+    groups: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -370,9 +380,46 @@ class TransitionSpec:
         return f"{self.trigger}->{self.dest}"
 
 
+@dataclass(frozen=True, slots=True)
+class StateGroup:
+    """A named set of states that rows of the table leave from as one source.
+
+    A row whose ``sources`` name the group leaves from each member (the engine fires it from
+    every one; `expand_groups`), and a diagram draws the group as a composite state with that
+    row's edge drawn once from the composite.
+
+    Attributes:
+        name: the group's name, distinct from every state's name (``active``).
+        states: its members, in the order the rows' sources list them.
+        description: what its members share (shown in diagrams' legends and docstrings).
+        joins_added_states: a state added with `LoopMachine.add_state` becomes a member, so the
+            group's rows (``abort``, ``fail``) leave it too.
+    """
+
+    name: str
+    states: tuple[str, ...]
+    description: str = ""
+    joins_added_states: bool = False
+
+
 _S = State
-_START_FROM = (_S.IDLE, *sorted(TERMINAL_STATES))
-_ACTIVE = (_S.AWAITING_MODEL, _S.EXECUTING_TOOLS, _S.COMPACTING)
+_BUILTIN: dict[str, State] = {state.value: state for state in State}
+ACTIVE = "active"
+"""The group of states where a run is working: ``abort`` and ``fail`` leave each."""
+ENDED = "ended"
+"""The group of terminal states: a run ended there, and ``start`` begins the next run."""
+
+GROUPS: tuple[StateGroup, ...] = (
+    StateGroup(
+        ACTIVE,
+        (_S.AWAITING_MODEL, _S.EXECUTING_TOOLS, _S.COMPACTING),
+        "a run is working: abort and fail leave each state",
+        joins_added_states=True,
+    ),
+    StateGroup(
+        ENDED, tuple(sorted(TERMINAL_STATES)), "a run ended: start begins the next run from each"
+    ),
+)
 _APPROVAL = (_S.AWAITING_APPROVAL,)
 _T = TransitionSpec
 
@@ -389,11 +436,11 @@ STATES: tuple[StateSpec, ...] = (
 )
 
 # fmt: off
-TRANSITIONS: tuple[TransitionSpec, ...] = (
+_TABLE: tuple[TransitionSpec, ...] = (
     # trigger              sources                dest                 guards                             label             action
-    _T(Trigger.START,          _START_FROM,           _S.MAX_TURNS,        (usage_limit_before_request,),     "usage_limit",    fx.note_usage_limit),
-    _T(Trigger.START,          _START_FROM,           _S.MAX_TURNS,        (turns_used_up,),                  "turn_limit",     fx.note_turn_limit_at_start),
-    _T(Trigger.START,          _START_FROM,           _S.AWAITING_MODEL,   (),                                "start"),
+    _T(Trigger.START,          (_S.IDLE, ENDED),        _S.MAX_TURNS,        (usage_limit_before_request,),     "usage_limit",    fx.note_usage_limit),
+    _T(Trigger.START,          (_S.IDLE, ENDED),        _S.MAX_TURNS,        (turns_used_up,),                  "turn_limit",     fx.note_turn_limit_at_start),
+    _T(Trigger.START,          (_S.IDLE, ENDED),        _S.AWAITING_MODEL,   (),                                "start"),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (is_final_turn,),                  "final_answer_at_limit", fx.note_final_turn),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (is_refusal,),                     "refusal",        fx.answer_refused),
     _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (unknown_stop_reason,),            "unknown_stop_reason", fx.answer_unknown_stop_reason),
@@ -426,29 +473,70 @@ TRANSITIONS: tuple[TransitionSpec, ...] = (
     _T(Trigger.COMPACTED,      (_S.COMPACTING,),      _S.AWAITING_MODEL,   (final_turn_wanted, usage_limit_before_request), "final_turn", fx.final_turn_at_usage_limit),
     _T(Trigger.COMPACTED,      (_S.COMPACTING,),      _S.MAX_TURNS,        (usage_limit_before_request,),     "usage_limit",    fx.note_usage_limit),
     _T(Trigger.COMPACTED,      (_S.COMPACTING,),      _S.AWAITING_MODEL,   (),                                "compacted"),
-    _T(Trigger.ABORT,          _ACTIVE,               _S.ABORTED,          (),                                "abort",          fx.note_abort),
+    _T(Trigger.ABORT,          (ACTIVE,),             _S.ABORTED,          (),                                "abort",          fx.note_abort),
     _T(Trigger.ABORT,          _APPROVAL,             _S.ABORTED,          (),                                "abort_pending",  fx.answer_pending),
-    _T(Trigger.FAIL,           _ACTIVE,               _S.FAILED,           (),                                "fail"),
+    _T(Trigger.FAIL,           (ACTIVE,),             _S.FAILED,           (),                                "fail"),
 )
 # fmt: on
 
-_ESCAPES = (Trigger.ABORT, Trigger.FAIL)
-"""Triggers that leave every active state (a user's state gets them when it is added)."""
+
+def expand_groups(
+    specs: Iterable[TransitionSpec], groups: Iterable[StateGroup] = GROUPS
+) -> tuple[TransitionSpec, ...]:
+    """``specs`` with each group name among their sources replaced by the group's members (in
+    place, duplicates dropped) and recorded in `TransitionSpec.groups`; other specs unchanged.
+
+    Raises:
+        MachineDefinitionError: a spec names a group in ``groups`` it was not written with (set
+            by hand: name the group among its sources instead).
+    """
+    members = {g.name: tuple(map(str, g.states)) for g in groups}
+    out = []
+    for spec in specs:
+        unknown = [g for g in spec.groups if g not in members]
+        if unknown:
+            raise MachineDefinitionError(
+                f"transition {spec.name!r} names unknown group(s) {', '.join(map(repr, unknown))}"
+                f" (the groups: {', '.join(map(repr, members))})"
+            )
+        named = [str(s) for s in spec.sources if str(s) in members]
+        if not named:
+            out.append(spec)
+            continue
+        sources: list[str] = []
+        for source in map(str, spec.sources):
+            for state in members.get(source, (source,)):
+                if state not in sources:
+                    sources.append(state)
+        written = (*spec.groups, *(g for g in named if g not in spec.groups))
+        out.append(replace(spec, sources=_builtin_names(sources), groups=written))
+    return tuple(out)
+
+
+def _builtin_names(names: Iterable[str]) -> tuple[str, ...]:
+    """Names as `State` members where they are built-in states (specs compare equal as written)."""
+    return tuple(_BUILTIN.get(name, name) for name in names)
+
+
+TRANSITIONS: tuple[TransitionSpec, ...] = expand_groups(_TABLE)
+"""The built-in transitions, in the order they are tried (the table with its groups expanded)."""
 
 
 def validate_definition(
     states: Iterable[StateSpec | State | str],
     transitions: Iterable[TransitionSpec],
     initial: str = State.IDLE,
+    groups: Iterable[StateGroup] = GROUPS,
     *,
     complete: bool = True,
 ) -> None:
     """Check a machine definition before it is built.
 
     Args:
-        states: the states.
-        transitions: the transitions, in the order they are tried.
-        initial: where a machine starts.
+        states: the states (specs, or names of built-in states).
+        transitions: the transitions, groups expanded (`expand_groups`).
+        initial: the state a machine starts in.
+        groups: the definition's `StateGroup` s (default: the built-in `GROUPS`).
         complete: the definition is whole: also check that every state can be reached and left
             (False while a user is still adding transitions: see `LoopMachine.add_transition`).
 
@@ -456,12 +544,14 @@ def validate_definition(
         MachineDefinitionError: listing every problem: a transition naming an unknown state, a
             transition into a non-terminal state that has no effect, a transition that can never
             fire because an earlier unguarded one of the same trigger and source shadows it, a
-            state unreachable from ``initial``, a state with no way out.
+            state unreachable from ``initial``, a state with no way out; a group naming an
+            unknown state or named like a state, a transition of a group that does not leave
+            every member of it.
     """
     specs_by_name = {str(s.name): s for s in (_as_state_spec(x) for x in states)}
     specs = list(transitions)
     initial = str(initial)
-    problems: list[str] = []
+    problems: list[str] = _group_problems(specs_by_name, specs, tuple(groups))
     edges: dict[str, set[str]] = {name: set() for name in specs_by_name}
     for spec in specs:
         for name in map(str, (*spec.sources, spec.dest)):
@@ -501,6 +591,34 @@ def validate_definition(
     ]
     if problems:
         raise MachineDefinitionError("invalid state machine:\n" + "\n".join(problems))
+
+
+def _group_problems(
+    states: dict[str, StateSpec], specs: Sequence[TransitionSpec], groups: tuple[StateGroup, ...]
+) -> list[str]:
+    """What is wrong with the groups: unknown members, a name shared with a state, a spec of a
+    group that does not leave each member (the table's rows are checked against the groups)."""
+    problems = []
+    members = {g.name: [str(m) for m in g.states] for g in groups}
+    for name, states_of in members.items():
+        if name in states:
+            problems.append(f"group {name!r} has the name of a state (rename one of them)")
+        problems += [
+            f"group {name!r} names unknown state {m!r}" for m in states_of if m not in states
+        ]
+    for spec in specs:
+        sources = set(map(str, spec.sources))
+        for group in spec.groups:
+            if group not in members:
+                problems.append(f"transition {spec.name!r} names unknown group {group!r}")
+                continue
+            missing = [m for m in members[group] if m not in sources]
+            if missing:
+                problems.append(
+                    f"transition {spec.name!r} ({spec.trigger}) is a transition of group "
+                    f"{group!r} but does not leave {', '.join(map(repr, missing))}"
+                )
+    return problems
 
 
 def _shadowing(specs: Sequence[TransitionSpec]) -> list[str]:
@@ -585,18 +703,20 @@ class _Definition:
     ``machine.models``). A change builds a new definition for that `LoopMachine` only.
     """
 
-    __slots__ = ("callbacks", "compiled", "complete", "machine", "specs", "states")
+    __slots__ = ("callbacks", "compiled", "complete", "groups", "machine", "specs", "states")
 
     def __init__(
         self,
         states: dict[str, StateSpec],
         specs: tuple[TransitionSpec, ...],
         callbacks: _Callbacks | None = None,
+        groups: tuple[StateGroup, ...] = GROUPS,
         *,
         complete: bool = False,
     ) -> None:
         self.states = states
         self.specs = specs
+        self.groups = groups
         self.callbacks: _Callbacks = callbacks or {}
         self.complete = complete  # validated whole (`validate_definition(complete=True)`)
         machine = Machine(
@@ -638,12 +758,14 @@ class _Definition:
         states: dict[str, StateSpec] | None = None,
         specs: Sequence[TransitionSpec] | None = None,
         callbacks: _Callbacks | None = None,
+        groups: tuple[StateGroup, ...] | None = None,
     ) -> _Definition:
         """A new definition with the given parts replaced (not validated here)."""
         return _Definition(
             self.states if states is None else states,
             self.specs if specs is None else tuple(specs),
             self.callbacks if callbacks is None else callbacks,
+            self.groups if groups is None else groups,
         )
 
 
@@ -654,7 +776,7 @@ def _shared_definition() -> _Definition:
     """The built-in definition, built and validated once per process."""
     if not _SHARED:
         states = {str(s.name): s for s in STATES}
-        validate_definition(states.values(), TRANSITIONS)
+        validate_definition(states.values(), TRANSITIONS, groups=GROUPS)
         _SHARED.append(_Definition(states, TRANSITIONS, complete=True))
     return _SHARED[0]
 
@@ -682,9 +804,9 @@ class LoopMachine:
         extra = tuple(extra_transitions)
         if extra:
             specs = list(TRANSITIONS)
-            for spec in extra:
+            for spec in expand_groups(extra, GROUPS):
                 specs = _placed(specs, spec)
-            validate_definition(self.states.values(), specs)
+            validate_definition(self.states.values(), specs, groups=GROUPS)
             self._definition = self._definition.changed(specs=specs)
             self._definition.complete = True
 
@@ -698,6 +820,11 @@ class LoopMachine:
         """The transitions, in the order they are tried (a copy: change them with
         `add_transition`)."""
         return list(self._definition.specs)
+
+    @property
+    def groups(self) -> dict[str, StateGroup]:
+        """The state groups by name (`GROUPS`, with the states `add_state` added joined)."""
+        return {g.name: g for g in self._definition.groups}
 
     @property
     def shared(self) -> bool:
@@ -720,7 +847,9 @@ class LoopMachine:
         """
         definition = self._definition
         if not definition.complete:
-            validate_definition(definition.states.values(), definition.specs)
+            validate_definition(
+                definition.states.values(), definition.specs, groups=definition.groups
+            )
             definition.complete = True
 
     def is_terminal(self, state: str) -> bool:
@@ -790,30 +919,38 @@ class LoopMachine:
     def add_state(self, name: str, effect: Effect) -> None:
         """Add a non-terminal state whose ``effect`` (an async function of the `Run` returning
         the next trigger) runs each time it is entered. Add the transitions into and out of it
-        with `add_transition`; ``abort`` and ``fail`` leave it like any active state.
+        with `add_transition`. It joins each group with ``joins_added_states`` (``active``), so
+        that group's transitions (``abort``, ``fail``) leave it like any active state.
 
         Raises:
-            MachineDefinitionError: the name is taken, or ``effect`` is not callable.
+            MachineDefinitionError: the name is taken (by a state or a group), or ``effect`` is
+                not callable.
         """
-        if name in self.states:
-            raise MachineDefinitionError(f"a state named {name!r} already exists")
+        if name in self.states or name in self.groups:
+            kind = "state" if name in self.states else "group"
+            raise MachineDefinitionError(f"a {kind} named {name!r} already exists")
         if not callable(effect):
             raise MachineDefinitionError(f"state {name!r} needs an effect (an async function)")
+        joined = {g.name for g in self._definition.groups if g.joins_added_states}
+        groups = tuple(
+            replace(g, states=(*g.states, name)) if g.name in joined else g
+            for g in self._definition.groups
+        )
         specs = [
-            replace(s, sources=(*s.sources, name))
-            if s.trigger in _ESCAPES and s.label in _ESCAPES
-            else s
+            replace(s, sources=(*s.sources, name)) if joined & set(s.groups) else s
             for s in self.specs
         ]
         # Not validated yet: a new state has no way in until a transition enters it.
         self._definition = self._definition.changed(
-            states={**self.states, name: StateSpec(name, effect)}, specs=specs
+            states={**self.states, name: StateSpec(name, effect)}, specs=specs, groups=groups
         )
 
     def add_transition(self, spec: TransitionSpec) -> None:
         """Add a transition. It goes before the branch labelled ``spec.before`` or after the one
         labelled ``spec.after`` (same trigger); with neither, before every existing branch of its
         trigger from the same sources (so later additions are tried first: say where instead).
+        A group's name among ``spec.sources`` (``"active"``) stands for its members
+        (`expand_groups`).
 
         A new state's transitions may be added in any order (out of it before into it): that
         every state can be reached and left is checked when a run starts (`check_complete`).
@@ -828,8 +965,9 @@ class LoopMachine:
                 specs: unknown states, a state with no effect, shadowed branches, ...); the
                 machine is unchanged.
         """
-        specs = _placed(self.specs, spec)
-        validate_definition(self.states.values(), specs, complete=False)
+        groups = self._definition.groups
+        specs = _placed(self.specs, expand_groups((spec,), groups)[0])
+        validate_definition(self.states.values(), specs, groups=groups, complete=False)
         self._definition = self._definition.changed(specs=specs)
 
     def add_guard(self, trigger: str, dest: str, guard: Guard) -> None:
@@ -879,9 +1017,6 @@ class LoopMachine:
         """The callbacks added with `on_enter` and `on_exit` for ``state``: ``(enter, exit)``."""
         enter, exit_ = self._definition.callbacks.get(str(state), ((), ()))
         return list(enter), list(exit_)
-
-
-_BUILTIN: dict[str, State] = {state.value: state for state in State}
 
 
 class CallbackFailed(Exception):

@@ -125,7 +125,9 @@ def test_case2_user_transition_to_done_answers_every_call() -> None:
         assert isinstance(message, ToolResultMessage) and message.is_error
         assert message.text == ("Not run: the run ended in state done by transition 'over_budget'.")
     assert_valid_history(result.messages)
-    assert "awaiting_model --> done : model_replied [over_budget]" in str(render_diagram(agent))
+    assert "awaiting_model --> done : model_replied [over_budget]" in str(
+        render_diagram(agent, detail="full")
+    )
 
 
 def test_case2_user_transition_from_executing_tools_to_max_turns_keeps_the_protocol() -> None:
@@ -232,7 +234,7 @@ def test_case3_user_state_with_an_effect_runs_and_is_drawn() -> None:
         "A result mentions TODO: review your work before answering."
     )
     assert_valid_history(result.messages)
-    mermaid = str(render_diagram(agent))
+    mermaid = str(render_diagram(agent, detail="full"))
     assert "executing_tools --> reviewing : tools_finished [has_todo]" in mermaid
     assert "reviewing --> done : model_replied [else]" in mermaid
     assert "note right of reviewing : do / review" in mermaid
