@@ -25,6 +25,7 @@ from statemachine_agent import (
     AgentError,
     AssistantMessage,
     Event,
+    MessageEnd,
     ModelRetry,
     RunStart,
     State,
@@ -183,9 +184,9 @@ async def test_steering_queued_with_a_follow_up_at_a_stop_is_delivered_first(
     )
 
     def on_first_answer(event: Event) -> None:
-        if getattr(event, "message", None) is not None and len(requests) == 1:
-            if isinstance(event.message, AssistantMessage) and not agent.has_queued_input():  # type: ignore[attr-defined]
-                queue_follow_ups_then_steering(agent)
+        first = len(requests) == 1 and not agent.has_queued_input()
+        if first and isinstance(event, MessageEnd) and isinstance(event.message, AssistantMessage):
+            queue_follow_ups_then_steering(agent)  # the model would stop here
 
     agent.subscribe(on_first_answer)
     result = await agent.run("go")
@@ -605,4 +606,3 @@ async def test_check_run_fails_a_report_whose_start_and_end_belong_to_two_runs()
         "invariant 5: the report holds 2 runs: its events come from runs "
         f"{first.events[0].run_id}, {second.events[0].run_id} (expected one run)"
     ]
-
