@@ -134,28 +134,33 @@ class SessionLog:
         log = cls(path, fsync=fsync)
         # Lock before reading, so no other writer changes the file between reading and cutting.
         log._open_file()
-        assert log._file is not None
         try:
-            data = read_session(path, strict=strict)
+            log._read_and_repair(strict)
         except BaseException:
-            log.close()
+            log.close()  # a failed open leaves the file unlocked (another agent may open it)
             raise
-        log.data = data
-        log.trace = data.trace
-        log._has_header = data.header is not None
-        fd = log._file.fileno()
+        return log
+
+    def _read_and_repair(self, strict: bool) -> None:
+        """`open`'s reading and repairs, on the locked file."""
+        assert self._file is not None
+        data = read_session(self.path, strict=strict)
+        self.data = data
+        self.trace = data.trace
+        self._has_header = data.header is not None
+        fd = self._file.fileno()
         if data.torn_tail:
             # Cut the torn last line so the next line does not glue onto it.
             os.ftruncate(fd, data.valid_bytes)
         if data.valid_bytes and os.pread(fd, 1, data.valid_bytes - 1) != b"\n":
-            log._file.write(b"\n")  # a complete last line missing its newline
-            log._file.flush()
+            self._file.write(b"\n")  # a complete last line missing its newline
+            self._file.flush()
         for repair in data.repairs:
-            log._write({"type": "tool_result", "repair": True, "message": _dump(repair)})
+            self._write({"type": "tool_result", "repair": True, "message": _dump(repair)})
         if data.run_open and data.state in RUN_STOPS:
             # The process died between the run's last state change and its end: the run did
             # end, in that state; only its end line is missing.
-            log._write(
+            self._write(
                 {
                     "type": "run_end",
                     "state": data.state.value,
@@ -166,7 +171,7 @@ class SessionLog:
             data.run_open = False
         elif data.run_open:
             source = data.state_name or (data.state or State.IDLE).value
-            log._write(
+            self._write(
                 {
                     "type": "state",
                     "source": source,
@@ -175,7 +180,7 @@ class SessionLog:
                     "label": "recovered",
                 }
             )
-            log._write(
+            self._write(
                 {
                     "type": "run_end",
                     "state": State.ABORTED.value,
@@ -184,7 +189,6 @@ class SessionLog:
                 }
             )
             data.state, data.run_open = State.ABORTED, False
-        return log
 
     @property
     def messages(self) -> list[Message]:
@@ -514,6 +518,13 @@ def _dump(message: Message) -> Any:
 
 def attach_session(agent: Agent, session: str | os.PathLike[str] | SessionLog) -> SessionLog:
     """Attach ``session`` (a `SessionLog`, or a path for a new log) to ``agent``; return it."""
-    log = session if isinstance(session, SessionLog) else SessionLog(session)
-    log.attach(agent)
+    if isinstance(session, SessionLog):
+        session.attach(agent)
+        return session
+    log = SessionLog(session)
+    try:
+        log.attach(agent)
+    except BaseException:
+        log.close()  # the log made here is released at once, not when it is collected
+        raise
     return log

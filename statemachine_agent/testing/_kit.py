@@ -344,8 +344,9 @@ def check_history(agent: Agent) -> list[str]:
 def check_run(agent: Agent, report: RunReport) -> list[str]:
     """Every invariant the run broke (empty when all hold).
 
-    1-4 on the history and on each request sent; 5: one ``run_end``, whose result's state is the
-    agent's state and terminal; 6: tool-execution starts and ends pair up by call id, turn starts
+    1-4 on the history and on each request sent; 5: the report holds exactly one run (one
+    ``run_start`` and one ``run_end``, every event of one ``run_id``: a report with no run or
+    with two fails, saying so), whose result's state is the agent's state and terminal; 6: tool-execution starts and ends pair up by call id, turn starts
     and ends alternate with matching numbers.
     """
     problems = check_history(agent) + report.compaction_problems
@@ -362,8 +363,19 @@ def _check_ending(agent: Agent, report: RunReport) -> list[str]:
     problems = []
     starts = sum(isinstance(e, RunStart) for e in report.events)
     ends = [e for e in report.events if isinstance(e, RunEnd)]
+    run_ids = list(dict.fromkeys(e.run_id for e in report.events))  # in order of appearance
     if starts != 1 or len(ends) != 1:
-        problems.append(f"invariant 5: {starts} run_start and {len(ends)} run_end events")
+        runs = max(starts, len(ends))
+        held = "no run" if runs == 0 else f"{runs} runs" if runs > 1 else "a broken run"
+        problems.append(
+            f"invariant 5: the report holds {held}: {starts} run_start and {len(ends)} run_end "
+            "events (expected exactly one of each, of one run)"
+        )
+    elif len(run_ids) != 1:
+        problems.append(
+            f"invariant 5: the report holds {len(run_ids)} runs: its events come from runs "
+            f"{', '.join(run_ids)} (expected one run)"
+        )
     if agent.state not in RUN_STOPS:
         problems.append(f"invariant 5: the run ended in non-terminal state {str(agent.state)!r}")
     if report.result is not None and report.result.state != agent.state:

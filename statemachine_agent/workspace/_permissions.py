@@ -142,7 +142,9 @@ class Permissions:
         allow: allow rules: a tool name (``run_command``, ``write_file``, ``edit_file``),
             ``writes`` for both write tools, or ``run_command:PREFIX`` for commands that are
             ``PREFIX`` or start with ``PREFIX`` and a space, and contain no shell control
-            characters (``; & | ` $( > <``).
+            characters anywhere, quoted or not (a newline, ``; & | ` $( > <``): the command
+            runs under ``/bin/sh -c``, where any of them could start a second command or
+            redirect the output.
         confirm: asks the person at the terminal; None when there is nobody to ask.
         how_to_allow: what the model is told about how the user can allow a denied call
             (``{tool}`` is replaced by the tool's name); the CLI names its flags.
@@ -196,9 +198,12 @@ class Permissions:
         if self.allow_all or name not in GUARDED or name in self.tools:
             return True
         if name == "run_command":
-            command = str(arguments.get("command", "")).strip()
-            if any(mark in command for mark in _SHELL_CONTROL):
+            raw = str(arguments.get("command", ""))
+            # Scanned before stripping (a trailing newline is a control character too) and
+            # whether quoted or not: inside double quotes sh still runs $(...) and backticks.
+            if any(mark in raw for mark in _SHELL_CONTROL):
                 return False
+            command = raw.strip()
             return any(
                 command == prefix or command.startswith(prefix + " ")
                 for prefix in self.command_prefixes
