@@ -754,14 +754,14 @@ def simple_svg(graph: DiagramGraph, builtin_edges: int | None = None) -> str:
             ex, ey = _border(x2, y2, cx, cy, w2, h2)
             path = f"M{sx:.1f},{sy:.1f} Q{cx:.1f},{cy:.1f} {ex:.1f},{ey:.1f}"
             lx, ly = 0.25 * sx + 0.5 * cx + 0.25 * ex, 0.25 * sy + 0.5 * cy + 0.25 * ey
-        lines = "".join(
-            f'<tspan x="{lx:.1f}" dy="{0 if k == 0 else 11}">{html.escape(line)}</tspan>'
+        lines = "".join(  # a text per line, as Graphviz writes them
+            f'<text x="{lx:.1f}" y="{ly + 11 * k:.1f}" font-size="10" text-anchor="middle">'
+            f"{html.escape(line)}</text>"
             for k, line in enumerate(edge.lines)
         )
         out.append(
             f'<g id="{element}" class="edge"><path d="{path}" fill="none" stroke="black" '
-            f'marker-end="url(#arrow)"/><text x="{lx:.1f}" y="{ly:.1f}" font-size="10" '
-            f'text-anchor="middle">{lines}</text></g>'
+            f'marker-end="url(#arrow)"/>{lines}</g>'
         )
     for node in graph.nodes:
         x, y, w, h = pos[node.name]
