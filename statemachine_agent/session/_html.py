@@ -656,9 +656,11 @@ def _asset(name: str) -> str:
 
 
 def diagram_svg(extra_edges: list[tuple[str, str, str]] | None = None) -> str:
-    """The built-in machine's diagram as inline SVG, each state ``id="state_NAME"`` and each edge
-    ``id="edge_N"`` (``edge_xN`` for ``extra_edges``: ``(source, dest, trigger)`` a log took that
-    the machine does not draw). Graphviz's ``dot`` draws it; without Graphviz, `simple_svg`."""
+    """The built-in machine's overview (`_page_graph`) as inline SVG, each state
+    ``id="state_NAME"``, each group's composite ``id="group_NAME"`` and each edge ``id="edge_N"``
+    (its index in the overview; ``edge_xN`` for ``extra_edges``: ``(source, dest, trigger)`` a log
+    took that the machine does not draw). Graphviz's ``dot`` draws it; without Graphviz,
+    `simple_svg`. The page's script pans and zooms it (``html/page.js``)."""
     builtin = len(_page_graph().edges)
     full = _with_extra(extra_edges or [])
     extra = full.edges[builtin:]
@@ -704,7 +706,7 @@ def simple_svg(graph: DiagramGraph, builtin_edges: int | None = None) -> str:
         states = [s for u in row_units for s in units[u]]
         step = min(box_w + gap, (width - 40) / max(len(states), 1))
         left = (width - step * len(states)) / 2 + step / 2
-        y = 50 + row * row_height
+        y = 50.0 + row * row_height
         for k, name in enumerate(states):
             pos[name] = (left + k * step, y, min(box_w, step - 8), box_h)
         for u in row_units:
@@ -719,14 +721,14 @@ def simple_svg(graph: DiagramGraph, builtin_edges: int | None = None) -> str:
         '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="8" '
         'markerHeight="8" markerUnits="userSpaceOnUse" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z"/></marker></defs>',
     ]
-    for group in graph.groups:
-        x, y, w, h = pos[group.name]
+    for cluster in graph.groups:
+        x, y, w, h = pos[cluster.name]
         out.append(
-            f'<g id="group_{html.escape(group.name)}" class="cluster"><rect x="{x - w / 2:.1f}" '
+            f'<g id="group_{html.escape(cluster.name)}" class="cluster"><rect x="{x - w / 2:.1f}" '
             f'y="{y - h / 2:.1f}" width="{w:.1f}" height="{h:.1f}" rx="10" fill="none" '
             f'stroke="#777777" stroke-dasharray="5,3"/><text x="{x - w / 2 + 8:.1f}" '
             f'y="{y - h / 2 + 14:.1f}" font-size="12" font-weight="bold" fill="#555555">'
-            f"{html.escape(group.name)}</text></g>"
+            f"{html.escape(cluster.name)}</text></g>"
         )
     seen: dict[tuple[str, str], int] = {}
     for number, edge in enumerate(graph.edges):
