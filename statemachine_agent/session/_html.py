@@ -568,17 +568,32 @@ def _waited(calls: list[dict[str, Any]], log_end: float | None) -> float:
     return round(total, 6)
 
 
+def _page_graph() -> DiagramGraph:
+    """The built-in machine as the page draws it: the overview (one edge per (source, dest)
+    pair, labelled with its branches' labels; ``active`` and ``ended`` as composites)."""
+    return diagram_graph(None, detail="overview")
+
+
 def _edge_index() -> dict[tuple[str, str, str, str], str]:
-    """``(source, dest, trigger, label)`` -> the edge's element id in the diagram; the same edge
-    also under an empty label (a label the machine no longer has still finds its edge)."""
+    """``(source, dest, trigger, label)`` -> the element id of the overview edge that draws the
+    branch: the merged edge of its (source, dest) pair, or the edge from a group's composite for
+    a branch written for the group (``abort`` from ``executing_tools`` lights ``active ->
+    aborted``). The same edge also under an empty label (a label the machine no longer has
+    still finds its pair's edge)."""
     machine = LoopMachine()
-    graph = diagram_graph(None)
-    labels = [spec.label for spec in machine.specs for _ in spec.sources]
+    graph = _page_graph()
+    drawn = {group.name: set(group.members) for group in graph.groups}
+    pairs: dict[tuple[str, str], str] = {}
+    for number, edge in enumerate(graph.edges):
+        pairs.setdefault((edge.source, edge.dest), f"edge_{number}")
     index: dict[tuple[str, str, str, str], str] = {}
-    for number, (edge, label) in enumerate(zip(graph.edges, labels, strict=True)):
-        element = f"edge_{number}"
-        index.setdefault((edge.source, edge.dest, edge.trigger, label), element)
-        index.setdefault((edge.source, edge.dest, edge.trigger, ""), element)
+    for spec in machine.specs:
+        dest, trigger = str(spec.dest), str(spec.trigger)
+        for source in map(str, spec.sources):
+            group = next((g for g in spec.groups if source in drawn.get(g, ())), source)
+            element = pairs[(group, dest)]
+            index.setdefault((source, dest, trigger, spec.name), element)
+            index.setdefault((source, dest, trigger, ""), element)
     return index
 
 
@@ -641,10 +656,12 @@ def _asset(name: str) -> str:
 
 
 def diagram_svg(extra_edges: list[tuple[str, str, str]] | None = None) -> str:
-    """The built-in machine's diagram as inline SVG, each state ``id="state_NAME"`` and each edge
-    ``id="edge_N"`` (``edge_xN`` for ``extra_edges``: ``(source, dest, trigger)`` a log took that
-    the machine does not draw). Graphviz's ``dot`` draws it; without Graphviz, `simple_svg`."""
-    builtin = len(diagram_graph(None).edges)
+    """The built-in machine's overview (`_page_graph`) as inline SVG, each state
+    ``id="state_NAME"``, each group's composite ``id="group_NAME"`` and each edge ``id="edge_N"``
+    (its index in the overview; ``edge_xN`` for ``extra_edges``: ``(source, dest, trigger)`` a log
+    took that the machine does not draw). Graphviz's ``dot`` draws it; without Graphviz,
+    `simple_svg`. The page's script pans and zooms it (``html/page.js``)."""
+    builtin = len(_page_graph().edges)
     full = _with_extra(extra_edges or [])
     extra = full.edges[builtin:]
     try:
@@ -660,81 +677,156 @@ def diagram_svg(extra_edges: list[tuple[str, str, str]] | None = None) -> str:
 
 
 def _with_extra(extra_edges: list[tuple[str, str, str]]) -> DiagramGraph:
-    """The built-in machine's graph with ``(source, dest, trigger)`` edges added at the end."""
-    graph = diagram_graph(None)
+    """The page's graph (`_page_graph`) with ``(source, dest, trigger)`` edges added at the end."""
+    graph = _page_graph()
     extra = tuple(DiagramEdge(s, d, t) for s, d, t in extra_edges)
-    return DiagramGraph(graph.name, graph.nodes, (*graph.edges, *extra))
+    return DiagramGraph(graph.name, graph.nodes, (*graph.edges, *extra), graph.groups, graph.detail)
 
 
 def simple_svg(graph: DiagramGraph, builtin_edges: int | None = None) -> str:
-    """A plain layered drawing of ``graph`` (no Graphviz): states in rows by their distance from
-    the initial state, edges as curves labelled with their trigger. Same element ids as
+    """A plain layered drawing of ``graph`` (no Graphviz): each group a dashed box around its
+    states in one row (``id="group_NAME"``), rows in the order a run goes through them, edges as
+    curves labelled with their label lines (a group's edges leave its box). Same element ids as
     `diagram_svg`; edges from ``builtin_edges`` on are the extra ones (``edge_xN``)."""
     builtin = len(graph.edges) if builtin_edges is None else builtin_edges
-    names = [n.name for n in graph.nodes]
-    layer = {name: 0 for name in names}
-    for _ in names:  # longest path from the initial state, ignoring edges back up
-        for edge in graph.edges:
-            if edge.dest != edge.source and layer[edge.dest] <= layer[edge.source]:
-                if edge.source in _RESTING - {State.IDLE.value}:
-                    continue  # a run's start from a terminal state goes back up
-                if edge.dest == State.AWAITING_MODEL.value and edge.source != State.IDLE.value:
-                    continue
-                layer[edge.dest] = layer[edge.source] + 1
+    members = {group.name: list(group.members) for group in graph.groups}
+    unit = {m: g for g, names in members.items() for m in names}
+    units: dict[str, list[str]] = {}  # a group, or a state in no group -> its states
+    for node in graph.nodes:
+        units.setdefault(unit.get(node.name, node.name), []).append(node.name)
+    for group, names in members.items():
+        units.setdefault(group, names)
+    layer = _layers(graph, units, unit)
     rows: dict[int, list[str]] = {}
-    for name in names:
+    for name in units:
         rows.setdefault(layer[name], []).append(name)
-    width, row_height, box_w, box_h = 760, 120, 130, 34
-    pos: dict[str, tuple[float, float]] = {}
-    for row, members in rows.items():
-        for k, name in enumerate(members):
-            pos[name] = (width * (k + 1) / (len(members) + 1), 40 + row * row_height)
-    height = 40 + max(rows) * row_height + 60
+    width, row_height, box_w, box_h, gap = 760, 130, 130, 34, 20
+    pos: dict[str, tuple[float, float, float, float]] = {}  # centre x, y, width, height
+    for row, row_units in sorted(rows.items()):
+        states = [s for u in row_units for s in units[u]]
+        step = min(box_w + gap, (width - 40) / max(len(states), 1))
+        left = (width - step * len(states)) / 2 + step / 2
+        y = 50.0 + row * row_height
+        for k, name in enumerate(states):
+            pos[name] = (left + k * step, y, min(box_w, step - 8), box_h)
+        for u in row_units:
+            if u in members:
+                xs = [pos[m][0] for m in units[u]]
+                half = min(box_w, step - 8) / 2 + 10
+                pos[u] = ((min(xs) + max(xs)) / 2, y - 8, max(xs) - min(xs) + 2 * half, box_h + 36)
+    height = 50 + max(rows) * row_height + 80
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
         f'width="{width}pt" height="{height}pt" class="simple">',
         '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="8" '
         'markerHeight="8" markerUnits="userSpaceOnUse" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z"/></marker></defs>',
     ]
+    for cluster in graph.groups:
+        x, y, w, h = pos[cluster.name]
+        out.append(
+            f'<g id="group_{html.escape(cluster.name)}" class="cluster"><rect x="{x - w / 2:.1f}" '
+            f'y="{y - h / 2:.1f}" width="{w:.1f}" height="{h:.1f}" rx="10" fill="none" '
+            f'stroke="#777777" stroke-dasharray="5,3"/><text x="{x - w / 2 + 8:.1f}" '
+            f'y="{y - h / 2 + 14:.1f}" font-size="12" font-weight="bold" fill="#555555">'
+            f"{html.escape(cluster.name)}</text></g>"
+        )
     seen: dict[tuple[str, str], int] = {}
     for number, edge in enumerate(graph.edges):
         element = f"edge_{number}" if number < builtin else f"edge_x{number - builtin}"
         nth = seen.get((edge.source, edge.dest), 0)
         seen[(edge.source, edge.dest)] = nth + 1
-        (x1, y1), (x2, y2) = pos[edge.source], pos[edge.dest]
+        x1, y1, w1, h1 = pos[edge.source]
+        x2, y2, w2, h2 = pos[edge.dest]
         if edge.source == edge.dest:
             r = 18 + 12 * nth
-            sx, sy = x1 + box_w / 2, y1
+            sx, sy = x1 - w1 / 2, y1
             path = (
-                f"M{sx},{sy - 8} C{sx + 3 * r},{sy - 2 * r} {sx + 3 * r},{sy + 2 * r} {sx},{sy + 8}"
+                f"M{sx},{sy - 8} C{sx - 3 * r},{sy - 2 * r} {sx - 3 * r},{sy + 2 * r} {sx},{sy + 8}"
             )
-            lx, ly = sx + 2.3 * r, sy + 4 - 8 * nth
+            lx, ly = sx - 2.3 * r, sy - 2 * r
         else:
-            back = 1 if layer[edge.dest] < layer[edge.source] or edge.source > edge.dest else -1
+            if edge.source in members and edge.dest in members[edge.source]:
+                x1, y1, w1, h1 = x1 - w1 / 2 + 30, y1 - h1 / 2 + 10, 0.0, 0.0  # its title
+            back = 1 if layer[_unit(edge.dest, unit)] < layer[_unit(edge.source, unit)] else -1
             bend = back * (30 + 26 * nth)
             dx, dy = x2 - x1, y2 - y1
             length = math.hypot(dx, dy) or 1.0
             cx, cy = (x1 + x2) / 2 - dy / length * bend, (y1 + y2) / 2 + dx / length * bend
-            sx, sy = _border(x1, y1, cx, cy, box_w, box_h)
-            ex, ey = _border(x2, y2, cx, cy, box_w, box_h)
+            sx, sy = _border(x1, y1, cx, cy, w1, h1)
+            ex, ey = _border(x2, y2, cx, cy, w2, h2)
             path = f"M{sx:.1f},{sy:.1f} Q{cx:.1f},{cy:.1f} {ex:.1f},{ey:.1f}"
             lx, ly = 0.25 * sx + 0.5 * cx + 0.25 * ex, 0.25 * sy + 0.5 * cy + 0.25 * ey
+        lines = "".join(  # a text per line, as Graphviz writes them
+            f'<text x="{lx:.1f}" y="{ly + 11 * k:.1f}" font-size="10" text-anchor="middle">'
+            f"{html.escape(line)}</text>"
+            for k, line in enumerate(edge.lines)
+        )
         out.append(
             f'<g id="{element}" class="edge"><path d="{path}" fill="none" stroke="black" '
-            f'marker-end="url(#arrow)"/><text x="{lx:.1f}" y="{ly:.1f}" font-size="10" '
-            f'text-anchor="middle">{html.escape(edge.text)}</text></g>'
+            f'marker-end="url(#arrow)"/>{lines}</g>'
         )
     for node in graph.nodes:
-        x, y = pos[node.name]
+        x, y, w, h = pos[node.name]
         stroke = ' stroke-width="3"' if node.terminal else ""
         out.append(
-            f'<g id="state_{html.escape(node.name)}" class="node"><rect x="{x - box_w / 2}" '
-            f'y="{y - box_h / 2}" width="{box_w}" height="{box_h}" rx="8" fill="white" '
-            f'stroke="black"{stroke}/><text x="{x}" y="{y + 4}" font-size="13" '
+            f'<g id="state_{html.escape(node.name)}" class="node"><rect x="{x - w / 2:.1f}" '
+            f'y="{y - h / 2}" width="{w:.1f}" height="{h}" rx="8" fill="white" '
+            f'stroke="black"{stroke}/><text x="{x:.1f}" y="{y + 4}" font-size="13" '
             f'text-anchor="middle">{html.escape(node.name)}</text></g>'
         )
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _unit(name: str, unit: dict[str, str]) -> str:
+    return unit.get(name, name)
+
+
+def _layers(
+    graph: DiagramGraph, units: dict[str, list[str]], unit: dict[str, str]
+) -> dict[str, int]:
+    """Each unit's row (a group with its states, or a state in no group): the longest path from
+    the initial state's unit, the edges that close a cycle left out (found depth first, edges
+    into the units holding terminal states tried last, so a run's end is drawn below it)."""
+    terminal = {n.name for n in graph.nodes if n.terminal}
+    ends = {u for u, names in units.items() if terminal & set(names)}
+    out: dict[str, list[str]] = {u: [] for u in units}
+    for edge in graph.edges:
+        a, b = _unit(edge.source, unit), _unit(edge.dest, unit)
+        if a != b and b not in out[a]:
+            out[a].append(b)
+    for targets in out.values():
+        targets.sort(key=lambda u: u in ends)
+    initial = _unit(_first_initial(graph), unit)
+    order: list[str] = []  # reverse postorder: a topological order of the edges kept
+    forward: dict[str, list[str]] = {u: [] for u in units}
+    on_stack: set[str] = set()
+    visited: set[str] = set()
+
+    def visit(u: str) -> None:
+        visited.add(u)
+        on_stack.add(u)
+        for v in out[u]:
+            if v in on_stack:
+                continue  # closes a cycle: drawn going back up
+            forward[u].append(v)
+            if v not in visited:
+                visit(v)
+        on_stack.discard(u)
+        order.append(u)
+
+    for u in [initial, *units]:
+        if u not in visited:
+            visit(u)
+    layer = dict.fromkeys(units, 0)
+    for u in reversed(order):
+        for v in forward[u]:
+            layer[v] = max(layer[v], layer[u] + 1)
+    return layer
+
+
+def _first_initial(graph: DiagramGraph) -> str:
+    return next((n.name for n in graph.nodes if n.initial), graph.nodes[0].name)
 
 
 def _border(

@@ -231,7 +231,8 @@ def test_case1_demo_log_shows_6_turns_done_and_the_first_batch_lights_executing_
         "state_executing_tools"
     ]
     taken = browser.find_elements("css selector", "#diagram .edge.taken")
-    assert len(taken) == 1 and "has_tool_calls" in taken[0].text
+    # The overview's edge of the pair, labelled with the branch's TransitionSpec label (issue 34).
+    assert len(taken) == 1 and taken[0].text == "tool_calls"
     (lit_call,) = browser.find_elements("css selector", ".call.lit")
     assert lit_call.get_attribute("data-call") == "toolu_demo_01"
     assert lit_call.find_element("css selector", ".who").text == "→ list_files"
@@ -509,14 +510,11 @@ def test_the_page_works_without_graphviz(
     open_page(browser, page)
     step_to(browser, "awaiting_model → executing_tools")
     assert "current" in classes(browser, "state_executing_tools")
-    from statemachine_agent._diagram import diagram_graph
-
-    edges = diagram_graph().edges
+    edges = _html._page_graph().edges
     tool_calls = next(
         i
         for i, e in enumerate(edges)
-        if (e.source, e.dest, e.guards)
-        == ("awaiting_model", "executing_tools", ("has_tool_calls",))
+        if (e.source, e.dest) == ("awaiting_model", "executing_tools")
     )
     assert "taken" in classes(browser, f"edge_{tool_calls}")
 
@@ -524,9 +522,10 @@ def test_the_page_works_without_graphviz(
 def test_every_edge_and_state_has_an_element_in_both_drawings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    edges = len(_html.diagram_graph(None).edges)
+    edges = len(_html._page_graph().edges)
     expected = [f'id="edge_{n}"' for n in range(edges)] + ['id="edge_x0"']
     expected += [f'id="state_{s}"' for s in ("idle", "awaiting_model", "executing_tools", "done")]
+    expected += ['id="group_active"', 'id="group_ended"']
     extra = [("executing_tools", "aborted", "resume")]
     drawings = [_html.simple_svg(_html._with_extra(extra), edges)]
     if shutil.which("dot"):

@@ -320,8 +320,172 @@ function buildTimeline() {
     row.addEventListener("click", () => show(t.step_tools !== undefined ? t.step_tools : t.step));
     return row;
   };
-  turns = lazyList(box, DATA.turns.length, render, (k) => 24 + 18 * DATA.turns[k].calls.length,
-                   document.getElementById("left"));
+  turns = lazyList(box, DATA.turns.length, render, (k) => 24 + 18 * DATA.turns[k].calls.length, box);
+}
+
+// -- the diagram: pan and zoom -------------------------------------------------------------------
+// The SVG fills #viewport; its viewBox is the part of the drawing on screen, so the drawing stays
+// sharp at every scale. `view.scale` is screen pixels per SVG unit. The page opens at a scale
+// where state names are LEGIBLE_PX tall (or the whole diagram, if that fits larger), and each
+// step pans, zooming out only when it has to, so that its lit state and lit edge are in view.
+
+const LEGIBLE_PX = 13; // the size state names are drawn at when the page opens (CSS px)
+const MARGIN = 12; // px kept between a lit element and the viewport's edge
+const view = { svg: null, box: null, full: null, x: 0, y: 0, scale: 1, font: 14 };
+
+function viewSize() {
+  return { w: view.box.clientWidth, h: view.box.clientHeight };
+}
+
+function fitScale() {
+  const { w, h } = viewSize();
+  return Math.min((w - 2 * MARGIN) / view.full.width, (h - 2 * MARGIN) / view.full.height);
+}
+
+function legibleScale() {
+  return LEGIBLE_PX / view.font;
+}
+
+// Put the SVG point (x, y) at the viewport's top left, at `scale`; the drawing is kept on screen
+// (centred on an axis where it is smaller than the viewport).
+function setView(x, y, scale) {
+  if (!view.svg) return;
+  const { w, h } = viewSize();
+  if (!w || !h) return;
+  const low = Math.min(fitScale(), legibleScale()) / 2;
+  const high = legibleScale() * 6;
+  scale = Math.max(low, Math.min(high, scale));
+  const vw = w / scale, vh = h / scale;
+  const f = view.full;
+  x = vw >= f.width ? f.x - (vw - f.width) / 2 : Math.max(f.x, Math.min(f.x + f.width - vw, x));
+  y = vh >= f.height ? f.y - (vh - f.height) / 2 : Math.max(f.y, Math.min(f.y + f.height - vh, y));
+  Object.assign(view, { x, y, scale });
+  view.svg.setAttribute("viewBox", [x, y, vw, vh].map((v) => v.toFixed(2)).join(" "));
+  view.svg.dataset.scale = scale.toFixed(4);
+}
+
+// The SVG point under the window point (cx, cy).
+function svgPoint(cx, cy) {
+  const r = view.box.getBoundingClientRect();
+  return { x: view.x + (cx - r.left) / view.scale, y: view.y + (cy - r.top) / view.scale };
+}
+
+function zoomAt(scale, cx, cy) {
+  const p = svgPoint(cx, cy);
+  const r = view.box.getBoundingClientRect();
+  const next = Math.max(Math.min(fitScale(), legibleScale()) / 2, Math.min(legibleScale() * 6, scale));
+  setView(p.x - (cx - r.left) / next, p.y - (cy - r.top) / next, next);
+}
+
+function zoomCentre(factor) {
+  const r = view.box.getBoundingClientRect();
+  zoomAt(view.scale * factor, r.left + r.width / 2, r.top + r.height / 2);
+}
+
+function fit() {
+  const { w, h } = viewSize();
+  const scale = fitScale();
+  const f = view.full;
+  setView(f.x - (w / scale - f.width) / 2, f.y - (h / scale - f.height) / 2, scale);
+}
+
+// The box (in SVG units) around the elements, or null.
+function svgBox(elements) {
+  let box = null;
+  for (const element of elements) {
+    const r = element.getBoundingClientRect();
+    if (!r.width && !r.height) continue;
+    const a = svgPoint(r.left, r.top), b = svgPoint(r.right, r.bottom);
+    box = box ? { x1: Math.min(box.x1, a.x), y1: Math.min(box.y1, a.y), x2: Math.max(box.x2, b.x),
+                  y2: Math.max(box.y2, b.y) } : { x1: a.x, y1: a.y, x2: b.x, y2: b.y };
+  }
+  return box;
+}
+
+// What of a lit edge must be on screen: its label and its arrowhead (at the state it enters), or
+// the whole edge when it has no label.
+function edgeParts(edge) {
+  const parts = [...edge.querySelectorAll("text, polygon")];
+  return parts.length ? parts : [edge];
+}
+
+// Bring the elements into view: nothing moves when they are on screen; else the view is centred
+// on them, zoomed out (never below the whole diagram's fit) only when they do not fit.
+function follow(elements) {
+  if (!view.svg || !elements.length) return;
+  const { w, h } = viewSize();
+  if (!w || !h) return;
+  const box = svgBox(elements);
+  if (!box) return;
+  const m = MARGIN / view.scale;
+  const inView = box.x1 - m >= view.x && box.y1 - m >= view.y &&
+    box.x2 + m <= view.x + w / view.scale && box.y2 + m <= view.y + h / view.scale;
+  if (inView) return;
+  const need = Math.min((w - 2 * MARGIN) / (box.x2 - box.x1), (h - 2 * MARGIN) / (box.y2 - box.y1));
+  const scale = Math.max(Math.min(view.scale, need), Math.min(fitScale(), view.scale));
+  const cx = (box.x1 + box.x2) / 2, cy = (box.y1 + box.y2) / 2;
+  setView(cx - w / scale / 2, cy - h / scale / 2, scale);
+}
+
+function buildDiagram() {
+  const box = document.getElementById("viewport");
+  const svg = box.querySelector("svg");
+  if (!svg) return;
+  view.svg = svg;
+  view.box = box;
+  const vb = svg.viewBox.baseVal;
+  const whole = vb && vb.width ? vb : svg.getBBox();
+  view.full = { x: whole.x, y: whole.y, width: whole.width, height: whole.height };
+  // State names: the first text of each state; the smallest sets the legible scale.
+  const sizes = [...svg.querySelectorAll(".node")].map((node) => {
+    const text = node.querySelector("text");
+    return text ? parseFloat(text.getAttribute("font-size") || getComputedStyle(text).fontSize) : NaN;
+  }).filter((size) => size > 0);
+  if (sizes.length) view.font = Math.min(...sizes);
+  svg.removeAttribute("width");
+  svg.removeAttribute("height");
+  svg.setAttribute("preserveAspectRatio", "xMinYMin meet");
+  const scale = Math.max(fitScale(), legibleScale());
+  const { w, h } = viewSize();
+  const f = view.full;
+  setView(f.x + (f.width - w / scale) / 2, f.y + (f.height - h / scale) / 2, scale);
+
+  box.addEventListener("wheel", (event) => {
+    event.preventDefault();
+    const lines = event.deltaMode === 1 ? 16 : event.deltaMode === 2 ? 400 : 1;
+    zoomAt(view.scale * Math.exp(-event.deltaY * lines * 0.0015), event.clientX, event.clientY);
+  }, { passive: false });
+  let drag = null;
+  box.addEventListener("pointerdown", (event) => {
+    if (event.button !== 0) return;
+    drag = { id: event.pointerId, cx: event.clientX, cy: event.clientY, x: view.x, y: view.y };
+    box.setPointerCapture(event.pointerId);
+    box.classList.add("dragging");
+  });
+  box.addEventListener("pointermove", (event) => {
+    if (!drag || event.pointerId !== drag.id) return;
+    setView(drag.x - (event.clientX - drag.cx) / view.scale,
+            drag.y - (event.clientY - drag.cy) / view.scale, view.scale);
+  });
+  const drop = (event) => {
+    if (!drag || event.pointerId !== drag.id) return;
+    drag = null;
+    box.classList.remove("dragging");
+  };
+  box.addEventListener("pointerup", drop);
+  box.addEventListener("pointercancel", drop);
+  document.getElementById("zoom-in").addEventListener("click", () => zoomCentre(1.25));
+  document.getElementById("zoom-out").addEventListener("click", () => zoomCentre(0.8));
+  document.getElementById("zoom-fit").addEventListener("click", fit);
+  document.addEventListener("keydown", (event) => {
+    if (event.altKey || event.ctrlKey || event.metaKey) return;
+    const zooms = { "+": () => zoomCentre(1.25), "=": () => zoomCentre(1.25), "-": () => zoomCentre(0.8), "0": fit };
+    if (event.key in zooms) {
+      event.preventDefault();
+      zooms[event.key]();
+    }
+  });
+  window.addEventListener("resize", () => setView(view.x, view.y, view.scale));
 }
 
 // -- stepping --------------------------------------------------------------------------------
@@ -344,8 +508,11 @@ function show(index, block) {
   current = index;
   const step = steps[index];
   const mark = (node, cls) => { if (node) { node.classList.add(cls); lit.push(node); } };
-  mark(document.getElementById("state_" + step.dest), "current");
-  if (step.edge) mark(document.getElementById(step.edge), "taken");
+  const state = document.getElementById("state_" + step.dest);
+  const edge = step.edge ? document.getElementById(step.edge) : null;
+  mark(state, "current");
+  mark(edge, "taken");
+  follow([state, ...(edge ? edgeParts(edge) : [])].filter(Boolean));
   for (const i of step.items) mark(items.node(i), "lit");
   for (const id of step.calls) {
     if (callItem.has(id)) items.node(callItem.get(id)); // builds the block
@@ -391,6 +558,7 @@ function buildControls() {
 }
 
 buildHeader();
+buildDiagram();
 buildTranscript();
 buildTimeline();
 buildControls();
