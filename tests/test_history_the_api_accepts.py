@@ -24,6 +24,7 @@ from statemachine_agent import (
     State,
     TextBlock,
     ToolCallBlock,
+    ToolContext,
     ToolExecutionEnd,
     ToolResultMessage,
     TransitionSpec,
@@ -243,7 +244,15 @@ def text_result_of(call_id: str) -> ToolResultMessage:
     )
 
 
-# -- case 7: a KeyboardInterrupt in a hook ---------------------------------------------------------
+# -- case 7: a KeyboardInterrupt (or SystemExit) in a hook or a tool -----------------------------
+
+# Bounds every wait on another thread or task in these tests: a regression fails the test with a
+# clear value instead of hanging the session (nothing is asserted about time).
+WAIT_SECONDS = 10.0
+NEVER_RELEASED = "a was never released"
+
+# What a tool or a hook may raise to stop the process: the same rule for both (`INTERRUPTS`).
+INTERRUPT_TYPES = [KeyboardInterrupt, SystemExit]
 
 
 def _batch_with_sync_sibling() -> tuple[ScriptedModel, Any, Any, threading.Event, threading.Event]:
@@ -255,8 +264,7 @@ def _batch_with_sync_sibling() -> tuple[ScriptedModel, Any, Any, threading.Event
     def a() -> str:
         """Do one thing, then hold until released."""
         a_ran.set()
-        release.wait()
-        return "did 1"
+        return "did 1" if release.wait(WAIT_SECONDS) else NEVER_RELEASED
 
     @tool
     def b() -> str:
@@ -269,21 +277,25 @@ def _batch_with_sync_sibling() -> tuple[ScriptedModel, Any, Any, threading.Event
     return model, a, b, a_ran, release
 
 
+@pytest.mark.parametrize("interrupt", INTERRUPT_TYPES, ids=lambda t: t.__name__)
 @pytest.mark.parametrize("mode", ["parallel", "sequential"])
 @pytest.mark.parametrize("hook", ["before_tool_call", "after_tool_call"])
 async def test_case7_keyboard_interrupt_in_a_tool_hook_is_recorded_and_siblings_get_the_grace(
-    mode: str, hook: str
+    mode: str, hook: str, interrupt: type[BaseException]
 ) -> None:
     model, a, b, a_ran, release = _batch_with_sync_sibling()
     if mode == "sequential":
         release.set()  # a runs to its end before b starts
+    name = interrupt.__name__
 
     async def interrupting(info: Any, *rest: Any) -> Any:
         if info.call.id == "cb":
             # a's body has run and a is still running: the abort releases it (in its grace).
-            await asyncio.get_running_loop().run_in_executor(None, a_ran.wait)
+            loop = asyncio.get_running_loop()
+            if not await loop.run_in_executor(None, a_ran.wait, WAIT_SECONDS):
+                raise AssertionError("tool a never started")
             info.signal.add_callback(release.set)
-            raise KeyboardInterrupt
+            raise interrupt
         return None
 
     agent = Agent(
@@ -295,7 +307,7 @@ async def test_case7_keyboard_interrupt_in_a_tool_hook_is_recorded_and_siblings_
     )
     errors: list[str | None] = []
     agent.subscribe(lambda e: errors.append(e.result.error) if e.type == "run_end" else None)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(interrupt):
         await agent.run("Go")
     assert agent.state is State.ABORTED
     ra, rb = results_of(agent.messages)
@@ -308,17 +320,62 @@ async def test_case7_keyboard_interrupt_in_a_tool_hook_is_recorded_and_siblings_
     )
     assert (rb.is_error, rb.text) == (
         True,
-        f"Interrupted: the {hook} hook raised KeyboardInterrupt and the run was aborted. {done}",
+        f"Interrupted: the {hook} hook raised {name} and the run was aborted. {done}",
     )
-    assert errors == [f"KeyboardInterrupt raised in the {hook} hook of tool 'b' (call cb)"]
+    assert errors == [f"{name} raised in the {hook} hook of tool 'b' (call cb)"]
     assert len(model.requests) == 1
     assert agent.is_running is False
     assert_valid_history(agent.messages)
 
 
+@pytest.mark.parametrize("interrupt", INTERRUPT_TYPES, ids=lambda t: t.__name__)
+@pytest.mark.parametrize("mode", ["parallel", "sequential"])
+async def test_case7_interrupt_in_a_tool_is_recorded_and_the_sibling_keeps_its_result(
+    mode: str, interrupt: type[BaseException]
+) -> None:
+    """Tool b itself raises it: the same rule as in a hook (a gets the grace period)."""
+    model, a, _b, a_ran, release = _batch_with_sync_sibling()
+    if mode == "sequential":
+        release.set()  # a runs to its end before b starts
+    name = interrupt.__name__
+
+    @tool
+    def b(ctx: ToolContext) -> str:
+        """Raise the interrupt once a is running."""
+        if not a_ran.wait(WAIT_SECONDS):
+            return "tool a never started"
+        ctx.signal.add_callback(release.set)  # the abort releases a (in its grace)
+        raise interrupt
+
+    agent = Agent(
+        model,
+        tools=[a, b],
+        tool_execution=mode,  # type: ignore[arg-type]
+        abort_grace_seconds=300,
+    )
+    errors: list[str | None] = []
+    agent.subscribe(lambda e: errors.append(e.result.error) if e.type == "run_end" else None)
+    with pytest.raises(interrupt):
+        await agent.run("Go")
+    assert agent.state is State.ABORTED
+    ra, rb = results_of(agent.messages)
+    assert (ra.tool_call_id, rb.tool_call_id) == ("ca", "cb")  # every call answered
+    assert (ra.is_error, ra.text) == (False, "did 1")  # the sibling got the grace period
+    assert (rb.is_error, rb.text) == (
+        True,
+        f"Interrupted: the tool raised {name} and the run was aborted. The call may have "
+        "partly completed; check its effects before retrying.",
+    )
+    assert errors == [f"{name} raised in tool 'b' (call cb)"]
+    assert len(model.requests) == 1
+    assert agent.is_running is False
+    assert_valid_history(agent.messages)
+
+
+@pytest.mark.parametrize("interrupt", INTERRUPT_TYPES, ids=lambda t: t.__name__)
 @pytest.mark.parametrize("hook", ["should_continue", "transform_context"])
 async def test_case7_keyboard_interrupt_in_a_run_hook_aborts_answers_every_call_then_propagates(
-    hook: str,
+    hook: str, interrupt: type[BaseException]
 ) -> None:
     model, a, b, _a_ran, release = _batch_with_sync_sibling()
     release.set()
@@ -331,16 +388,16 @@ async def test_case7_keyboard_interrupt_in_a_run_hook_aborts_answers_every_call_
             requests += 1
             if requests == 1:
                 return args[0]
-        raise KeyboardInterrupt
+        raise interrupt
 
     agent = Agent(model, tools=[a, b], **{hook: interrupting})  # type: ignore[arg-type]
     agent.subscribe(lambda e: errors.append(e.result.error) if e.type == "run_end" else None)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(interrupt):
         await agent.run("Go")
     assert agent.state is State.ABORTED
     ra, rb = results_of(agent.messages)
     assert (ra.text, rb.text) == ("did 1", "b done")  # every call answered
-    assert errors == [f"KeyboardInterrupt raised in the {hook} hook"]
+    assert errors == [f"{interrupt.__name__} raised in the {hook} hook"]
     assert len(model.requests) == 1
     assert_valid_history(agent.messages)
 
