@@ -17,8 +17,10 @@ import pytest
 
 from statemachine_agent import (
     Agent,
+    Approve,
     AssistantMessage,
     Compaction,
+    Defer,
     LoopData,
     MessageEnd,
     State,
@@ -483,7 +485,8 @@ async def test_case10_tool_result_message_end_after_append_in_declaration_order(
     @tool
     async def first() -> str:
         """Finishes second."""
-        await a_may_finish.wait()
+        async with asyncio.timeout(WAIT_SECONDS):  # a regression fails (an error result)
+            await a_may_finish.wait()
         return "one"
 
     @tool
@@ -512,3 +515,67 @@ async def test_case10_tool_result_message_end_after_append_in_declaration_order(
     assert result.state is State.DONE
     assert ends == ["tool-2", "tool-1"]  # completion order
     assert message_ends == [("tool-1", True), ("tool-2", True)]  # declaration order, appended
+    assert [r.text for r in results_of(agent.messages)] == ["one", "two"]
+
+
+@tool
+def write(path: str) -> str:
+    """Write a file."""
+    return f"wrote {path}"
+
+
+def _defer_writes(info: Any) -> Defer | None:
+    return Defer("writes need review") if info.tool.name == "write" else None
+
+
+def tool_result_lines(path: Path) -> list[dict[str, Any]]:
+    """The ``tool_result`` lines of the session log at ``path``: each line's message."""
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return [line["message"] for line in lines if line["type"] == "tool_result"]
+
+
+@pytest.mark.parametrize("decided_in", ["same_process", "resumed"])
+async def test_case10_session_log_has_one_tool_result_line_per_call_including_a_deferred_one(
+    decided_in: str, tmp_path: Path
+) -> None:
+    """Each result is logged once (when its call finished, not again on its message_end), and a
+    deferred call's placeholder is never logged as its result: only the result its decision
+    gave."""
+    path = tmp_path / "s.jsonl"
+    model = ScriptedModel(
+        [
+            tool_response(
+                call("lookup", {"key": "a"}, id="c_a"),
+                call("write", {"path": "b"}, id="c_b"),
+                call("lookup", {"key": "c"}, id="c_c"),
+            ),
+            text_response("All three done."),
+        ]
+    )
+    agent = Agent(model, tools=[lookup, write], before_tool_call=_defer_writes, session=path)
+    first = await agent.run("Read a, write b, read c")
+    assert first.state is State.AWAITING_APPROVAL
+    held = tool_result_lines(path)
+    assert sorted(m["tool_call_id"] for m in held) == ["c_a", "c_c"]  # no placeholder for c_b
+    if decided_in == "resumed":
+        agent.close()
+        agent = Agent.resume(
+            path,
+            model=ScriptedModel([text_response("All three done.")]),
+            tools=[lookup, write],
+            before_tool_call=_defer_writes,
+        )
+    try:
+        second = await agent.run(decisions={"c_b": Approve()})
+    finally:
+        agent.close()
+    assert second.state is State.DONE and second.text == "All three done."
+    logged = tool_result_lines(path)
+    ids = sorted(m["tool_call_id"] for m in logged)
+    assert ids == ["c_a", "c_b", "c_c"]  # exactly one line per call id
+    (deferred,) = [m for m in logged if m["tool_call_id"] == "c_b"]
+    assert [b["text"] for b in deferred["content"]] == ["wrote b"]  # its decision's result
+    assert not deferred.get("is_error")
+    resumed = Agent.resume(path, model=ScriptedModel([]), tools=[lookup, write])
+    resumed.close()
+    assert resumed.messages == agent.messages  # the log replays to the same history
