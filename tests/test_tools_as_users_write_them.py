@@ -34,6 +34,10 @@ from statemachine_agent._events import ToolExecutionUpdate
 from statemachine_agent.models import ScriptedModel
 from statemachine_agent.testing.steps import call, text_response, tool_response
 
+# Bounds every wait on another thread or task: a regression fails the test instead of hanging
+# it (nothing is asserted about time).
+WAIT_SECONDS = 10.0
+
 
 def run_one_call(
     t: Tool, arguments: dict[str, Any] | None = None, **agent_options: Any
@@ -156,7 +160,7 @@ def test_sync_generator_tool_stops_at_its_next_value_once_its_call_is_cancelled(
         """Stream slowly."""
         try:
             yield "first"
-            release.wait(10)
+            release.wait(WAIT_SECONDS)
             reached.append("resumed")
             yield "second"
             reached.append("after second")
@@ -176,7 +180,7 @@ def test_sync_generator_tool_stops_at_its_next_value_once_its_call_is_cancelled(
     assert result.state == "aborted"
     assert result.messages[-1].text.startswith("Interrupted while running")
     release.set()
-    assert closed.wait(10)
+    assert closed.wait(WAIT_SECONDS)
     # The abort reaches the thread either before it asks for the next value (the generator is
     # closed where it stands) or while it waits inside it ("second" is produced, then it is
     # closed): either way it never goes past its next value.
@@ -281,7 +285,9 @@ def test_coroutine_from_a_sync_wrapper_is_awaited_on_the_loop_and_cancelled_by_a
         where["coroutine"] = threading.get_ident()
         agent.abort("stop")
         try:
-            await asyncio.Event().wait()
+            # Only the abort ends this wait; the bound makes a regression fail, never hang.
+            async with asyncio.timeout(WAIT_SECONDS):
+                await asyncio.Event().wait()
         finally:
             cleaned.append("finally")
         return "never"
