@@ -957,8 +957,9 @@ class LoopMachine:
 
         A guard that raises ends the run ``failed`` with an error naming the guard and the
         exception (the transition does not happen; every call is answered), as for a raising
-        hook; a `KeyboardInterrupt` in it ends the run ``aborted``, then propagates. The same
-        holds for the transition's ``action`` and for `on_enter`/`on_exit` callbacks.
+        hook; a `KeyboardInterrupt` (or `SystemExit`) in it ends the run ``aborted``, then
+        propagates. The same holds for the transition's ``action`` and for
+        `on_enter`/`on_exit` callbacks.
 
         Raises:
             MachineDefinitionError: the definition would become invalid (naming the offending

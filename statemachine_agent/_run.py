@@ -311,7 +311,7 @@ class Run:
                 starts, once every addition to the machine is known).
             asyncio.CancelledError: the task was cancelled (the run is recorded as aborted first).
             KeyboardInterrupt: raised in a tool, a hook, a guard or a callback (the run is
-                recorded as aborted first).
+                recorded as aborted first). `SystemExit` follows the same rule (`INTERRUPTS`).
             BaseException: whatever escaped an effect (the run is recorded as failed first).
         """
         self.machine.check_complete()
@@ -350,9 +350,9 @@ class Run:
             raise
         except CallbackFailed as exc:  # an expected ending: a result, as for a raising hook
             return await self._end_after_exception(str(exc), "fail", forced=True)
-        except KeyboardInterrupt:
+        except INTERRUPTS as exc:  # KeyboardInterrupt or SystemExit: the process is stopping
             forced = self.data._raised_in is not None
-            await self._end_after_exception("KeyboardInterrupt", "abort", forced=forced)
+            await self._end_after_exception(type(exc).__name__, "abort", forced=forced)
             raise
         except BaseException as exc:
             await self._end_after_exception(f"{type(exc).__name__}: {exc}", "fail")

@@ -16,8 +16,8 @@ class State(StrEnum):
     summary before a request, then goes back to ``awaiting_model``. Terminal states: ``done`` (the
     model answered and nothing is queued, a result marked ``terminate=True`` ended the run, tool
     calls came with an unknown stop reason, or a response was cut by the context window with
-    compaction off), ``aborted`` (an abort, a cancelled task, a ``KeyboardInterrupt`` in a tool, or a
-    terminating denial), ``max_turns`` (the turn cap, a usage limit, ``should_continue``, or the ``pause_turn``
+    compaction off), ``aborted`` (an abort, a cancelled task, a ``KeyboardInterrupt`` or ``SystemExit`` in a
+    tool or a hook, or a terminating denial), ``max_turns`` (the turn cap, a usage limit, ``should_continue``, or the ``pause_turn``
     continuation cap), ``failed`` (the provider failed for good, or a bug escaped). A terminal
     state ends a run, not the agent: ``start`` leaves each of them.
     """

@@ -17,13 +17,16 @@ import pytest
 
 from statemachine_agent import (
     Agent,
+    Approve,
     AssistantMessage,
     Compaction,
+    Defer,
     LoopData,
     MessageEnd,
     State,
     TextBlock,
     ToolCallBlock,
+    ToolContext,
     ToolExecutionEnd,
     ToolResultMessage,
     TransitionSpec,
@@ -243,7 +246,15 @@ def text_result_of(call_id: str) -> ToolResultMessage:
     )
 
 
-# -- case 7: a KeyboardInterrupt in a hook ---------------------------------------------------------
+# -- case 7: a KeyboardInterrupt (or SystemExit) in a hook or a tool -----------------------------
+
+# Bounds every wait on another thread or task in these tests: a regression fails the test with a
+# clear value instead of hanging the session (nothing is asserted about time).
+WAIT_SECONDS = 10.0
+NEVER_RELEASED = "a was never released"
+
+# What a tool or a hook may raise to stop the process: the same rule for both (`INTERRUPTS`).
+INTERRUPT_TYPES = [KeyboardInterrupt, SystemExit]
 
 
 def _batch_with_sync_sibling() -> tuple[ScriptedModel, Any, Any, threading.Event, threading.Event]:
@@ -255,8 +266,7 @@ def _batch_with_sync_sibling() -> tuple[ScriptedModel, Any, Any, threading.Event
     def a() -> str:
         """Do one thing, then hold until released."""
         a_ran.set()
-        release.wait()
-        return "did 1"
+        return "did 1" if release.wait(WAIT_SECONDS) else NEVER_RELEASED
 
     @tool
     def b() -> str:
@@ -269,21 +279,25 @@ def _batch_with_sync_sibling() -> tuple[ScriptedModel, Any, Any, threading.Event
     return model, a, b, a_ran, release
 
 
+@pytest.mark.parametrize("interrupt", INTERRUPT_TYPES, ids=lambda t: t.__name__)
 @pytest.mark.parametrize("mode", ["parallel", "sequential"])
 @pytest.mark.parametrize("hook", ["before_tool_call", "after_tool_call"])
 async def test_case7_keyboard_interrupt_in_a_tool_hook_is_recorded_and_siblings_get_the_grace(
-    mode: str, hook: str
+    mode: str, hook: str, interrupt: type[BaseException]
 ) -> None:
     model, a, b, a_ran, release = _batch_with_sync_sibling()
     if mode == "sequential":
         release.set()  # a runs to its end before b starts
+    name = interrupt.__name__
 
     async def interrupting(info: Any, *rest: Any) -> Any:
         if info.call.id == "cb":
             # a's body has run and a is still running: the abort releases it (in its grace).
-            await asyncio.get_running_loop().run_in_executor(None, a_ran.wait)
+            loop = asyncio.get_running_loop()
+            if not await loop.run_in_executor(None, a_ran.wait, WAIT_SECONDS):
+                raise AssertionError("tool a never started")
             info.signal.add_callback(release.set)
-            raise KeyboardInterrupt
+            raise interrupt
         return None
 
     agent = Agent(
@@ -295,7 +309,7 @@ async def test_case7_keyboard_interrupt_in_a_tool_hook_is_recorded_and_siblings_
     )
     errors: list[str | None] = []
     agent.subscribe(lambda e: errors.append(e.result.error) if e.type == "run_end" else None)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(interrupt):
         await agent.run("Go")
     assert agent.state is State.ABORTED
     ra, rb = results_of(agent.messages)
@@ -308,17 +322,62 @@ async def test_case7_keyboard_interrupt_in_a_tool_hook_is_recorded_and_siblings_
     )
     assert (rb.is_error, rb.text) == (
         True,
-        f"Interrupted: the {hook} hook raised KeyboardInterrupt and the run was aborted. {done}",
+        f"Interrupted: the {hook} hook raised {name} and the run was aborted. {done}",
     )
-    assert errors == [f"KeyboardInterrupt raised in the {hook} hook of tool 'b' (call cb)"]
+    assert errors == [f"{name} raised in the {hook} hook of tool 'b' (call cb)"]
     assert len(model.requests) == 1
     assert agent.is_running is False
     assert_valid_history(agent.messages)
 
 
+@pytest.mark.parametrize("interrupt", INTERRUPT_TYPES, ids=lambda t: t.__name__)
+@pytest.mark.parametrize("mode", ["parallel", "sequential"])
+async def test_case7_interrupt_in_a_tool_is_recorded_and_the_sibling_keeps_its_result(
+    mode: str, interrupt: type[BaseException]
+) -> None:
+    """Tool b itself raises it: the same rule as in a hook (a gets the grace period)."""
+    model, a, _b, a_ran, release = _batch_with_sync_sibling()
+    if mode == "sequential":
+        release.set()  # a runs to its end before b starts
+    name = interrupt.__name__
+
+    @tool
+    def b(ctx: ToolContext) -> str:
+        """Raise the interrupt once a is running."""
+        if not a_ran.wait(WAIT_SECONDS):
+            return "tool a never started"
+        ctx.signal.add_callback(release.set)  # the abort releases a (in its grace)
+        raise interrupt
+
+    agent = Agent(
+        model,
+        tools=[a, b],
+        tool_execution=mode,  # type: ignore[arg-type]
+        abort_grace_seconds=300,
+    )
+    errors: list[str | None] = []
+    agent.subscribe(lambda e: errors.append(e.result.error) if e.type == "run_end" else None)
+    with pytest.raises(interrupt):
+        await agent.run("Go")
+    assert agent.state is State.ABORTED
+    ra, rb = results_of(agent.messages)
+    assert (ra.tool_call_id, rb.tool_call_id) == ("ca", "cb")  # every call answered
+    assert (ra.is_error, ra.text) == (False, "did 1")  # the sibling got the grace period
+    assert (rb.is_error, rb.text) == (
+        True,
+        f"Interrupted: the tool raised {name} and the run was aborted. The call may have "
+        "partly completed; check its effects before retrying.",
+    )
+    assert errors == [f"{name} raised in tool 'b' (call cb)"]
+    assert len(model.requests) == 1
+    assert agent.is_running is False
+    assert_valid_history(agent.messages)
+
+
+@pytest.mark.parametrize("interrupt", INTERRUPT_TYPES, ids=lambda t: t.__name__)
 @pytest.mark.parametrize("hook", ["should_continue", "transform_context"])
 async def test_case7_keyboard_interrupt_in_a_run_hook_aborts_answers_every_call_then_propagates(
-    hook: str,
+    hook: str, interrupt: type[BaseException]
 ) -> None:
     model, a, b, _a_ran, release = _batch_with_sync_sibling()
     release.set()
@@ -331,16 +390,16 @@ async def test_case7_keyboard_interrupt_in_a_run_hook_aborts_answers_every_call_
             requests += 1
             if requests == 1:
                 return args[0]
-        raise KeyboardInterrupt
+        raise interrupt
 
     agent = Agent(model, tools=[a, b], **{hook: interrupting})  # type: ignore[arg-type]
     agent.subscribe(lambda e: errors.append(e.result.error) if e.type == "run_end" else None)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(interrupt):
         await agent.run("Go")
     assert agent.state is State.ABORTED
     ra, rb = results_of(agent.messages)
     assert (ra.text, rb.text) == ("did 1", "b done")  # every call answered
-    assert errors == [f"KeyboardInterrupt raised in the {hook} hook"]
+    assert errors == [f"{interrupt.__name__} raised in the {hook} hook"]
     assert len(model.requests) == 1
     assert_valid_history(agent.messages)
 
@@ -426,7 +485,8 @@ async def test_case10_tool_result_message_end_after_append_in_declaration_order(
     @tool
     async def first() -> str:
         """Finishes second."""
-        await a_may_finish.wait()
+        async with asyncio.timeout(WAIT_SECONDS):  # a regression fails (an error result)
+            await a_may_finish.wait()
         return "one"
 
     @tool
@@ -455,3 +515,67 @@ async def test_case10_tool_result_message_end_after_append_in_declaration_order(
     assert result.state is State.DONE
     assert ends == ["tool-2", "tool-1"]  # completion order
     assert message_ends == [("tool-1", True), ("tool-2", True)]  # declaration order, appended
+    assert [r.text for r in results_of(agent.messages)] == ["one", "two"]
+
+
+@tool
+def write(path: str) -> str:
+    """Write a file."""
+    return f"wrote {path}"
+
+
+def _defer_writes(info: Any) -> Defer | None:
+    return Defer("writes need review") if info.tool.name == "write" else None
+
+
+def tool_result_lines(path: Path) -> list[dict[str, Any]]:
+    """The ``tool_result`` lines of the session log at ``path``: each line's message."""
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return [line["message"] for line in lines if line["type"] == "tool_result"]
+
+
+@pytest.mark.parametrize("decided_in", ["same_process", "resumed"])
+async def test_case10_session_log_has_one_tool_result_line_per_call_including_a_deferred_one(
+    decided_in: str, tmp_path: Path
+) -> None:
+    """Each result is logged once (when its call finished, not again on its message_end), and a
+    deferred call's placeholder is never logged as its result: only the result its decision
+    gave."""
+    path = tmp_path / "s.jsonl"
+    model = ScriptedModel(
+        [
+            tool_response(
+                call("lookup", {"key": "a"}, id="c_a"),
+                call("write", {"path": "b"}, id="c_b"),
+                call("lookup", {"key": "c"}, id="c_c"),
+            ),
+            text_response("All three done."),
+        ]
+    )
+    agent = Agent(model, tools=[lookup, write], before_tool_call=_defer_writes, session=path)
+    first = await agent.run("Read a, write b, read c")
+    assert first.state is State.AWAITING_APPROVAL
+    held = tool_result_lines(path)
+    assert sorted(m["tool_call_id"] for m in held) == ["c_a", "c_c"]  # no placeholder for c_b
+    if decided_in == "resumed":
+        agent.close()
+        agent = Agent.resume(
+            path,
+            model=ScriptedModel([text_response("All three done.")]),
+            tools=[lookup, write],
+            before_tool_call=_defer_writes,
+        )
+    try:
+        second = await agent.run(decisions={"c_b": Approve()})
+    finally:
+        agent.close()
+    assert second.state is State.DONE and second.text == "All three done."
+    logged = tool_result_lines(path)
+    ids = sorted(m["tool_call_id"] for m in logged)
+    assert ids == ["c_a", "c_b", "c_c"]  # exactly one line per call id
+    (deferred,) = [m for m in logged if m["tool_call_id"] == "c_b"]
+    assert [b["text"] for b in deferred["content"]] == ["wrote b"]  # its decision's result
+    assert not deferred.get("is_error")
+    resumed = Agent.resume(path, model=ScriptedModel([]), tools=[lookup, write])
+    resumed.close()
+    assert resumed.messages == agent.messages  # the log replays to the same history

@@ -12,7 +12,7 @@ import gc
 import inspect
 import threading
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import Any
 
 import pytest
@@ -33,6 +33,10 @@ from statemachine_agent import (
 from statemachine_agent._events import ToolExecutionUpdate
 from statemachine_agent.models import ScriptedModel
 from statemachine_agent.testing.steps import call, text_response, tool_response
+
+# Bounds every wait on another thread or task: a regression fails the test instead of hanging
+# it (nothing is asserted about time).
+WAIT_SECONDS = 10.0
 
 
 def run_one_call(
@@ -156,7 +160,7 @@ def test_sync_generator_tool_stops_at_its_next_value_once_its_call_is_cancelled(
         """Stream slowly."""
         try:
             yield "first"
-            release.wait(10)
+            release.wait(WAIT_SECONDS)
             reached.append("resumed")
             yield "second"
             reached.append("after second")
@@ -176,7 +180,7 @@ def test_sync_generator_tool_stops_at_its_next_value_once_its_call_is_cancelled(
     assert result.state == "aborted"
     assert result.messages[-1].text.startswith("Interrupted while running")
     release.set()
-    assert closed.wait(10)
+    assert closed.wait(WAIT_SECONDS)
     # The abort reaches the thread either before it asks for the next value (the generator is
     # closed where it stands) or while it waits inside it ("second" is produced, then it is
     # closed): either way it never goes past its next value.
@@ -218,6 +222,23 @@ def find_shapes(calls: list[str]) -> dict[str, Callable[..., Any]]:
         """Find a person (returns an awaitable)."""
         return find(name)
 
+    def sync_returning_a_task(name: str) -> Awaitable[str]:
+        """Find a person (returns a Task scheduled on the running loop)."""
+        return asyncio.ensure_future(find(name))
+
+    class Pending:
+        """Not a coroutine, not a Future: awaitable through ``__await__`` only."""
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __await__(self) -> Generator[Any, None, str]:
+            return find(self.name).__await__()
+
+    def sync_returning_an_awaitable_object(name: str) -> Awaitable[str]:
+        """Find a person (returns an object with ``__await__``)."""
+        return Pending(name)
+
     return {
         "functools_wraps": logged(find),
         "async_call_instance": Finder(),
@@ -225,7 +246,14 @@ def find_shapes(calls: list[str]) -> dict[str, Callable[..., Any]]:
         "bound_async_method": Finder().method,
         "staticmethod": staticmethod(find),
         "sync_function_returning_a_coroutine": sync_returning_awaitable,
+        "sync_function_returning_a_task": sync_returning_a_task,
+        "sync_function_returning_an_object_with_await": sync_returning_an_awaitable_object,
     }
+
+
+# A Task is created on a running event loop: a worker thread has none (``ensure_future`` raises
+# there), so that shape is a tool only with ``run_in_thread=False``.
+NEEDS_THE_LOOP = {"sync_function_returning_a_task"}
 
 
 @pytest.mark.parametrize("run_in_thread", [True, False], ids=["in_thread", "on_loop"])
@@ -233,6 +261,8 @@ def find_shapes(calls: list[str]) -> dict[str, Callable[..., Any]]:
 def test_async_behind_a_sync_wrapper_runs_once_and_returns_its_value(
     shape: str, run_in_thread: bool
 ) -> None:
+    if run_in_thread and shape in NEEDS_THE_LOOP:
+        pytest.skip("a Task needs the running loop; a worker thread has no event loop")
     calls: list[str] = []
     t = tool(find_shapes(calls)[shape], name="find", run_in_thread=run_in_thread)
     with warnings.catch_warnings(record=True) as caught:
@@ -255,7 +285,9 @@ def test_coroutine_from_a_sync_wrapper_is_awaited_on_the_loop_and_cancelled_by_a
         where["coroutine"] = threading.get_ident()
         agent.abort("stop")
         try:
-            await asyncio.Event().wait()
+            # Only the abort ends this wait; the bound makes a regression fail, never hang.
+            async with asyncio.timeout(WAIT_SECONDS):
+                await asyncio.Event().wait()
         finally:
             cleaned.append("finally")
         return "never"

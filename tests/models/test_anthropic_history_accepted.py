@@ -27,6 +27,7 @@ from statemachine_agent import (
     tool,
 )
 from statemachine_agent.models import AnthropicModel
+from statemachine_agent.testing import FakeMessagesAPI
 
 from .replay_server import ReplayServer, message_to_sse, sse_reply
 
@@ -211,3 +212,17 @@ def test_case6_body_without_tools_drops_tool_choice_and_server_tools_keep_it() -
     search = {"type": "web_search_20250305", "name": "web_search"}
     served = AnthropicModel(MODEL, api_key="test", server_tools=[search])
     assert served.body(request)["tool_choice"] == {"type": "any"}
+
+
+async def test_case6_server_tools_only_agent_keeps_tool_choice_and_tools_on_the_wire() -> None:
+    """An agent with no function tools whose model sends server tools: every request offers a
+    tool, so the user's ``tool_choice`` stays (dropping it would change what the model may do)."""
+    search = {"type": "web_search_20250305", "name": "web_search"}
+    with FakeMessagesAPI([{"content": [{"type": "text", "text": "Found it."}]}]) as api:
+        async with api.model(MODEL, server_tools=[search]) as model:
+            agent = Agent(model, model_settings={"tool_choice": {"type": "any"}})
+            result = await agent.run("Search the web")
+    assert (result.state, result.text) == (State.DONE, "Found it.")
+    (request,) = api.requests
+    assert [{k: t[k] for k in search} for t in request.body["tools"]] == [search]
+    assert request.body["tool_choice"] == {"type": "any"}
