@@ -20,6 +20,7 @@ import inspect
 import keyword
 import re
 import threading
+import types
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -342,6 +343,25 @@ class _ArgsBase(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
 
+def _parameter_hints(annotated: Any) -> dict[str, Any]:
+    """The resolved annotations of ``annotated``'s parameters. ``ToolContext`` resolves even
+    where it was imported locally (string annotations); the return annotation, which a tool's
+    schema does not use, is left out when it alone cannot be resolved (a class defined in a
+    function, under ``from __future__ import annotations``)."""
+    localns = {"ToolContext": ToolContext}
+    try:
+        return get_type_hints(annotated, localns=localns)
+    except NameError:
+        raw = dict(getattr(annotated, "__annotations__", None) or {})
+        if raw.pop("return", None) is None:
+            raise
+        target = inspect.unwrap(annotated) if callable(annotated) else annotated
+        holder = types.SimpleNamespace(
+            __annotations__=raw, __globals__=getattr(target, "__globals__", {})
+        )
+        return get_type_hints(holder, localns=localns)
+
+
 def _parts(function: ToolFunction) -> tuple[str, str | None, Any]:
     """A callable's default tool name, its docstring and what holds its annotations: a
     partial's come from its function, an instance's from its ``__call__`` (name: its class's)."""
@@ -423,8 +443,7 @@ def tool_from_function(
     doc = docstring_parser.parse(documented or "")
     param_docs = {p.arg_name: p.description for p in doc.params}
     try:
-        # ToolContext resolves even where it was imported locally (string annotations).
-        hints = get_type_hints(annotated, localns={"ToolContext": ToolContext})
+        hints = _parameter_hints(annotated)
     except Exception as exc:
         raise ToolDefinitionError(f"tool {tool_name!r}: cannot resolve annotations: {exc}") from exc
     try:

@@ -490,3 +490,32 @@ def test_result_data_uses_aliases_nan_as_null_and_bytes_as_utf8_text(
     _, answer = run_one_call(give, {})
     assert answer.text.startswith(text), answer.text
     assert answer.is_error is is_error
+
+
+def test_a_return_annotation_that_cannot_be_resolved_does_not_stop_a_tool() -> None:
+    """A tool's schema reads its parameters only: a return type defined inside a function (a
+    string annotation nothing can resolve later) is left out, while a parameter's is refused."""
+
+    def make() -> tuple[Any, Any]:
+        class Found:
+            pass
+
+        def find(name: str) -> Found:
+            """Find someone."""
+            return {"who": name}  # type: ignore[return-value]
+
+        def lookup(who: Found) -> str:
+            """Look someone up."""
+            return "x"
+
+        return find, lookup
+
+    find, lookup = make()
+    found = tool(find)
+    model = ScriptedModel(
+        [tool_response(call("find", {"name": "Ada"}, id="t1")), text_response("ok")]
+    )
+    result = Agent(model, tools=[found]).run_sync("go")
+    assert (result.state, result.messages[2].text) == (State.DONE, '{"who":"Ada"}')
+    with pytest.raises(ToolDefinitionError, match="'lookup': cannot resolve annotations"):
+        tool(lookup)
