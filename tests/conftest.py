@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from models.replay_server import ReplayServer
 
 ANTHROPIC_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "anthropic"
 
@@ -37,3 +39,19 @@ def anthropic_fixtures() -> Path:
     if not ANTHROPIC_FIXTURES.is_dir():
         pytest.skip(f"recorded fixtures not found at {ANTHROPIC_FIXTURES}")
     return ANTHROPIC_FIXTURES
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[ReplayServer]:
+    """A running `ReplayServer` (tests/models/replay_server.py) with no replies queued (add them
+    with ``server.add``).
+
+    Models registered with ``server.closing(model)`` are closed (``aclose``) in the test's event
+    loop before the server stops, so no connection outlives its loop.
+    """
+    with ReplayServer() as running:
+        try:
+            yield running
+        finally:
+            for model in running.models:
+                await model.aclose()

@@ -32,34 +32,11 @@ from statemachine_agent.models import anthropic as anthropic_module
 from statemachine_agent.session import read_session
 from statemachine_agent.testing import assert_valid_history
 
-from .replay_server import ReplayServer, Reply, load_sse, message_to_sse, sse_reply
+from .replay_server import MODEL, ReplayServer, load_sse, reply
+from .replay_server import closing_model as model
 
-MODEL = "claude-replay-test"
 # The SDK's own text for a connection error (whatever the installed version says).
 SDK_CONNECTION_TEXT = str(anthropic.APIConnectionError(request=httpx2.Request("POST", "http://x")))
-
-
-def model(server: ReplayServer, name: str = MODEL, **kwargs: Any) -> AnthropicModel:
-    return server.closing(
-        AnthropicModel(name, base_url=server.url, api_key="test", max_retries=0, **kwargs)
-    )
-
-
-def reply(content: list[dict[str, Any]], stop_reason: str, name: str = MODEL) -> Reply:
-    return sse_reply(
-        message_to_sse(
-            {
-                "id": "msg_1",
-                "type": "message",
-                "role": "assistant",
-                "model": name,
-                "content": content,
-                "stop_reason": stop_reason,
-                "stop_sequence": None,
-                "usage": {"input_tokens": 7, "output_tokens": 4},
-            }
-        )
-    )
 
 
 def text(value: str) -> dict[str, Any]:
