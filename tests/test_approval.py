@@ -11,18 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REVIEW, review_writes
+from conftest import file_tools as make_tools
 
 from statemachine_agent import (
     Agent,
     ApprovalRequested,
     Approve,
     CallDecided,
-    Defer,
     Deny,
     PendingCall,
     State,
     StateChanged,
-    ToolCallInfo,
     ToolResultMessage,
     UsageError,
     tool,
@@ -31,28 +31,6 @@ from statemachine_agent.models import ScriptedModel
 from statemachine_agent.session import check_session, read_session
 from statemachine_agent.testing import assert_valid_history
 from statemachine_agent.testing.steps import call, text_response, tool_response
-
-REVIEW = "writes need review"
-
-
-def make_tools(log: list[str]) -> list[Any]:
-    @tool
-    def read(path: str) -> str:
-        """Read a file."""
-        log.append(f"read {path}")
-        return f"contents of {path}"
-
-    @tool
-    def write(path: str) -> str:
-        """Write a file."""
-        log.append(f"write {path}")
-        return f"wrote {path}"
-
-    return [read, write]
-
-
-def review_writes(info: ToolCallInfo) -> Defer | None:
-    return Defer(REVIEW) if info.tool.name == "write" else None
 
 
 def case1_script(final: str = "All three done.") -> list[dict[str, Any]]:

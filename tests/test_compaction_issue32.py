@@ -22,6 +22,7 @@ from statemachine_agent import (
     CompactionStart,
     Message,
     ModelError,
+    RunResult,
     State,
     TextBlock,
     ToolCallBlock,
@@ -201,6 +202,21 @@ async def test_case2_a_summary_request_refused_as_too_long_is_split_and_sent_aga
 # -- case 3: errors that say why -----------------------------------------------------------------
 
 
+def on_overflow_only() -> Compaction:
+    """Compaction only when the history does not fit (never by threshold), everything old cut,
+    the summary a constant."""
+    return Compaction(threshold=10**9, keep_recent=0, summarize=lambda old: "s")
+
+
+async def run_compacting_once(agent: Agent, prompt: str) -> tuple[RunResult, CompactionEnd]:
+    """``agent.run(prompt)``'s result and the one compaction it went through (asserted one)."""
+    ends: list[CompactionEnd] = []
+    agent.subscribe(lambda e: ends.append(e) if isinstance(e, CompactionEnd) else None)
+    result = await agent.run(prompt)
+    [end] = ends
+    return result, end
+
+
 def _history(results: int = 3) -> list[Message]:
     history: list[Message] = [UserMessage("task")]
     for n in range(results):
@@ -226,13 +242,10 @@ async def test_case3_compaction_that_cannot_succeed_names_the_sizes_the_engine_m
         FunctionModel(respond, context_window=200_000),
         tools=[lookup],
         messages=_history(),
-        compaction=Compaction(threshold=10**9, keep_recent=0, summarize=lambda old: "s"),
+        compaction=on_overflow_only(),
     )
-    ends: list[CompactionEnd] = []
-    agent.subscribe(lambda e: ends.append(e) if isinstance(e, CompactionEnd) else None)
-    result = await agent.run("go")
+    result, end = await run_compacting_once(agent, "go")
     assert result.state is State.FAILED
-    [end] = ends
     assert end.tokens_after < end.tokens_before
     assert result.error is not None
     assert "prompt is too long: 300000 tokens > 200000 maximum" in result.error  # the API's
@@ -249,13 +262,10 @@ async def test_case3_nothing_left_to_cut_names_the_sizes_the_engine_measured() -
     agent = Agent(
         model,
         tools=[lookup],
-        compaction=Compaction(threshold=10**9, keep_recent=0, summarize=lambda old: "s"),
+        compaction=on_overflow_only(),
     )
-    ends: list[CompactionEnd] = []
-    agent.subscribe(lambda e: ends.append(e) if isinstance(e, CompactionEnd) else None)
-    result = await agent.run("write the report")
+    result, end = await run_compacting_once(agent, "write the report")
     assert result.state is State.FAILED
-    [end] = ends
     assert result.error is not None and "nothing left to cut" in result.error
     assert (
         f"the engine measured about {end.tokens_before:,} tokens before compaction and "

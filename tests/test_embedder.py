@@ -7,15 +7,15 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from conftest import pydantic_message, results_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel
 
 from statemachine_agent import (
     FINAL_TURN_PROMPT,
     Agent,
     State,
-    ToolResultMessage,
     UsageError,
     UsageLimits,
     tool,
@@ -27,24 +27,10 @@ from statemachine_agent.testing.steps import call, text_response, tool_response
 from statemachine_agent.testing.strategies import final_results
 
 
-def pydantic_message(kind: Any, value: Any) -> str:
-    """pydantic's own message for ``value`` not being a ``kind``: its wording belongs to the
-    installed pydantic version, so the expected text is taken from it, not written here."""
-    try:
-        TypeAdapter(kind).validate_python(value)
-    except ValidationError as exc:
-        return str(exc.errors()[0]["msg"])
-    raise AssertionError(f"{value!r} is a valid {kind}")
-
-
 @tool
 def ping(n: int) -> str:
     """Answer a ping."""
     return f"pong {n}"
-
-
-def results_of(messages: list[Any]) -> list[ToolResultMessage]:
-    return [m for m in messages if isinstance(m, ToolResultMessage)]
 
 
 def forever_model(requests: list[Any]) -> FunctionModel:

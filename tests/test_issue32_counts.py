@@ -10,15 +10,16 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from conftest import file_tools as side_tools
+from conftest import review_writes
+
 from statemachine_agent import (
     Agent,
     Approve,
-    Defer,
     LimitHit,
     RunCounts,
     RunResult,
     State,
-    ToolCallInfo,
     Usage,
     UsageLimits,
     tool,
@@ -30,26 +31,6 @@ from statemachine_agent.testing.steps import call, text_response, tool_response
 
 R1_USAGE = {"input_tokens": 40, "output_tokens": 7}
 R2_USAGE = {"input_tokens": 90, "output_tokens": 12}
-
-
-def side_tools(log: list[str]) -> list[Any]:
-    @tool
-    def read(path: str) -> str:
-        """Read a file."""
-        log.append(f"read {path}")
-        return f"contents of {path}"
-
-    @tool
-    def write(path: str) -> str:
-        """Write a file."""
-        log.append(f"write {path}")
-        return f"wrote {path}"
-
-    return [read, write]
-
-
-def review_writes(info: ToolCallInfo) -> Defer | None:
-    return Defer("writes need review") if info.tool.name == "write" else None
 
 
 def script() -> list[dict[str, Any]]:

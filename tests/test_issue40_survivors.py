@@ -14,7 +14,7 @@ import logging
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -167,21 +167,34 @@ def queue_follow_ups_then_steering(agent: Agent) -> None:
     agent.steer("s2")
 
 
+def recording_agent(
+    steering_mode: str,
+    follow_up_mode: str,
+    answer: Callable[[int], Any] = lambda n: f"answer {n}",
+    tools: Sequence[Any] = (),
+) -> tuple[Agent, list[list[Any]]]:
+    """An agent in the given modes whose model records the messages of each request as sent and
+    replies ``answer(number of the request)``; and that record."""
+    requests: list[list[Any]] = []
+
+    def respond(messages: list[Any], request: Any) -> Any:
+        requests.append(list(request.messages))  # as sent
+        return answer(len(requests))
+
+    agent = Agent(
+        FunctionModel(respond),
+        tools=list(tools),
+        steering_mode=steering_mode,  # type: ignore[arg-type]
+        follow_up_mode=follow_up_mode,  # type: ignore[arg-type]
+    )
+    return agent, requests
+
+
 @pytest.mark.parametrize(("steering_mode", "follow_up_mode"), MODES)
 async def test_steering_queued_with_a_follow_up_at_a_stop_is_delivered_first(
     steering_mode: str, follow_up_mode: str
 ) -> None:
-    requests: list[Any] = []
-
-    def answer(messages: list[Any], request: Any) -> str:
-        requests.append(list(request.messages))  # as sent
-        return f"answer {len(requests)}"
-
-    agent = Agent(
-        FunctionModel(answer),
-        steering_mode=steering_mode,  # type: ignore[arg-type]
-        follow_up_mode=follow_up_mode,  # type: ignore[arg-type]
-    )
+    agent, requests = recording_agent(steering_mode, follow_up_mode)
 
     def on_first_answer(event: Event) -> None:
         first = len(requests) == 1 and not agent.has_queued_input()
@@ -205,17 +218,11 @@ async def test_steering_queued_with_a_follow_up_during_a_batch_lands_after_it_th
         queue_follow_ups_then_steering(agent)
         return "worked"
 
-    requests: list[Any] = []
-
-    def answer(messages: list[Any], request: Any) -> Any:
-        requests.append(list(request.messages))  # as sent
-        return tool_response(call("work", id="w")) if len(requests) == 1 else f"a{len(requests)}"
-
-    agent = Agent(
-        FunctionModel(answer),
+    agent, requests = recording_agent(
+        steering_mode,
+        follow_up_mode,
+        lambda n: tool_response(call("work", id="w")) if n == 1 else f"a{n}",
         tools=[work],
-        steering_mode=steering_mode,  # type: ignore[arg-type]
-        follow_up_mode=follow_up_mode,  # type: ignore[arg-type]
     )
     result = await agent.run("go")
     assert result.state is State.DONE
@@ -230,17 +237,7 @@ async def test_steering_queued_with_a_follow_up_during_a_batch_lands_after_it_th
 async def test_steering_queued_with_a_follow_up_before_a_continued_run_goes_first(
     steering_mode: str, follow_up_mode: str
 ) -> None:
-    requests: list[Any] = []
-
-    def answer(messages: list[Any], request: Any) -> str:
-        requests.append(list(request.messages))  # as sent
-        return f"answer {len(requests)}"
-
-    agent = Agent(
-        FunctionModel(answer),
-        steering_mode=steering_mode,  # type: ignore[arg-type]
-        follow_up_mode=follow_up_mode,  # type: ignore[arg-type]
-    )
+    agent, requests = recording_agent(steering_mode, follow_up_mode)
     await agent.run("go")
     queue_follow_ups_then_steering(agent)
     result = await agent.run()  # continue: the queued input is delivered

@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import file_tools, hello_then_read_a_and_write_b, review_writes
 
 from statemachine_agent import (
     Agent,
@@ -34,23 +34,12 @@ from statemachine_agent.session import compact
 from statemachine_agent.testing import assert_valid_history
 from statemachine_agent.testing.steps import call, text_response, tool_response
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_peer_reports_long_runs import _file_tools, _review_writes
-
 # -- any history replacement keeps a batch awaiting approval ------------------------------------
 
 
 async def _paused(ran: list[str], path: Path | None = None) -> Agent:
-    model = ScriptedModel(
-        [
-            text_response("Hello."),
-            tool_response(
-                call("read", {"path": "a"}, id="r1"), call("write", {"path": "b"}, id="w1")
-            ),
-            text_response("Read a, wrote b."),
-        ]
-    )
-    agent = Agent(model, tools=_file_tools(ran), before_tool_call=_review_writes, session=path)
+    model = ScriptedModel(hello_then_read_a_and_write_b())
+    agent = Agent(model, tools=file_tools(ran), before_tool_call=review_writes, session=path)
     await agent.run("hi")
     assert (await agent.run("Read a, then write b")).state is State.AWAITING_APPROVAL
     return agent
@@ -81,8 +70,8 @@ async def test_a_log_compacted_while_calls_await_approval_resumes_with_the_held_
     resumed = Agent.resume(
         path,
         model=ScriptedModel([text_response("Read a, wrote b.")]),
-        tools=_file_tools(ran),
-        before_tool_call=_review_writes,
+        tools=file_tools(ran),
+        before_tool_call=review_writes,
     )
     assert resumed.state is State.AWAITING_APPROVAL
     assert [c.id for c in resumed.pending] == ["w1"]  # r1 ran: its result is held, not pending

@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 import pytest
-from pydantic import TypeAdapter, ValidationError
+from conftest import pydantic_message, results_of
 
 from statemachine_agent import (
     AbortSignal,
@@ -33,20 +33,6 @@ from statemachine_agent import (
 from statemachine_agent.models import ScriptedModel
 from statemachine_agent.testing import assert_valid_history
 from statemachine_agent.testing.steps import call, text_response, tool_response
-
-
-def pydantic_message(kind: Any, value: Any) -> str:
-    """pydantic's own message for ``value`` not being a ``kind``: its wording belongs to the
-    installed pydantic version, so the expected text is taken from it, not written here."""
-    try:
-        TypeAdapter(kind).validate_python(value)
-    except ValidationError as exc:
-        return str(exc.errors()[0]["msg"])
-    raise AssertionError(f"{value!r} is a valid {kind}")
-
-
-def results_of(messages: list[Any]) -> list[ToolResultMessage]:
-    return [m for m in messages if isinstance(m, ToolResultMessage)]
 
 
 def texts(messages: list[Any]) -> list[str]:

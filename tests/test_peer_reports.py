@@ -15,11 +15,12 @@ import functools
 import gc
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from models.replay_server import ReplayServer, Reply, message_to_sse, sse, sse_reply
+from models.replay_server import ReplayServer, Reply, message, reply, says, sse
+from models.replay_server import anthropic_model as new_model
 
 from statemachine_agent import (
     Agent,
@@ -33,37 +34,7 @@ from statemachine_agent.models import AnthropicModel, ScriptedModel
 from statemachine_agent.testing import assert_valid_history
 from statemachine_agent.testing.steps import call, text_response, tool_response
 
-MODEL = "claude-peer-test"
-
-
 # -- helpers --------------------------------------------------------------------------------------
-
-
-def new_model(server: ReplayServer) -> AnthropicModel:
-    """A model talking to ``server`` through the real SDK (no SDK retries: one reply per try)."""
-    return AnthropicModel(MODEL, base_url=server.url, api_key="test", max_retries=0)
-
-
-def reply(content: list[dict[str, Any]], stop_reason: str) -> Reply:
-    """One streamed Messages API response."""
-    return sse_reply(
-        message_to_sse(
-            {
-                "id": "msg_peer",
-                "type": "message",
-                "role": "assistant",
-                "model": MODEL,
-                "content": content,
-                "stop_reason": stop_reason,
-                "stop_sequence": None,
-                "usage": {"input_tokens": 5, "output_tokens": 3},
-            }
-        )
-    )
-
-
-def says(text: str) -> Reply:
-    return reply([{"type": "text", "text": text}], "end_turn")
 
 
 def calls(id: str, name: str, arguments: dict[str, Any]) -> Reply:
@@ -90,17 +61,6 @@ def replay() -> Iterator[ReplayServer]:
     """A running replay server for tests that drive their own event loops (``run_sync``)."""
     with ReplayServer() as running:
         yield running
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[ReplayServer]:
-    """A running replay server; models in ``server.models`` are closed in the test's loop."""
-    with ReplayServer() as running:
-        try:
-            yield running
-        finally:
-            for model in running.models:
-                await model.aclose()
 
 
 # == A. A model client that survives event loops ===================================================
@@ -385,16 +345,9 @@ def no_argument_call_stream(with_empty_delta: bool) -> Reply:
     events: list[dict[str, Any]] = [
         {
             "type": "message_start",
-            "message": {
-                "id": "msg_now",
-                "type": "message",
-                "role": "assistant",
-                "model": MODEL,
-                "content": [],
-                "stop_reason": None,
-                "stop_sequence": None,
-                "usage": {"input_tokens": 5, "output_tokens": 1},
-            },
+            "message": message(
+                [], None, id="msg_now", usage={"input_tokens": 5, "output_tokens": 1}
+            ),
         },
         {"type": "content_block_start", "index": 0, "content_block": block},
         *({"type": "content_block_delta", "index": 0, "delta": d} for d in deltas),

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import file_tools, hello_then_read_a_and_write_b, review_writes
 
 from statemachine_agent import (
     Agent,
@@ -27,11 +28,9 @@ from statemachine_agent import (
     AssistantMessage,
     Compaction,
     CompactionEnd,
-    Defer,
     Message,
     ModelError,
     State,
-    ToolCallInfo,
     ToolResultMessage,
     UsageError,
     UsageLimits,
@@ -55,26 +54,6 @@ def result_ids(messages: Sequence[Message]) -> list[str]:
 # -- google/adk-python#4740: compaction must not summarize away a call awaiting approval ---------
 
 
-def _file_tools(ran: list[str]) -> list[Any]:
-    @tool
-    def read(path: str) -> str:
-        """Read a file."""
-        ran.append(f"read {path}")
-        return f"contents of {path}"
-
-    @tool
-    def write(path: str) -> str:
-        """Write a file."""
-        ran.append(f"write {path}")
-        return f"wrote {path}"
-
-    return [read, write]
-
-
-def _review_writes(info: ToolCallInfo) -> Defer | None:
-    return Defer("writes need review") if info.tool.name == "write" else None
-
-
 async def test_compacting_between_runs_keeps_a_call_that_awaits_approval(tmp_path: Path) -> None:
     """google/adk-python#4740: with event compaction on, a pending ``adk_request_confirmation``
     call (no response yet) was summarized away; when the user later confirmed, the runner found
@@ -86,16 +65,8 @@ async def test_compacting_between_runs_keeps_a_call_that_awaits_approval(tmp_pat
     valid: every result follows its call."""
     ran: list[str] = []
     path = tmp_path / "run.jsonl"
-    model = ScriptedModel(
-        [
-            text_response("Hello."),
-            tool_response(
-                call("read", {"path": "a"}, id="r1"), call("write", {"path": "b"}, id="w1")
-            ),
-            text_response("Read a, wrote b."),
-        ]
-    )
-    agent = Agent(model, tools=_file_tools(ran), before_tool_call=_review_writes, session=path)
+    model = ScriptedModel(hello_then_read_a_and_write_b())
+    agent = Agent(model, tools=file_tools(ran), before_tool_call=review_writes, session=path)
     assert (await agent.run("hi")).state is State.DONE
     paused = await agent.run("Read a, then write b")
     assert paused.state is State.AWAITING_APPROVAL

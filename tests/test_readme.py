@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from models.replay_server import ReplayServer, message_to_sse, sse_reply
+from models.replay_server import ReplayServer, reply
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCKS = re.findall(r"^```python\n(.*?)^```", README.read_text(encoding="utf-8"), re.M | re.S)
@@ -42,18 +42,8 @@ def test_readme_block_runs(
     monkeypatch.chdir(tmp_path)
     script = tmp_path / "block.py"
     script.write_text(code, encoding="utf-8")
-    answer = {
-        "id": "msg_readme",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-sonnet-4-6",
-        "content": [{"type": "text", "text": "Nothing changed."}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": {"input_tokens": 10, "output_tokens": 3},
-    }
     with ReplayServer() as server:
-        server.add(sse_reply(message_to_sse(answer)))
+        server.add(reply([{"type": "text", "text": "Nothing changed."}], name="claude-sonnet-4-6"))
         monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-readme")
         monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
         try:

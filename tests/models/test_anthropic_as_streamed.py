@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from statemachine_agent import Agent, AssistantMessage, Event, MessageDelta, State, TextBlock
-from statemachine_agent.models import AnthropicModel, ScriptedModel
+from statemachine_agent.models import ScriptedModel
 from statemachine_agent.session import read_session
 
-from .replay_server import ReplayServer, message_to_sse, sse_reply
+from .replay_server import MODEL, ReplayServer, message_to_sse, sse_reply
+from .replay_server import closing_model as model
 from .test_anthropic_recordings import check_wire, end_turn, strip_cache
-
-MODEL = "claude-replay-test"
 
 SF_CITATION: dict[str, Any] = {
     "type": "web_search_result_location",
@@ -57,10 +56,6 @@ EXPECTED_SENT = [
     {"type": "text", "text": "Downtown S.F.", "citations": [SF_CITATION]},
     {"type": "text", "text": "Fares are increasing", "citations": [FARES_CITATION]},
 ]
-
-
-def model(server: ReplayServer) -> AnthropicModel:
-    return server.closing(AnthropicModel(MODEL, base_url=server.url, api_key="test", max_retries=0))
 
 
 def answer_reply() -> Any:

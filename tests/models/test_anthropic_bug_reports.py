@@ -32,34 +32,11 @@ from statemachine_agent.models import anthropic as anthropic_module
 from statemachine_agent.session import read_session
 from statemachine_agent.testing import assert_valid_history
 
-from .replay_server import ReplayServer, Reply, load_sse, message_to_sse, sse_reply
+from .replay_server import MODEL, ReplayServer, load_sse, reply
+from .replay_server import closing_model as model
 
-MODEL = "claude-replay-test"
 # The SDK's own text for a connection error (whatever the installed version says).
 SDK_CONNECTION_TEXT = str(anthropic.APIConnectionError(request=httpx2.Request("POST", "http://x")))
-
-
-def model(server: ReplayServer, name: str = MODEL, **kwargs: Any) -> AnthropicModel:
-    return server.closing(
-        AnthropicModel(name, base_url=server.url, api_key="test", max_retries=0, **kwargs)
-    )
-
-
-def reply(content: list[dict[str, Any]], stop_reason: str, name: str = MODEL) -> Reply:
-    return sse_reply(
-        message_to_sse(
-            {
-                "id": "msg_1",
-                "type": "message",
-                "role": "assistant",
-                "model": name,
-                "content": content,
-                "stop_reason": stop_reason,
-                "stop_sequence": None,
-                "usage": {"input_tokens": 7, "output_tokens": 4},
-            }
-        )
-    )
 
 
 def text(value: str) -> dict[str, Any]:
@@ -456,6 +433,29 @@ OLD_MODEL = "claude-replay-retired"
 OLD_MODEL_TABLE = {OLD_MODEL: "June 1st, 2099"}  # the test's own table: no SDK's list is read
 
 
+@pytest.fixture
+def warned_of_nothing(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No model warned about yet in this process (the package warns once per model)."""
+    monkeypatch.setattr(anthropic_module, "_warned_deprecated", set())
+    return monkeypatch
+
+
+@pytest.fixture
+def old_model_listed(warned_of_nothing: pytest.MonkeyPatch) -> None:
+    """`OLD_MODEL` in the package's own table of deprecated models, for this test only."""
+    warned_of_nothing.setitem(anthropic_module.DEPRECATED_MODELS, OLD_MODEL, "June 1st, 2099")
+
+
+def warnings_when_made(*names: str, **kwargs: Any) -> list[str]:
+    """The text of each warning raised while an `AnthropicModel` of each of ``names`` is made
+    (``kwargs`` go to each)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for name in names:
+            AnthropicModel(name, api_key="test", **kwargs)
+    return [str(w.message) for w in caught]
+
+
 async def test_case7_a_deprecated_model_warns_once_not_per_request(
     server: ReplayServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -477,50 +477,31 @@ async def test_case7_a_deprecated_model_warns_once_not_per_request(
 
 
 def test_case7_the_package_table_of_deprecated_models_can_be_extended(
-    monkeypatch: pytest.MonkeyPatch,
+    old_model_listed: None,
 ) -> None:
-    monkeypatch.setattr(anthropic_module, "_warned_deprecated", set())
-    monkeypatch.setitem(anthropic_module.DEPRECATED_MODELS, OLD_MODEL, "June 1st, 2099")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        AnthropicModel(OLD_MODEL, api_key="test")
-        AnthropicModel("claude-replay-current", api_key="test")
-    assert [str(w.message).split(" is deprecated")[0] for w in caught] == [
-        f"The model {OLD_MODEL!r}"
-    ]
+    caught = warnings_when_made(OLD_MODEL, "claude-replay-current")
+    assert [text.split(" is deprecated")[0] for text in caught] == [f"The model {OLD_MODEL!r}"]
 
 
-def test_case7_a_model_not_in_the_table_gets_no_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(anthropic_module, "_warned_deprecated", set())
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        AnthropicModel(OLD_MODEL, api_key="test", deprecated_models={})
-    assert caught == []
+def test_case7_a_model_not_in_the_table_gets_no_warning(
+    warned_of_nothing: pytest.MonkeyPatch,
+) -> None:
+    assert warnings_when_made(OLD_MODEL, deprecated_models={}) == []
 
 
 def test_case7_an_empty_deprecated_models_table_turns_the_warning_off(
-    monkeypatch: pytest.MonkeyPatch,
+    old_model_listed: None,
 ) -> None:
     # The package's table lists the model: ``deprecated_models={}`` still means "none".
-    monkeypatch.setattr(anthropic_module, "_warned_deprecated", set())
-    monkeypatch.setitem(anthropic_module.DEPRECATED_MODELS, OLD_MODEL, "June 1st, 2099")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        AnthropicModel(OLD_MODEL, api_key="test", deprecated_models={})
-    assert caught == []
+    assert warnings_when_made(OLD_MODEL, deprecated_models={}) == []
 
 
 def test_case7_a_deprecated_models_table_replaces_the_package_table_not_merges(
-    monkeypatch: pytest.MonkeyPatch,
+    old_model_listed: None,
 ) -> None:
-    monkeypatch.setattr(anthropic_module, "_warned_deprecated", set())
-    monkeypatch.setitem(anthropic_module.DEPRECATED_MODELS, OLD_MODEL, "June 1st, 2099")
     own = {"claude-replay-own": "July 1st, 2099"}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        AnthropicModel(OLD_MODEL, api_key="test", deprecated_models=own)
-        AnthropicModel("claude-replay-own", api_key="test", deprecated_models=own)
-    assert [str(w.message).split(" and will")[0] for w in caught] == [
+    caught = warnings_when_made(OLD_MODEL, "claude-replay-own", deprecated_models=own)
+    assert [text.split(" and will")[0] for text in caught] == [
         "The model 'claude-replay-own' is deprecated"
     ]
 

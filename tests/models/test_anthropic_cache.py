@@ -15,9 +15,8 @@ from statemachine_agent import (
     UserMessage,
     tool,
 )
-from statemachine_agent.models import AnthropicModel
 
-from .replay_server import ReplayServer, message_to_sse, sse_reply
+from .replay_server import ReplayServer, closing_model, message_to_sse, sse_reply
 
 EPHEMERAL = {"type": "ephemeral"}
 
@@ -82,9 +81,7 @@ async def test_bug8_provider_block_cache_control_is_dropped_three_breakpoints(
             )
         )
     )
-    model = server.closing(
-        AnthropicModel("claude-replay-test", base_url=server.url, api_key="test", max_retries=0)
-    )
+    model = closing_model(server)
     agent = Agent(
         model,
         tools=[lookup],

@@ -24,26 +24,18 @@ from statemachine_agent import (
 from statemachine_agent._errors import ModelError, ModelRetryableError
 from statemachine_agent.models import AnthropicModel, ModelRequest
 
-from .replay_server import ReplayServer, Reply, json_reply, message_to_sse, sse, sse_reply
-
-MODEL = "claude-replay-test"
-
-
-def message(content: list[dict[str, Any]], stop_reason: str = "end_turn") -> dict[str, Any]:
-    return {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": MODEL,
-        "content": content,
-        "stop_reason": stop_reason,
-        "stop_sequence": None,
-        "usage": {"input_tokens": 5, "output_tokens": 3},
-    }
-
-
-def text_reply(text: str) -> Reply:
-    return sse_reply(message_to_sse(message([{"type": "text", "text": text}])))
+from .replay_server import (
+    MODEL,
+    ReplayServer,
+    Reply,
+    closing_model,
+    json_reply,
+    message,
+    message_to_sse,
+    sse,
+    sse_reply,
+)
+from .replay_server import says as text_reply
 
 
 def overloaded(status: int = 529, **headers: str) -> Reply:
@@ -61,9 +53,7 @@ ERROR_EVENT = {"type": "error", "error": {"type": "overloaded_error", "message":
 
 
 def agent(server: ReplayServer, max_retries: int = 0, **kwargs: Any) -> Agent:
-    model = server.closing(
-        AnthropicModel(MODEL, base_url=server.url, api_key="test", max_retries=max_retries)
-    )
+    model = closing_model(server, max_retries=max_retries)
     return Agent(model, retry_backoff_seconds=0.001, **kwargs)
 
 

@@ -28,39 +28,13 @@ from statemachine_agent import (
 )
 from statemachine_agent.models import AnthropicModel, FunctionModel
 
-from .replay_server import ReplayServer, Reply, message_to_sse, sse_reply
-
-MODEL = "claude-replay-test"
-
-
-def answer(content: list[dict[str, Any]], stop_reason: str = "end_turn") -> Reply:
-    return sse_reply(
-        message_to_sse(
-            {
-                "id": "msg_1",
-                "type": "message",
-                "role": "assistant",
-                "model": MODEL,
-                "content": content,
-                "stop_reason": stop_reason,
-                "stop_sequence": None,
-                "usage": {"input_tokens": 7, "output_tokens": 4},
-            }
-        )
-    )
-
-
-def says(text: str) -> Reply:
-    return answer([{"type": "text", "text": text}])
+from .replay_server import MODEL, ReplayServer, Reply, reply, says
+from .replay_server import anthropic_model as make_model
 
 
 def calls_delegate(call_id: str, question: str) -> Reply:
     block = {"type": "tool_use", "id": call_id, "name": "delegate", "input": {"question": question}}
-    return answer([block], "tool_use")
-
-
-def make_model(server: ReplayServer) -> AnthropicModel:
-    return AnthropicModel(MODEL, base_url=server.url, api_key="test", max_retries=0)
+    return reply([block], "tool_use")
 
 
 def texts(body: dict[str, Any]) -> list[tuple[str, str]]:

@@ -4,27 +4,11 @@ prompt (the real SDK against the local replay server)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from statemachine_agent import FINAL_TURN_PROMPT, Agent, State, tool
-from statemachine_agent.models import AnthropicModel
 
-from .replay_server import ReplayServer, message_to_sse, sse_reply
+from .replay_server import ReplayServer, closing_model, reply
 
 MODEL = "claude-sonnet-4-6"
-
-
-def message(content: list[dict[str, Any]], stop_reason: str) -> dict[str, Any]:
-    return {
-        "id": "msg_final",
-        "type": "message",
-        "role": "assistant",
-        "model": MODEL,
-        "content": content,
-        "stop_reason": stop_reason,
-        "stop_sequence": None,
-        "usage": {"input_tokens": 10, "output_tokens": 3},
-    }
 
 
 @tool
@@ -36,10 +20,10 @@ def ping() -> str:
 async def test_final_turn_sends_tool_choice_none(server: ReplayServer) -> None:
     call = {"type": "tool_use", "id": "toolu_1", "name": "ping", "input": {}}
     server.add(
-        sse_reply(message_to_sse(message([call], "tool_use"))),
-        sse_reply(message_to_sse(message([{"type": "text", "text": "Pinged."}], "end_turn"))),
+        reply([call], "tool_use", MODEL),
+        reply([{"type": "text", "text": "Pinged."}], "end_turn", MODEL),
     )
-    model = server.closing(AnthropicModel(MODEL, base_url=server.url, api_key="test"))
+    model = closing_model(server, MODEL)
     agent = Agent(model, tools=[ping], system="Be brief.", max_turns=1, final_turn=True)
     result = await agent.run("ping")
     assert (result.state, result.text) == (State.MAX_TURNS, "Pinged.")

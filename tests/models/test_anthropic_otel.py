@@ -9,7 +9,7 @@ import pytest
 from statemachine_agent import Agent, State
 from statemachine_agent.models import AnthropicModel
 
-from .replay_server import ReplayServer, message_to_sse, sse_reply
+from .replay_server import ReplayServer, closing_model, message, message_to_sse, sse_reply
 
 pytest.importorskip("opentelemetry.sdk", reason="the [otel] extra is not installed")
 
@@ -21,16 +21,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 
 from statemachine_agent.otel import instrument
 
-RESPONSE = {
-    "id": "msg_01XFDUDYJgAACzvnptvVoYEL",
-    "type": "message",
-    "role": "assistant",
-    "model": "claude-sonnet-4-6-20260101",
-    "content": [{"type": "text", "text": "Hello."}],
-    "stop_reason": "end_turn",
-    "stop_sequence": None,
-    "usage": {"input_tokens": 12, "output_tokens": 3},
-}
+RESPONSE = message(
+    [{"type": "text", "text": "Hello."}],
+    name="claude-sonnet-4-6-20260101",
+    id="msg_01XFDUDYJgAACzvnptvVoYEL",
+    usage={"input_tokens": 12, "output_tokens": 3},
+)
 
 
 async def test_case8_chat_span_carries_response_id_and_request_max_tokens(
@@ -40,11 +36,7 @@ async def test_case8_chat_span_carries_response_id_and_request_max_tokens(
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     server.add(sse_reply(message_to_sse(RESPONSE)))
-    model = server.closing(
-        AnthropicModel(
-            "claude-sonnet-4-6", base_url=server.url, api_key="test", max_retries=0, max_tokens=777
-        )
-    )
+    model = closing_model(server, "claude-sonnet-4-6", max_tokens=777)
     agent = Agent(model)
     instrument(agent, tracer_provider=provider)
     result = await agent.run("hi")

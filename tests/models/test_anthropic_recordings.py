@@ -25,15 +25,9 @@ from statemachine_agent._context import project
 from statemachine_agent.models import AnthropicModel
 from statemachine_agent.testing import assert_valid_history
 
+from .replay_server import MODEL as SONNET
 from .replay_server import ReplayServer, load_cassette, load_sse, message_to_sse, sse_reply
-
-SONNET = "claude-replay-test"
-
-
-def model(server: ReplayServer, **kwargs: Any) -> AnthropicModel:
-    return server.closing(
-        AnthropicModel(SONNET, base_url=server.url, api_key="test", max_retries=0, **kwargs)
-    )
+from .replay_server import closing_model as model
 
 
 def end_turn(text: str) -> Any:

@@ -31,40 +31,18 @@ from statemachine_agent.models._base import ResponseComplete
 from statemachine_agent.session import SUMMARY_PREFIX
 
 from .replay_server import (
+    MODEL,
     ReplayServer,
     Reply,
     json_reply,
     load_cassette,
     load_sse,
-    message_to_sse,
+    reply,
     sse_reply,
 )
+from .replay_server import closing_model as model
 
-MODEL = "claude-replay-test"
 CONTEXT_EXCEEDED = "model_context_window_exceeded"
-
-
-def model(server: ReplayServer, **kwargs: Any) -> AnthropicModel:
-    return server.closing(
-        AnthropicModel(MODEL, base_url=server.url, api_key="test", max_retries=0, **kwargs)
-    )
-
-
-def reply(content: list[dict[str, Any]], stop_reason: str) -> Reply:
-    return sse_reply(
-        message_to_sse(
-            {
-                "id": "msg_1",
-                "type": "message",
-                "role": "assistant",
-                "model": MODEL,
-                "content": content,
-                "stop_reason": stop_reason,
-                "stop_sequence": None,
-                "usage": {"input_tokens": 7, "output_tokens": 4},
-            }
-        )
-    )
 
 
 def text(value: str) -> dict[str, Any]:
