@@ -235,14 +235,16 @@ def worker_command(
             register=True,
         )
         try:
+            if takeover.executor_ids:
+                gone = ", ".join(takeover.executor_ids)
+                runs = "".join(f" {run_id}" for run_id in takeover.run_ids)
+                click.echo(
+                    f"worker {worker_id} took over {len(takeover.run_ids)} run(s) of gone "
+                    f"worker(s) {gone}:{runs}".removesuffix(":")
+                )
             click.echo(
                 f"worker {worker_id} serving {durable.QUEUE_NAME} (concurrency {concurrency})"
             )
-            if takeover.executor_ids:
-                gone = ", ".join(takeover.executor_ids)
-                click.echo(f"took over {len(takeover.run_ids)} run(s) of gone worker(s) {gone}")
-                for run_id in takeover.run_ids:
-                    click.echo(run_id)
             sys.stdout.flush()
             await stop.wait()
         finally:

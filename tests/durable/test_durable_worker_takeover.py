@@ -86,9 +86,10 @@ class Folder:
     def script(self, steps: list[dict[str, Any]]) -> None:
         (self.root / "steps.json").write_text(json.dumps(steps))
 
-    def worker(self, *extra: str) -> tuple[subprocess.Popen[str], str]:
-        """The issue's command (no --executor-id), started and waited for; returns the process
-        and the executor id it chose."""
+    def worker(self, *extra: str) -> tuple[subprocess.Popen[str], str, list[str]]:
+        """The issue's command (no --executor-id), started and waited for; returns the process,
+        the executor id it chose and the lines it printed before it served (what it took
+        over)."""
         command = [
             *_cli("worker", "--db", self.db, "-w", "ws", "-m", "script:steps.json"),
             *extra,
@@ -102,13 +103,14 @@ class Folder:
             text=True,
         )
         assert worker.stdout is not None and worker.stderr is not None
-        line = worker.stdout.readline()
-        if not line:
-            worker.wait(timeout=SAFETY_SECONDS)
-            pytest.fail(f"the worker ended: {worker.stderr.read()}")
-        words = line.split()
-        assert words[0] == "worker" and words[2] == "serving", line
-        return worker, words[1]
+        before: list[str] = []
+        for line in worker.stdout:
+            words = line.split()
+            if words[:1] == ["worker"] and words[2:3] == ["serving"]:
+                return worker, words[1], before
+            before.append(line.rstrip("\n"))
+        worker.wait(timeout=SAFETY_SECONDS)
+        pytest.fail(f"the worker ended: {before} {worker.stderr.read()}")
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
@@ -251,7 +253,7 @@ def test_the_issue_command_started_again_takes_over_the_run_its_killed_predecess
 ) -> None:
     folder = Folder(tmp_path)
     folder.script(_script(hold_seconds=3600))  # the first worker is killed while it holds
-    first, first_id = folder.worker("--yes")
+    first, first_id, _ = folder.worker("--yes")
     workers.append(first)
     folder.submit("script-run")
     _wait_for_step(folder, first, "script-run", "tool:d1")
@@ -267,12 +269,12 @@ def test_the_issue_command_started_again_takes_over_the_run_its_killed_predecess
     ]
 
     folder.script(_script(hold_seconds=0))
-    second, second_id = folder.worker("--yes")  # the same command: a new executor id
+    second, second_id, took = folder.worker("--yes")  # the same command: a new executor id
     workers.append(second)
     assert second_id != first_id
-    assert second.stdout is not None
-    assert second.stdout.readline() == f"took over 1 run(s) of gone worker(s) {first_id}\n"
-    assert second.stdout.readline() == "script-run\n"
+    assert took == [
+        f"worker {second_id} took over 1 run(s) of gone worker(s) {first_id}: script-run"
+    ]
     result = _result(folder, "script-run")
 
     _assert_done_once(folder, result, "script-run")
@@ -302,14 +304,14 @@ def test_a_worker_started_beside_a_live_one_does_not_take_its_runs(
     # timing involved.
     folder = Folder(tmp_path)
     folder.script(_script(hold_seconds=0))
-    first, first_id = folder.worker()
+    first, first_id, _ = folder.worker()
     workers.append(first)
     folder.submit("run-1")
     assert [c.id for c in _pending(folder, "run-1")] == ["d1"]
 
-    second, second_id = folder.worker()  # launched: any takeover is done by now
+    second, second_id, took = folder.worker()  # launched: any takeover is done by now
     workers.append(second)
-    assert second_id != first_id
+    assert (second_id != first_id, took) == (True, [])
     record = _registry(folder.client_db, first_id)
     assert (record["state"], record["taken_over_by"]) == ("serving", None)
     status = _run_status(folder, "run-1")
@@ -343,7 +345,7 @@ def test_status_of_a_run_whose_worker_is_on_another_host_prints_the_recover_comm
 ) -> None:
     folder = Folder(tmp_path)
     folder.script(_script(hold_seconds=0))
-    first, first_id = folder.worker()
+    first, first_id, _ = folder.worker()
     workers.append(first)
     folder.submit("far-run")
     assert [c.id for c in _pending(folder, "far-run")] == ["d1"]
@@ -358,8 +360,9 @@ def test_status_of_a_run_whose_worker_is_on_another_host_prints_the_recover_comm
         "If that worker is dead, hand its runs to the live workers: "
         f"statemachine-agent recover --db {ISSUE_DB} {first_id}",
     ]
-    second, _second_id = folder.worker()
+    second, _second_id, took = folder.worker()
     workers.append(second)
+    assert took == []
     assert _registry(folder.client_db, first_id)["state"] == "serving"  # not taken over
     assert _run_status(folder, "far-run").executor_id == first_id
 
@@ -375,7 +378,7 @@ def test_status_of_a_run_whose_worker_never_registered_prints_the_recover_comman
 ) -> None:
     folder = Folder(tmp_path)
     folder.script(_script(hold_seconds=0))
-    first, first_id = folder.worker()
+    first, first_id, _ = folder.worker()
     workers.append(first)
     folder.submit("old-run")
     assert [c.id for c in _pending(folder, "old-run")] == ["d1"]
@@ -412,7 +415,7 @@ def test_a_dead_worker_whose_pid_now_runs_another_process_is_taken_over(
 ) -> None:
     folder = Folder(tmp_path, database)
     folder.script(_script(hold_seconds=0))
-    first, first_id = folder.worker()
+    first, first_id, _ = folder.worker()
     workers.append(first)
     folder.submit("reused-pid-run")
     assert [c.id for c in _pending(folder, "reused-pid-run")] == ["d1"]
@@ -421,11 +424,11 @@ def test_a_dead_worker_whose_pid_now_runs_another_process_is_taken_over(
     # time: the record's start time tells them apart.
     _registry(folder.client_db, first_id, pid=os.getpid())
 
-    second, second_id = folder.worker()
+    second, second_id, took = folder.worker()
     workers.append(second)
-    assert second.stdout is not None
-    assert second.stdout.readline() == f"took over 1 run(s) of gone worker(s) {first_id}\n"
-    assert second.stdout.readline() == "reused-pid-run\n"
+    assert took == [
+        f"worker {second_id} took over 1 run(s) of gone worker(s) {first_id}: reused-pid-run"
+    ]
     _approve_each(folder, "reused-pid-run")
     _assert_done_once(folder, _result(folder, "reused-pid-run"), "reused-pid-run")
     assert _run_status(folder, "reused-pid-run").executor_id == second_id
