@@ -50,9 +50,13 @@ Recovery:
     executor id: restart a dead worker with the same ``executor_id`` and its runs continue. A dead
     worker that will not come back is taken over with `recover_executor` (CLI
     ``statemachine-agent recover``): its PENDING runs go back to the queue they came from, and the
-    live workers dequeue them under the queue's limits. Nothing detects a dead worker for you
-    (without DBOS Conductor): call it only for a worker you know is dead, since a live worker's
-    runs would run twice. Workers must run the same package version and agent factory: the
+    live workers dequeue them under the queue's limits. DBOS (without Conductor) detects no dead
+    worker: call it only for a worker you know is dead, since a live worker's runs would run
+    twice. A worker launched with ``register=True`` (the CLI's ``worker``) records itself in
+    the worker registry (executor id, host, pid, process start time) and, at start, does this
+    by itself for the recorded workers whose process it can see is gone (same host) or that
+    stopped cleanly; `Client.status` tells whether a PENDING run's worker is alive
+    (`RunStatus.worker`). Workers must run the same package version and agent factory: the
     application version is pinned to the package version (`APP_VERSION`), so DBOS recovers runs
     across restarts of the same release, never across releases.
 
