@@ -880,9 +880,14 @@ async def launch(
         # Before DBOS recovers this id's runs: a worker taking over a dead one under the same
         # id sees the record change and leaves it (a fresh Postgres database does not exist
         # yet, and holds no record: register after the launch creates it).
-        with contextlib.suppress(sqlalchemy.exc.OperationalError):
+        try:
             await asyncio.to_thread(registry.register, engine, executor_id)
             registered = True
+        except sqlalchemy.exc.OperationalError:
+            pass
+        except sqlalchemy.exc.SQLAlchemyError as exc:  # e.g. no right to create the table
+            _no_registry(engine, exc)
+            engine = None
     _factory = factory
     _launched = (db, executor_id)
     _incarnation = uuid.uuid4().hex
@@ -895,10 +900,14 @@ async def launch(
             await DBOS.register_queue_async(
                 QUEUE_NAME, worker_concurrency=concurrency, polling_interval_sec=poll_seconds
             )
+            if engine is not None and not registered:
+                try:
+                    await asyncio.to_thread(registry.register, engine, executor_id)
+                except sqlalchemy.exc.SQLAlchemyError as exc:
+                    _no_registry(engine, exc)
+            engine = None
             if engine is None:
                 return Takeover()
-            if not registered:
-                await asyncio.to_thread(registry.register, engine, executor_id)
             _registered = (executor_id, engine)
             return await asyncio.to_thread(_take_over, engine, executor_id)
     except BaseException:
@@ -908,13 +917,24 @@ async def launch(
         raise
 
 
+def _no_registry(engine: Any, exc: BaseException) -> None:
+    """Go on without the worker registry (it cannot be written): say what is lost."""
+    engine.dispose()
+    logger.warning(
+        "this worker is not recorded in the worker registry (%s: %s): the runs of dead "
+        "workers are not taken over at start; use `statemachine-agent recover`",
+        registry.TABLE_NAME,
+        str(exc).splitlines()[0],
+    )
+
+
 def _take_over(engine: Any, executor_id: str) -> Takeover:
     """Recover the runs of the registered workers whose process is gone (see `launch`)."""
     dead = registry.claim_dead(engine, executor_id)
     if not dead:
         return Takeover()
     run_ids = recover_executor(dead)
-    logger.warning(
+    logger.info(
         "worker %s took over %d run(s) of gone worker(s) %s",
         executor_id,
         len(run_ids),

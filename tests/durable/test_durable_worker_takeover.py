@@ -373,8 +373,9 @@ def test_status_of_a_run_whose_worker_is_on_another_host_prints_the_recover_comm
     _assert_done_once(folder, _result(folder, "far-run"), "far-run")
 
 
+@pytest.mark.parametrize("registry", ["no-record", "no-table"])
 def test_status_of_a_run_whose_worker_never_registered_prints_the_recover_command(
-    tmp_path: Path, workers: list[subprocess.Popen[str]]
+    tmp_path: Path, workers: list[subprocess.Popen[str]], registry: str
 ) -> None:
     folder = Folder(tmp_path)
     folder.script(_script(hold_seconds=0))
@@ -386,7 +387,8 @@ def test_status_of_a_run_whose_worker_never_registered_prints_the_recover_comman
     engine = engine_for(folder.client_db)
     try:
         with engine.begin() as connection:  # a worker of a release without the registry
-            connection.execute(sa.text(f"DELETE FROM {TABLE_NAME}"))
+            verb = "DELETE FROM" if registry == "no-record" else "DROP TABLE"
+            connection.execute(sa.text(f"{verb} {TABLE_NAME}"))
     finally:
         engine.dispose()
 
