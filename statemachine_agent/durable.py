@@ -905,7 +905,7 @@ async def launch(
                     await asyncio.to_thread(registry.register, engine, executor_id)
                 except sqlalchemy.exc.SQLAlchemyError as exc:
                     _no_registry(engine, exc)
-            engine = None
+                    engine = None
             if engine is None:
                 return Takeover()
             _registered = (executor_id, engine)
