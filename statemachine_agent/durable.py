@@ -50,9 +50,13 @@ Recovery:
     executor id: restart a dead worker with the same ``executor_id`` and its runs continue. A dead
     worker that will not come back is taken over with `recover_executor` (CLI
     ``statemachine-agent recover``): its PENDING runs go back to the queue they came from, and the
-    live workers dequeue them under the queue's limits. Nothing detects a dead worker for you
-    (without DBOS Conductor): call it only for a worker you know is dead, since a live worker's
-    runs would run twice. Workers must run the same package version and agent factory: the
+    live workers dequeue them under the queue's limits. DBOS (without Conductor) detects no dead
+    worker: call it only for a worker you know is dead, since a live worker's runs would run
+    twice. A worker launched with ``register=True`` (the CLI's ``worker``) records itself in
+    the worker registry (executor id, host, pid, process start time) and, at start, does this
+    by itself for the recorded workers whose process it can see is gone (same host) or that
+    stopped cleanly; `Client.status` tells whether a PENDING run's worker is alive
+    (`RunStatus.worker`). Workers must run the same package version and agent factory: the
     application version is pinned to the package version (`APP_VERSION`), so DBOS recovers runs
     across restarts of the same release, never across releases.
 
@@ -109,6 +113,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     ) from exc
 
 from . import __version__
+from . import _worker_registry as registry
 from ._agent import Agent, _as_user
 from ._errors import AgentBusyError, ToolStepFailed, UsageError
 from ._execution import BatchRun, _Slot
@@ -122,6 +127,7 @@ from ._result import RunResult
 from ._run import Run
 from ._states import State, Trigger
 from ._tools import Tool
+from ._worker_registry import Liveness, WorkerRecord
 from .models._base import ModelRequest
 
 APP_NAME = "statemachine-agent"
@@ -840,6 +846,23 @@ def _database(db: str, *, connecting: bool = False, creating: bool = False) -> I
                 dbos_logger.handle(record)
 
 
+@dataclass(frozen=True)
+class Takeover:
+    """What a worker took over when it started (`launch` with ``register=True``).
+
+    Attributes:
+        executor_ids: the dead workers whose runs it took over.
+        run_ids: their runs, put back on the queue (this and the other live workers run them).
+    """
+
+    executor_ids: tuple[str, ...] = ()
+    run_ids: tuple[str, ...] = ()
+
+
+_registered: tuple[str, Any] | None = None  # (executor id, registry engine) of this worker
+_launched: tuple[str, str] | None = None  # (db, executor id) of this process
+
+
 async def launch(
     db: str,
     factory: AgentFactory,
@@ -849,7 +872,8 @@ async def launch(
     serve_queue: bool = True,
     poll_seconds: float = 1.0,
     log_level: str = "WARNING",
-) -> None:
+    register: bool = False,
+) -> Takeover:
     """Start DBOS in this process: runs can be started here, and with ``serve_queue`` this
     process is a worker of the queue. Runs PENDING under ``executor_id`` are recovered now.
     Call it on the event loop the runs should use (they run on it).
@@ -864,13 +888,24 @@ async def launch(
         serve_queue: take runs from the queue (False: only runs started in this process).
         poll_seconds: how often the queue is polled.
         log_level: DBOS's log level.
+        register: record this process in the worker registry (the table
+            ``statemachine_agent_workers`` in ``db``: executor id, host, pid and the process's
+            start time) and take over the runs of registered workers whose process is gone:
+            those on this host whose pid no longer runs the process that registered, and those
+            that stopped cleanly (`shutdown`) with runs left PENDING. A live worker's runs, and
+            those of a worker on another host that did not stop (nothing here can tell whether
+            it lives), are never taken: ``statemachine-agent status`` prints the ``recover``
+            command for them. The CLI's ``worker`` registers.
+
+    Returns:
+        What this worker took over (empty without ``register``).
 
     Raises:
         UsageError: DBOS is already launched in this process (one per process).
         DatabaseUnavailableError: ``db`` is malformed or cannot be reached or created (one
             line saying what to create or start; see `explain_database_error`).
     """
-    global _factory, _incarnation
+    global _factory, _incarnation, _registered, _launched
     if _factory is not None:
         raise UsageError("DBOS is already launched in this process; call shutdown() first")
     check_database_url(db)
@@ -884,7 +919,22 @@ async def launch(
     }
     with _database(db):
         _use_wal(db)
+    engine = registry.engine_for(db) if register else None
+    registered = False
+    if engine is not None:
+        # Before DBOS recovers this id's runs: a worker taking over a dead one under the same
+        # id sees the record change and leaves it (a fresh Postgres database does not exist
+        # yet, and holds no record: register after the launch creates it).
+        try:
+            await asyncio.to_thread(registry.register, engine, executor_id)
+            registered = True
+        except sqlalchemy.exc.OperationalError:
+            pass
+        except sqlalchemy.exc.SQLAlchemyError as exc:  # e.g. no right to create the table
+            _no_registry(engine, exc)
+            engine = None
     _factory = factory
+    _launched = (db, executor_id)
     _incarnation = uuid.uuid4().hex
     DBOS(config=config)
     if not serve_queue:
@@ -895,9 +945,47 @@ async def launch(
             await DBOS.register_queue_async(
                 QUEUE_NAME, worker_concurrency=concurrency, polling_interval_sec=poll_seconds
             )
+            if engine is not None and not registered:
+                try:
+                    await asyncio.to_thread(registry.register, engine, executor_id)
+                except sqlalchemy.exc.SQLAlchemyError as exc:
+                    _no_registry(engine, exc)
+                    engine = None
+            if engine is None:
+                return Takeover()
+            _registered = (executor_id, engine)
+            return await asyncio.to_thread(_take_over, engine, executor_id)
     except BaseException:
         shutdown()
+        if engine is not None and _registered is None:
+            engine.dispose()
         raise
+
+
+def _no_registry(engine: Any, exc: BaseException) -> None:
+    """Go on without the worker registry (it cannot be written): say what is lost."""
+    engine.dispose()
+    logger.warning(
+        "this worker is not recorded in the worker registry (%s: %s): the runs of dead "
+        "workers are not taken over at start; use `statemachine-agent recover`",
+        registry.TABLE_NAME,
+        str(exc).splitlines()[0],
+    )
+
+
+def _take_over(engine: Any, executor_id: str) -> Takeover:
+    """Recover the runs of the registered workers whose process is gone (see `launch`)."""
+    dead = registry.claim_dead(engine, executor_id)
+    if not dead:
+        return Takeover()
+    run_ids = recover_executor(dead)
+    logger.info(
+        "worker %s took over %d run(s) of gone worker(s) %s",
+        executor_id,
+        len(run_ids),
+        ", ".join(dead),
+    )
+    return Takeover(tuple(dead), tuple(run_ids))
 
 
 def _use_wal(db: str) -> None:
@@ -920,10 +1008,21 @@ def _use_wal(db: str) -> None:
 
 
 def shutdown() -> None:
-    """Stop DBOS in this process (runs in progress stay PENDING and are recovered later)."""
-    global _factory
+    """Stop DBOS in this process (runs in progress stay PENDING and are recovered later: by
+    this worker started again under its executor id, or, for a worker launched with
+    ``register=True``, which is marked ``stopped`` in the registry, by the next registered
+    worker that starts)."""
+    global _factory, _registered, _launched
     _factory = None
+    _launched = None
     DBOS.destroy()
+    if _registered is not None:
+        executor_id, engine = _registered
+        _registered = None
+        try:
+            registry.unregister(engine, executor_id)
+        finally:
+            engine.dispose()
 
 
 async def run(
@@ -1051,6 +1150,9 @@ class RunStatus:
         result: the `RunResult` once it ended, else None.
         error: the workflow's error text when it ended in ``ERROR``.
         pending: the calls it waits for decisions on (``awaiting_approval``), else empty.
+        worker: for a ``PENDING`` run, its worker's record in the worker registry (whether its
+            process is alive, as far as the reading process can tell; see `launch`), or None
+            when that worker never registered (or the run is not ``PENDING``).
     """
 
     run_id: str
@@ -1059,6 +1161,7 @@ class RunStatus:
     result: RunResult | None
     error: str | None = None
     pending: tuple[PendingCall, ...] = ()
+    worker: WorkerRecord | None = None
 
 
 class Client:
@@ -1087,6 +1190,7 @@ class Client:
                 )
         with _database(db, connecting=True):
             self._client = DBOSClient(system_database_url=db, application_name=APP_NAME)
+        self._registry = registry.engine_for(db)
 
     def submit(
         self,
@@ -1160,8 +1264,14 @@ class Client:
         if status.status == "SUCCESS" and isinstance(status.output, dict):
             result = decode_result(status.output)
         error = None if status.error is None else str(status.error)
-        calls = self.pending(run_id) if status.status == "PENDING" else ()
-        return RunStatus(run_id, status.status, status.executor_id, result, error, calls)
+        calls: tuple[PendingCall, ...] = ()
+        worker = None
+        if status.status == "PENDING":
+            calls = self.pending(run_id)
+            if status.executor_id is not None:
+                with _database(self._db):
+                    worker = registry.lookup(self._registry, status.executor_id)
+        return RunStatus(run_id, status.status, status.executor_id, result, error, calls, worker)
 
     def count(self, status: str, *, executor_id: str | None = None) -> int:
         """How many runs have DBOS status ``status`` (``ENQUEUED``, ``PENDING``, ``SUCCESS``,
@@ -1207,20 +1317,34 @@ class Client:
     def close(self) -> None:
         """Release the database connections."""
         self._client.destroy()
+        self._registry.dispose()
 
 
 def recover_executor(executor_ids: Sequence[str]) -> list[str]:
     """Take over the runs of dead workers: their PENDING runs go back to their queue, where live
     workers dequeue them (finished steps are replayed, the rest runs). Call it in a launched
     process (`launch`, ``serve_queue=False`` is enough), only for workers known to be dead.
+    Registered workers among them are marked ``gone`` in the worker registry (see `launch`).
 
     Uses DBOS's recovery for a list of executors (``DBOS._recover_pending_workflows``, the same
-    call DBOS Conductor makes; DBOS 3.4 has no public one).
+    call DBOS Conductor makes; DBOS 3.4 has no public one). It is idempotent: a run that a live
+    worker has dequeued since is not put back.
 
     Returns:
         The ids of the runs put back on the queue.
+
+    Raises:
+        UsageError: `launch` was not called in this process.
     """
+    _require_launched()
     handles = DBOS._recover_pending_workflows(list(executor_ids))
+    if _launched is not None:
+        db, taker = _launched
+        engine = registry.engine_for(db)
+        try:
+            registry.mark_gone(engine, executor_ids, taker)
+        finally:
+            engine.dispose()
     return [handle.get_workflow_id() for handle in handles]
 
 
@@ -1239,9 +1363,12 @@ __all__ = [
     "DatabaseUnavailableError",
     "DurableBatch",
     "DurableRun",
+    "Liveness",
     "PositionedModel",
     "RunStatus",
+    "Takeover",
     "ToolStepFailed",
+    "WorkerRecord",
     "abort",
     "agent_workflow",
     "check_database_url",

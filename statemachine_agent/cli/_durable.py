@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import shlex
 import signal
 import sys
 import uuid
@@ -150,8 +151,8 @@ def _workspace_factory(workspace: Path, model_spec: str, yes: bool, deny: bool) 
 @click.option(
     "--executor-id",
     default=None,
-    help="This worker's id (default: a new one). Restart a dead worker with its id and its "
-    "runs continue.",
+    help="This worker's id (default: a new one). A worker takes over at start the runs of "
+    "dead workers on its host whatever their id; restarting one with its id works too.",
 )
 @click.option(
     "--concurrency",
@@ -185,8 +186,12 @@ def worker_command(
     call waits in awaiting_approval (`status` lists it, `decide` approves or denies it from any
     machine) unless --yes allows it or --deny-unapproved denies it.
 
-    Runs this worker left unfinished when it died (or was stopped) are recovered when it starts
-    again with the same --executor-id; to hand them to the other workers instead, use `recover`.
+    Each worker records itself in the database (executor id, host, pid, process start time).
+    At start it takes over the unfinished runs of recorded workers whose process is gone: on
+    this host (the pid ended, or now runs another process), or stopped cleanly on any host. A
+    live worker's runs are never taken, nor those of a worker on another host (nothing here can
+    tell whether it lives): `status` prints the `recover` command for those. Restarting a worker
+    with the same --executor-id also recovers its runs.
     --factory MODULE:FUNCTION is imported as `python -m` would: from the working folder first.
 
     Exit codes: 0 stopped by SIGTERM or Ctrl-C, 2 bad options or a database it cannot use.
@@ -221,17 +226,26 @@ def worker_command(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await durable.launch(
+        takeover = await durable.launch(
             db,
             factory,
             executor_id=worker_id,
             concurrency=concurrency,
             poll_seconds=poll_seconds,
+            register=True,
         )
         try:
+            if takeover.executor_ids:
+                gone = ", ".join(takeover.executor_ids)
+                runs = "".join(f" {run_id}" for run_id in takeover.run_ids)
+                click.echo(
+                    f"worker {worker_id} took over {len(takeover.run_ids)} run(s) of gone "
+                    f"worker(s) {gone}:{runs}".removesuffix(":")
+                )
             click.echo(
                 f"worker {worker_id} serving {durable.QUEUE_NAME} (concurrency {concurrency})"
             )
+            sys.stdout.flush()
             await stop.wait()
         finally:
             durable.shutdown()
@@ -313,10 +327,15 @@ def status_command(db: str, as_json: bool, run_id: str) -> None:
             "error": status.error,
             "result": None if result is None else durable.encode_result(result),
             "pending": [dataclasses.asdict(call) for call in status.pending],
+            "worker": None if status.worker is None else dataclasses.asdict(status.worker),
+            "recover_command": recover_hint(db, status) and recover_line(db, status),
         }
         click.echo(json.dumps(data))
         return
     click.echo(status_line(status))
+    hint = recover_hint(db, status)
+    if hint:
+        click.echo(hint)
     if result is not None:
         click.echo(result.error or result.text)
     elif status.error:
@@ -334,7 +353,7 @@ def status_command(db: str, as_json: bool, run_id: str) -> None:
 def status_line(status: RunStatus) -> str:
     """The first line of ``status``: the DBOS workflow's status, then the run's state, each
     named, since they differ (a workflow that ran to its end is ``SUCCESS`` whatever state the
-    run ended in).
+    run ended in). For a ``PENDING`` run it says whether its worker is alive (see `worker_note`).
 
     Args:
         status: the run's status (`statemachine_agent.durable.Client.status`).
@@ -349,13 +368,70 @@ def status_line(status: RunStatus) -> str:
     if result is not None:
         return f"{line}; the run ended in state {result.state} after {result.turns} turn(s)"
     if status.pending:
-        return f"{line}; the run is in state awaiting_approval"
+        return f"{line}; the run is in state awaiting_approval{worker_note(status)}"
     run_state = {
         "ENQUEUED": "the run has not started",
         "PENDING": "the run is in progress",
         "ERROR": "the workflow failed, so the run has no result",
     }.get(status.status)
-    return line if run_state is None else f"{line}; {run_state}"
+    if run_state is None:
+        return line
+    if status.status == "PENDING":
+        run_state += worker_note(status)
+    return f"{line}; {run_state}"
+
+
+def worker_note(status: RunStatus) -> str:
+    """What is known of a ``PENDING`` run's worker, as a clause for `status_line` (empty when
+    its process is alive on this host, or the run is not ``PENDING``)."""
+    from ..durable import Liveness
+
+    record = status.worker
+    if status.status != "PENDING" or status.executor_id is None:
+        return ""
+    if record is None:
+        return (
+            f", if worker {status.executor_id} is alive: it is not in the worker registry, so "
+            "whether it runs is unknown"
+        )
+    where = f"pid {record.pid} on {record.hostname}"
+    if record.liveness is Liveness.ALIVE:
+        return ""
+    if record.liveness is Liveness.UNKNOWN:
+        return (
+            f", if worker {record.executor_id} ({where}) is alive: this machine cannot tell, "
+            "it runs on another host"
+        )
+    how = {
+        "stopped": "it stopped",
+        "gone": f"its runs were handed over by {record.taken_over_by}",
+        "taking-over": f"{record.taken_over_by} is taking its runs over",
+    }.get(record.state, "its process is gone")
+    return f", but stalled: worker {record.executor_id} ({where}) is not running ({how})"
+
+
+def recover_line(db: str, status: RunStatus) -> str:
+    """The command that hands the run's worker's runs to the live workers."""
+    return shlex.join(["statemachine-agent", "recover", "--db", db, status.executor_id or ""])
+
+
+def recover_hint(db: str, status: RunStatus) -> str:
+    """The second line of ``status`` for a ``PENDING`` run whose worker is not known to be
+    alive: how to hand its runs to the live workers (empty otherwise)."""
+    from ..durable import Liveness
+
+    if status.status != "PENDING" or status.executor_id is None:
+        return ""
+    record = status.worker
+    command = recover_line(db, status)
+    if record is None or record.liveness is Liveness.UNKNOWN:
+        return f"If that worker is dead, hand its runs to the live workers: {command}"
+    if record.liveness is Liveness.ALIVE:
+        return ""
+    return (
+        f"A worker started on {record.hostname} takes its runs over; or hand them to the live "
+        f"workers now: {command}"
+    )
 
 
 @click.command("decide")
@@ -409,8 +485,10 @@ def decide_command(
 @_reports_database_problems
 def recover_command(db: str, executor_ids: Sequence[str]) -> None:
     """Hand the unfinished runs of dead workers EXECUTOR_IDS back to the queue, where the live
-    workers take them over. Only for workers known to be dead: a live worker's runs would run
-    twice. Exit codes: 0 done, 2 a database it cannot use."""
+    workers take them over, and mark them gone in the worker registry. Only for workers known
+    to be dead: a live worker's runs would run twice (a worker takes over the dead workers of
+    its own host at start by itself; `status` prints this command for the others). Exit codes:
+    0 done, 2 a database it cannot use."""
     durable = _durable()
 
     def no_agent() -> Agent:

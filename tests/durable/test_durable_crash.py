@@ -178,9 +178,14 @@ def test_case3_killed_while_awaiting_approval_then_approved_from_a_third_process
         timeout=SAFETY_SECONDS,
     )
     assert status.returncode == 0, status.stderr
-    assert status.stdout.splitlines()[:3] == [
+    # ... and that its worker is gone, with the command that hands the run to a live worker.
+    host = os.uname().nodename
+    assert status.stdout.splitlines()[:4] == [
         f"{run_id}: PENDING (workflow status; worker approval-worker); "
-        "the run is in state awaiting_approval",
+        "the run is in state awaiting_approval, but stalled: worker approval-worker "
+        f"(pid {first.pid} on {host}) is not running (its process is gone)",
+        f"A worker started on {host} takes its runs over; or hand them to the live workers "
+        f"now: statemachine-agent recover --db {db} approval-worker",
         "Awaiting approval:",
         f'  {DEPLOY_CALL}: deploy {{"target": "prod"}} (deploy requires approval)',
     ]

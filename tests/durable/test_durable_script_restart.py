@@ -140,8 +140,13 @@ def test_a_script_worker_killed_mid_run_continues_after_its_last_recorded_step(
         first.wait()
     assert first.returncode == -signal.SIGKILL
     assert _recorded_steps(db_file, run_id).count("model_request") == 1
+    host = os.uname().nodename
     assert _status_lines(db, run_id, env) == [
-        f"{run_id}: PENDING (workflow status; worker {WORKER}); the run is in progress"
+        f"{run_id}: PENDING (workflow status; worker {WORKER}); the run is in progress, but "
+        f"stalled: worker {WORKER} (pid {first.pid} on {host}) is not running (its process is "
+        "gone)",
+        f"A worker started on {host} takes its runs over; or hand them to the live workers "
+        f"now: statemachine-agent recover --db {db} {WORKER}",
     ]
 
     # The same script without the hold (each run reads the script when it starts).
