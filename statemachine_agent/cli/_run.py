@@ -39,7 +39,7 @@ from ..workspace import (
     check_sandbox,
     workspace_tools,
 )
-from ._session import corrupt_advice, repair_session, repaired_line
+from ._session import continue_refusal_of, corrupt_advice, repair_session, repaired_line
 from ._view import JsonLinesView, LiveView, final_line, preview_renderable, sandbox_line
 
 EXIT_CODES = {
@@ -578,6 +578,15 @@ def run_command(
     )
     model = load_model(model_spec)
     system = system_file.read_text(encoding="utf-8") if system_file is not None else None
+    decisions = parse_decisions(approve, deny) or None
+    if decisions is not None and (prompt is not None or session is None):
+        raise click.UsageError("--approve and --deny continue a session: give --session, no PROMPT")
+    if prompt is None and session is not None:
+        # Refused before the log is opened: a usage error changes no file (opening it writes
+        # its repairs and cuts a torn last line).
+        refusal = continue_refusal_of(session, deciding=decisions is not None)
+        if refusal is not None:
+            raise click.UsageError(refusal)
     if repair and session is not None and session.exists():
         try:
             moved, side = repair_session(session)
@@ -607,9 +616,6 @@ def run_command(
         agent.max_turns = agent.session.counts.turns + max_turns
     interactive = not json_lines and _interactive(console)
     permissions.defer = session is not None and not interactive
-    decisions = parse_decisions(approve, deny) or None
-    if decisions is not None and (prompt is not None or session is None):
-        raise click.UsageError("--approve and --deny continue a session: give --session, no PROMPT")
     approve_hint = (
         f"To decide: statemachine-agent approve {shlex.quote(str(session))} --call ID "
         f"[--deny ID:REASON] -w {shlex.quote(str(workspace))} -m {shlex.quote(model_spec)}"
