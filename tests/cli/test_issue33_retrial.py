@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from statemachine_agent.session import read_session
+
+pexpect = pytest.importorskip(
+    "pexpect", reason="pexpect is not installed (a dev dependency: pip install -e '.[dev]')"
+)
 
 CODE = "from statemachine_agent.cli import main; main()"
 
@@ -136,3 +143,77 @@ def test_deciding_a_log_with_nothing_pending_refuses_before_changing_it(
     assert refused.returncode == 2
     assert "is awaiting approval: there is nothing to decide" in flat(refused.stderr)
     assert log.read_bytes() == before
+
+
+# -- 3: a failing command's last lines keep their indentation and the failing test's name -------
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+FAILING_TEST_FILE = """\
+import unittest
+
+
+class T(unittest.TestCase):
+    def test_x(self):
+        self.assertEqual(helper(), 2)
+
+
+def helper():
+    return 1
+"""
+
+
+def _unittest_run(folder: Path, tmp_path: Path) -> tuple[str, list[str]]:
+    (folder / "test_m.py").write_text(FAILING_TEST_FILE)
+    model = script(tmp_path, [call("r1", "run_command", command="python3 -m unittest test_m")])
+    log = tmp_path / "run.jsonl"
+    args = ["run", "Test", "-w", str(folder), "-m", model, "--yes", "--no-sandbox"]
+    return str(log), [*args, "--session", str(log)]
+
+
+def _shows_the_failure_indented(text: str) -> None:
+    lines = text.replace("\r", "").splitlines()
+    assert any(line.startswith("    FAIL: test_x (test_m.T.test_x)") for line in lines), text
+    assert any(line.startswith('      File "') for line in lines), text  # frames stay indented
+    assert "        self.assertEqual(helper(), 2)" in lines, text
+    assert "    AssertionError: 1 != 2" in lines, text
+
+
+def test_a_failing_tests_name_and_indented_traceback_show_in_a_terminal_and_in_replay(
+    folder: Path, tmp_path: Path
+) -> None:
+    log, args = _unittest_run(folder, tmp_path)
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}
+    child = pexpect.spawn(
+        sys.executable, ["-c", CODE, *args], cwd=str(tmp_path), env=env, encoding="utf-8",
+        timeout=120, dimensions=(30, 100),
+    )  # fmt: skip
+    child.expect(pexpect.EOF)
+    child.close()
+    live = ANSI.sub("", child.before)
+    assert child.exitstatus == 0, live
+    assert "! run_command python3 -m unittest test_m — exit code 1" in live
+    _shows_the_failure_indented(live)
+    replay = cli("replay", log, cwd=tmp_path)
+    assert replay.returncode == 0, replay.stderr
+    assert "← ! run_command exit code 1" in replay.stdout
+    _shows_the_failure_indented(replay.stdout)
+
+
+def test_read_file_result_shows_its_first_lines_after_its_summary(
+    folder: Path, tmp_path: Path
+) -> None:
+    (folder / "five.txt").write_text("one\n    two\nthree\nfour\nfive\n")
+    model = script(tmp_path, [call("c1", "read_file", path="five.txt")])
+    log = tmp_path / "run.jsonl"
+    live = cli("run", "Read", "-w", str(folder), "-m", model, "--session", str(log), cwd=tmp_path)
+    assert live.returncode == 0, live.stderr
+    replay = cli("replay", str(log), cwd=tmp_path)
+    for out in (live.stdout, replay.stdout):
+        assert "read_file five.txt — lines 1-5 of 5" in out or "read_file lines 1-5 of 5" in out
+        lines = out.splitlines()
+        assert any(re.fullmatch(r" {4}\s*1\s+one", line) for line in lines), out
+        assert any(re.fullmatch(r" {4}\s*2\s{5,}two", line) for line in lines), out  # indented
+        assert any(
+            re.fullmatch(r" {4}\s*3\s+three \(\+2 lines\)(  \[c1\])?", line) for line in lines
+        ), out
+        assert "four" not in out
