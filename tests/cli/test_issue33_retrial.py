@@ -217,3 +217,56 @@ def test_read_file_result_shows_its_first_lines_after_its_summary(
             re.fullmatch(r" {4}\s*3\s+three \(\+2 lines\)(  \[c1\])?", line) for line in lines
         ), out
         assert "four" not in out
+
+
+# -- 4: Ctrl-C at a prompt is an interrupt, not a denial -----------------------------------------
+
+
+def test_ctrl_c_at_a_prompt_result_starts_with_the_interrupt_not_denied(
+    folder: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "run.jsonl"
+    model = script(tmp_path, [call("w1", "write_file", path="after.txt", content="x")])
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}
+    child = pexpect.spawn(
+        sys.executable, ["-c", CODE, "run", "Write", "-w", str(folder), "-m", model, "--session",
+                         str(log)],
+        cwd=str(tmp_path), env=env, encoding="utf-8", timeout=60, dimensions=(30, 100),
+    )  # fmt: skip
+    child.expect(r"y/n")
+    child.sendintr()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 130
+    result = next(m for m in read_session(log).messages if m.role == "tool_result")
+    assert result.is_error
+    assert result.text.startswith(
+        "Interrupted by the user (Ctrl-C) at the prompt asking permission to write after.txt"
+    ), result.text
+    assert "Denied" not in result.text
+
+
+def test_a_hook_answering_interrupted_gives_its_reason_as_the_result_without_denied() -> None:
+    from statemachine_agent import Agent, Deny, Interrupted, tool
+    from statemachine_agent.models import ScriptedModel
+    from statemachine_agent.testing.steps import call as step_call
+    from statemachine_agent.testing.steps import text_response, tool_response
+
+    @tool
+    def act(n: int) -> str:
+        """Act."""
+        return f"did {n}"
+
+    def hook(info: Any) -> Deny:
+        n = info.arguments["n"]
+        return Interrupted(f"asking about {n} was interrupted") if n == 1 else Deny(f"no {n}")
+
+    model = ScriptedModel(
+        [
+            tool_response(step_call("act", {"n": 1}, id="a1"), step_call("act", {"n": 2}, id="a2")),
+            text_response("ok"),
+        ]
+    )
+    result = Agent(model, tools=[act], before_tool_call=hook).run_sync("Act twice")
+    texts = {m.tool_call_id: m.text for m in result.messages if m.role == "tool_result"}
+    assert texts == {"a1": "asking about 1 was interrupted", "a2": "Denied: no 2"}
