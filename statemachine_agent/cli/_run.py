@@ -37,6 +37,7 @@ from ..workspace import (
     SandboxUnavailableError,
     Workspace,
     check_sandbox,
+    preview_call,
     workspace_tools,
 )
 from ._session import continue_refusal_of, corrupt_advice, repair_session, repaired_line
@@ -653,18 +654,40 @@ def run_command(
     finally:
         agent.close()
     if result.state is State.AWAITING_APPROVAL and not json_lines:
-        console.print(pending_text(result.pending, approve_hint), soft_wrap=True)
+        text = pending_text(result.pending, approve_hint, Workspace(workspace))
+        console.print(text, soft_wrap=True, markup=False, highlight=False)
     if session is not None and not json_lines:
         console.print(f"[dim]Session log: {session}[/dim]", soft_wrap=True)
     sys.exit(EXIT_CODES.get(result.state, 1))
 
 
-def pending_text(calls: Sequence[PendingCall], approve_hint: str) -> str:
-    """The calls waiting for a decision, one a line, and how to decide them."""
+PENDING_ARGUMENTS_CHARS = 120
+"""The most characters of a pending call's arguments (as JSON) `pending_text` prints on its line;
+what the call would do is previewed under it."""
+
+
+def pending_text(
+    calls: Sequence[PendingCall], approve_hint: str, workspace: Workspace | None = None
+) -> str:
+    """The calls waiting for a decision, one a line (its arguments as JSON, cut to
+    `PENDING_ARGUMENTS_CHARS`), each guarded call's `preview_call` under it (the preview a
+    ``[y/n]`` prompt shows: an edit's diff, a new file's head trimmed to `PREVIEW_LINES` with a
+    note, a command of several lines), and how to decide them.
+
+    Args:
+        workspace: where an edit's file is read for its diff; without one the diff is of the
+            edit's own ``old_text`` and ``new_text`` (e.g. ``status`` of a durable run).
+    """
     lines = ["Awaiting approval:"]
     for call in calls:
         arguments = json.dumps(call.arguments, ensure_ascii=False)
+        if len(arguments) > PENDING_ARGUMENTS_CHARS:
+            arguments = arguments[: PENDING_ARGUMENTS_CHARS - 1] + "…"
         lines.append(f"  {call.id}: {call.tool_name} {arguments} ({call.reason})")
+        preview = preview_call(call.tool_name, call.arguments, workspace)
+        if preview is not None and (preview.kind != "command" or "\n" in preview.text):
+            lines += [f"      {line}" for line in preview.text.splitlines()]
+            lines += [f"      {preview.note}"] if preview.note else []
     lines.append(approve_hint)
     return "\n".join(lines)
 

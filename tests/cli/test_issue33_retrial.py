@@ -270,3 +270,24 @@ def test_a_hook_answering_interrupted_gives_its_reason_as_the_result_without_den
     result = Agent(model, tools=[act], before_tool_call=hook).run_sync("Act twice")
     texts = {m.tool_call_id: m.text for m in result.messages if m.role == "tool_result"}
     assert texts == {"a1": "asking about 1 was interrupted", "a2": "Denied: no 2"}
+
+
+# -- 5: calls awaiting approval are previewed as the prompt previews them ------------------------
+
+
+def test_a_run_stopped_awaiting_approval_shows_each_pending_edits_diff(
+    folder: Path, tmp_path: Path
+) -> None:
+    (folder / "code.py").write_text("def f():\n    return 1\n")
+    model = script(
+        tmp_path,
+        [call("e1", "edit_file", path="code.py", old_text="return 1", new_text="return 2")],
+    )
+    log = tmp_path / "run.jsonl"
+    done = cli("run", "Fix", "-w", str(folder), "-m", model, "--session", str(log), cwd=tmp_path)
+    assert done.returncode == 4, done.stderr  # awaiting approval
+    lines = done.stdout.splitlines()
+    start = lines.index("Awaiting approval:")
+    assert lines[start + 1].startswith('  e1: edit_file {"path": "code.py"')
+    assert "      --- a/code.py" in lines and "      +++ b/code.py" in lines
+    assert "      -    return 1" in lines and "      +    return 2" in lines
