@@ -44,7 +44,7 @@ from ._events import (
     TurnStart,
     event_to_dict,
 )
-from ._execution import ToolExecution
+from ._execution import Interrupted, ToolExecution
 from ._handles import ClaimedRun, EventStream, RunHandle
 from ._hooks import (
     AfterToolCall,
@@ -128,6 +128,7 @@ __all__ = [
     "GraphvizNotFoundError",
     "Guard",
     "ImageBlock",
+    "Interrupted",
     "InvalidHistoryError",
     "LimitHit",
     "LoopData",

@@ -747,19 +747,9 @@ class Agent:
         run.emit(RunEnd(run.result()))
 
     def _check_can_continue(self) -> None:
-        last = self._last()
-        if last is None:
-            raise UsageError("nothing to continue: the history is empty; pass a prompt")
-        if (
-            isinstance(last, AssistantMessage)
-            and last.stop_reason
-            not in (StopReason.ABORTED, StopReason.ERROR, StopReason.PAUSE_TURN)
-            and not last.tool_calls
-            and continuation_of(self._messages) is None  # a cut answer is continued
-        ):
-            raise UsageError(
-                "nothing to continue: the history ends with the model's answer; pass a prompt"
-            )
+        refusal = continue_refusal(self._messages)
+        if refusal is not None:
+            raise UsageError(refusal)
 
     def _last(self) -> Message | None:
         return self._messages[-1] if self._messages else None
@@ -772,6 +762,30 @@ class Agent:
             for block in message.content:  # its tool calls (a loop: one message a turn)
                 if isinstance(block, ToolCallBlock):
                     ids.add(block.id)
+
+
+def continue_refusal(messages: Sequence[Message]) -> str | None:
+    """Why a run without a prompt (and with no queued input or decisions) has nothing to
+    continue from ``messages``, or None when it can continue: the rule `Agent.run` applies
+    (also checked by the CLI before it opens a session log, so a refusal changes no file).
+
+    Args:
+        messages: the history, as a resumed agent would start from it.
+
+    Returns:
+        The `UsageError` message, or None.
+    """
+    last = messages[-1] if messages else None
+    if last is None:
+        return "nothing to continue: the history is empty; pass a prompt"
+    if (
+        isinstance(last, AssistantMessage)
+        and last.stop_reason not in (StopReason.ABORTED, StopReason.ERROR, StopReason.PAUSE_TURN)
+        and not last.tool_calls
+        and continuation_of(messages) is None  # a cut answer is continued
+    ):
+        return "nothing to continue: the history ends with the model's answer; pass a prompt"
+    return None
 
 
 def _is_async(callback: Callable[..., Any]) -> bool:

@@ -81,6 +81,15 @@ _JSON_KINDS = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Interrupted(Deny):
+    """A ``before_tool_call`` decision: the decision itself was interrupted (e.g. Ctrl-C at a
+    permission prompt), so the call is not run. Unlike a `Deny` it is no refusal: the call's
+    result is ``reason`` as given, without the ``Denied: `` a denial's reason gets (the model
+    must not read it as the person's "no"). ``terminate`` as for `Deny`.
+    """
+
+
 async def resolve(value: Any) -> Any:
     """Await ``value`` if it is awaitable (hooks may be sync or async)."""
     if inspect.isawaitable(value):
@@ -520,7 +529,10 @@ class BatchRun:
                 if decision.terminate:
                     slot.terminate = decision.reason
                     self._terminated = True
-                return text_result(call, f"Denied: {decision.reason}", is_error=True)
+                said = decision.reason
+                if not isinstance(decision, Interrupted):
+                    said = f"Denied: {said}"
+                return text_result(call, said, is_error=True)
             if isinstance(decision, Defer):
                 return self._defer(slot, decision.reason)
             if decision is not None and not isinstance(decision, Allow | dict):

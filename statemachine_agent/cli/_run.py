@@ -37,9 +37,10 @@ from ..workspace import (
     SandboxUnavailableError,
     Workspace,
     check_sandbox,
+    preview_call,
     workspace_tools,
 )
-from ._session import corrupt_advice, repair_session, repaired_line
+from ._session import continue_refusal_of, corrupt_advice, repair_session, repaired_line
 from ._view import JsonLinesView, LiveView, final_line, preview_renderable, sandbox_line
 
 EXIT_CODES = {
@@ -578,6 +579,15 @@ def run_command(
     )
     model = load_model(model_spec)
     system = system_file.read_text(encoding="utf-8") if system_file is not None else None
+    decisions = parse_decisions(approve, deny) or None
+    if decisions is not None and (prompt is not None or session is None):
+        raise click.UsageError("--approve and --deny continue a session: give --session, no PROMPT")
+    if prompt is None and session is not None:
+        # Refused before the log is opened: a usage error changes no file (opening it writes
+        # its repairs and cuts a torn last line).
+        refusal = continue_refusal_of(session, deciding=decisions is not None)
+        if refusal is not None:
+            raise click.UsageError(refusal)
     if repair and session is not None and session.exists():
         try:
             moved, side = repair_session(session)
@@ -607,9 +617,6 @@ def run_command(
         agent.max_turns = agent.session.counts.turns + max_turns
     interactive = not json_lines and _interactive(console)
     permissions.defer = session is not None and not interactive
-    decisions = parse_decisions(approve, deny) or None
-    if decisions is not None and (prompt is not None or session is None):
-        raise click.UsageError("--approve and --deny continue a session: give --session, no PROMPT")
     approve_hint = (
         f"To decide: statemachine-agent approve {shlex.quote(str(session))} --call ID "
         f"[--deny ID:REASON] -w {shlex.quote(str(workspace))} -m {shlex.quote(model_spec)}"
@@ -647,18 +654,40 @@ def run_command(
     finally:
         agent.close()
     if result.state is State.AWAITING_APPROVAL and not json_lines:
-        console.print(pending_text(result.pending, approve_hint), soft_wrap=True)
+        text = pending_text(result.pending, approve_hint, Workspace(workspace))
+        console.print(text, soft_wrap=True, markup=False, highlight=False)
     if session is not None and not json_lines:
         console.print(f"[dim]Session log: {session}[/dim]", soft_wrap=True)
     sys.exit(EXIT_CODES.get(result.state, 1))
 
 
-def pending_text(calls: Sequence[PendingCall], approve_hint: str) -> str:
-    """The calls waiting for a decision, one a line, and how to decide them."""
+PENDING_ARGUMENTS_CHARS = 120
+"""The most characters of a pending call's arguments (as JSON) `pending_text` prints on its line;
+what the call would do is previewed under it."""
+
+
+def pending_text(
+    calls: Sequence[PendingCall], approve_hint: str, workspace: Workspace | None = None
+) -> str:
+    """The calls waiting for a decision, one a line (its arguments as JSON, cut to
+    `PENDING_ARGUMENTS_CHARS`), each guarded call's `preview_call` under it (the preview a
+    ``[y/n]`` prompt shows: an edit's diff, a new file's head trimmed to `PREVIEW_LINES` with a
+    note, a command of several lines), and how to decide them.
+
+    Args:
+        workspace: where an edit's file is read for its diff; without one the diff is of the
+            edit's own ``old_text`` and ``new_text`` (e.g. ``status`` of a durable run).
+    """
     lines = ["Awaiting approval:"]
     for call in calls:
         arguments = json.dumps(call.arguments, ensure_ascii=False)
+        if len(arguments) > PENDING_ARGUMENTS_CHARS:
+            arguments = arguments[: PENDING_ARGUMENTS_CHARS - 1] + "…"
         lines.append(f"  {call.id}: {call.tool_name} {arguments} ({call.reason})")
+        preview = preview_call(call.tool_name, call.arguments, workspace)
+        if preview is not None and (preview.kind != "command" or "\n" in preview.text):
+            lines += [f"      {line}" for line in preview.text.splitlines()]
+            lines += [f"      {preview.note}"] if preview.note else []
     lines.append(approve_hint)
     return "\n".join(lines)
 

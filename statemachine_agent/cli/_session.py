@@ -23,7 +23,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
+from .._agent import continue_refusal
 from .._errors import AgentError, UsageError
+from .._machine import State
 from .._messages import (
     AssistantMessage,
     Message,
@@ -33,7 +35,8 @@ from .._messages import (
     Usage,
     UserMessage,
 )
-from ..session import SessionData, read_session, write_html
+from .._states import RUN_STOPS
+from ..session import SessionData, SessionLog, read_session, write_html
 from ..session._check import check_session
 from ..session._html import read_log_to_render
 from ..session._read import Record
@@ -69,11 +72,12 @@ UNREADABLE_SUFFIX = ".unreadable"
 
 def repair_session(path: Path) -> tuple[list[int], Path]:
     """Move the unreadable lines of a session log (complete lines that are not valid records:
-    `SessionCorruptError`) to ``path.unreadable`` so that the log resumes without them.
+    `SessionCorruptError`, and a torn last line: a crash mid-write, which resume would drop) to
+    ``path.unreadable`` so that the log resumes without them.
 
-    Nothing is lost: the cut lines are appended to the side file byte for byte, and the log is
-    rewritten through a temporary file and a rename, so a crash leaves the old log or the new
-    one. A torn last line (a crash mid-write) is left for resume, which drops it.
+    Nothing is lost: the cut lines are appended to the side file byte for byte (a torn line
+    gets a newline), and the log is rewritten through a temporary file and a rename, so a crash
+    leaves the old log or the new one.
 
     Returns:
         The numbers of the lines moved (1-based; empty when every line is readable, and then
@@ -93,9 +97,9 @@ def repair_session(path: Path) -> tuple[list[int], Path]:
             ) from None
         with _quiet():
             data = read_session(path, strict=False)
-        if not data.corrupt:
+        moved = {number for number, _ in [*data.corrupt, *data.torn_tail]}
+        if not moved:
             return [], side
-        moved = {number for number, _ in data.corrupt}
         chunks = handle.read().splitlines(keepends=True)
         kept = b"".join(c for n, c in enumerate(chunks, 1) if n not in moved)
         cut = [
@@ -124,6 +128,36 @@ def repair_session(path: Path) -> tuple[list[int], Path]:
     return sorted(moved), side
 
 
+def close_as_resume_would(path: Path) -> str | None:
+    """Write what resuming the log would write first (`SessionLog.open`): an error result for
+    each call with no recorded result, and the end of a run the process died in (``aborted``,
+    or the terminal state it had reached). Run after `repair_session`.
+
+    Returns:
+        What was written, in one sentence; None when the log needed nothing.
+
+    Raises:
+        click.ClickException: another agent has the log open, or it is still unreadable.
+    """
+    try:
+        with _quiet():
+            data = read_session(path)
+            if not data.repairs and not data.run_open:
+                return None
+            SessionLog.open(path).close()
+    except AgentError as exc:  # in use (UsageError), or corrupt again
+        raise click.ClickException(str(exc)) from exc
+    done = []
+    if data.repairs:
+        done.append(
+            f"answered {len(data.repairs)} call(s) that had no recorded result with an error result"
+        )
+    if data.run_open:
+        state = data.state.value if data.state in RUN_STOPS else State.ABORTED.value
+        done.append(f"recorded the end of the run the process died in as {state!r}")
+    return f"Closed {path} as resume would: {' and '.join(done)}."
+
+
 def repaired_line(path: Path, moved: list[int], side: Path) -> str:
     """What `repair_session` did, in one sentence."""
     lines = ", ".join(map(str, moved))
@@ -131,6 +165,38 @@ def repaired_line(path: Path, moved: list[int], side: Path) -> str:
         f"Moved {len(moved)} unreadable line(s) of {path} (line {lines}) to {side}; the log "
         "now holds every other line, unchanged."
     )
+
+
+def continue_refusal_of(path: Path, *, deciding: bool) -> str | None:
+    """Why ``run --session PATH`` without a PROMPT cannot go on, read without changing the file
+    (`Agent.run`'s rules on the history a resume would start from), or None when it can.
+
+    Args:
+        path: an existing session log.
+        deciding: decisions were given (``--approve``/``--deny``).
+
+    Returns:
+        The usage error's message, or None (also for a file that is not a session log: opening
+        it reports that).
+    """
+    try:
+        with _quiet():
+            data = read_session(path, strict=False)
+    except AgentError:
+        return None
+    quoted = shlex.quote(str(path))
+    if data.pending and not deciding:
+        ids = ", ".join(call.id for call in data.pending)
+        return (
+            f"calls {ids} of {path} are awaiting approval: decide them first with --approve ID "
+            f"or --deny ID:REASON (or `statemachine-agent approve {quoted} --call ID`)"
+        )
+    if deciding and not data.pending:
+        return f"no call of {path} is awaiting approval: there is nothing to decide"
+    if data.pending:
+        return None
+    refusal = continue_refusal(data.messages)
+    return None if refusal is None else f"{refusal} ({path} is unchanged)"
 
 
 def corrupt_advice(path: Path, problems: list[tuple[int, str]]) -> str:
@@ -288,8 +354,8 @@ def replay_command(session: Path, html_out: Path | None) -> None:
 @click.option(
     "--fix",
     is_flag=True,
-    help="Move unreadable lines to SESSION.jsonl.unreadable (nothing is lost) so the log "
-    "resumes, then check what is left.",
+    help="Move unreadable lines (a torn last line too) to SESSION.jsonl.unreadable (nothing is "
+    "lost), close a run the process died in as resume would, then check what is left.",
 )
 def check_command(session: Path, fix: bool) -> None:
     """Validate SESSION.jsonl and list every violation (exit code 1 when there is any)."""
@@ -299,6 +365,9 @@ def check_command(session: Path, fix: bool) -> None:
             moved, side = repair_session(session)
             if moved:
                 console.print(escape(repaired_line(session, moved, side)))
+            closed = close_as_resume_would(session)
+            if closed is not None:
+                console.print(escape(closed))
         with _quiet():
             data, problems = check_session(session)
     except AgentError as exc:
@@ -313,9 +382,17 @@ def check_command(session: Path, fix: bool) -> None:
     console.print(f"[red]✗[/] {escape(str(session))}: {len(problems)} violation(s)")
     for problem in problems:
         console.print(f"  - {escape(problem)}")
+    quoted = escape(shlex.quote(str(session)))
     if not fix and data.corrupt:
         console.print(
-            f"To resume without the unreadable lines: statemachine-agent check "
-            f"{escape(shlex.quote(str(session)))} --fix (or run --repair)"
+            f"To resume without the unreadable lines: statemachine-agent check {quoted} --fix "
+            "(or run --repair)"
+        )
+    elif not fix and (data.torn_tail or data.run_open or data.repairs):
+        console.print(
+            f"To close it as resume would (a torn line is moved to {escape(str(session))}"
+            f"{UNREADABLE_SUFFIX}, "
+            f"nothing is lost): statemachine-agent check {quoted} --fix (or continue it: "
+            f'statemachine-agent run --session {quoted} "PROMPT")'
         )
     raise SystemExit(1)

@@ -82,6 +82,12 @@ HEAD_LINES = 3
 COMMAND_TAIL_LINES = 8
 """How many last lines of a failing command's output the views show (where a test runner or a
 compiler says what went wrong); a command that succeeded shows its first `HEAD_LINES`."""
+FAILING_TEST_LINES = 5
+"""How many lines naming a failing test (`FAILING_TEST`) before a failing command's last lines
+the views show too."""
+FAILING_TEST = re.compile(r"(?:FAIL|ERROR): \S|(?:FAILED|ERROR) \S")
+"""A line naming a failing test: unittest's ``FAIL: test_x (...)`` / ``ERROR: test_x (...)``
+headings and pytest's ``FAILED path::test_x - ...`` / ``ERROR path::test_x`` summary lines."""
 _EXIT_LINE = re.compile(r"^\[exit code -?\d+\]$")
 
 
@@ -111,7 +117,32 @@ def result_summary(
 
 
 def _cut(line: str, width: int | None) -> str:
-    return line.rstrip() if width is None else _short(line, width)
+    """``line`` cut to ``width`` characters (None: whole), its spacing kept (a traceback's frames
+    are indented under their heading, a file's lines under their numbers)."""
+    line = line.rstrip()
+    if width is None:
+        return line
+    line = line.expandtabs(4)  # a line is cut by the characters it shows
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _failing_command_lines(output: list[str]) -> list[str]:
+    """The lines of a failing command's output the views show: the last `COMMAND_TAIL_LINES`,
+    and before them the first `FAILING_TEST_LINES` lines naming a failing test (a test runner
+    names the test above its traceback), each gap marked ``(… N lines)``."""
+    tail = len(output) - COMMAND_TAIL_LINES
+    if tail <= 0:
+        return output
+    named = [i for i in range(tail) if FAILING_TEST.match(output[i].lstrip())]
+    shown: list[str] = []
+    previous = -1
+    for index in [*named[:FAILING_TEST_LINES], *range(tail, len(output))]:
+        gap = index - previous - 1
+        if gap:
+            shown.append(f"(… {_count(gap)} before)" if previous < 0 else f"(… {_count(gap)})")
+        shown.append(output[index])
+        previous = index
+    return shown
 
 
 def result_mark(result: ToolResultMessage) -> tuple[str, str]:
@@ -134,9 +165,13 @@ def result_lines(result: ToolResultMessage, *, width: int | None = _LINE) -> str
     indented by four spaces.
 
     - A command (``details["exit_code"]``): its summary, then the last `COMMAND_TAIL_LINES`
-      lines of its output when it failed, else the first `HEAD_LINES`.
+      lines of its output when it failed (with the lines before them that name a failing
+      test, `FAILING_TEST`), else the first `HEAD_LINES`.
     - An error result: its first `ERROR_LINES` lines (what is wrong and what to do).
-    - Any other result: the tool's own summary, else its first `HEAD_LINES` lines.
+    - Any other result: the tool's own summary (when it has one) and its first `HEAD_LINES`
+      lines (a one-line result is its summary alone): e.g. the first lines ``read_file`` read.
+
+    Lines keep their leading indentation.
 
     Args:
         width: lines longer than this are cut with ``…``; None prints them whole (for output
@@ -149,16 +184,20 @@ def result_lines(result: ToolResultMessage, *, width: int | None = _LINE) -> str
         if output == ["(no output)"]:
             output = []
         failed = result.is_error or details.get("exit_code") not in (None, 0)
-        if failed and len(output) > COMMAND_TAIL_LINES:
-            shown = [f"(… {_count(len(output) - COMMAND_TAIL_LINES)} before)"]
-            shown += output[-COMMAND_TAIL_LINES:]
-        elif failed:
-            shown = output
+        if failed:
+            shown = _failing_command_lines(output)
         else:
             shown = output[:HEAD_LINES]
             if len(output) > HEAD_LINES:
                 shown.append(f"(+{_count(len(output) - HEAD_LINES)})")
         text = "\n".join([summary, *(_cut(line, width) for line in shown)])
+    elif isinstance(details.get("summary"), str) and not result.is_error:
+        text = str(details["summary"])
+        output = _lines(result.text)
+        if len(output) > 1:
+            text += "".join(f"\n{_cut(line, width)}" for line in output[:HEAD_LINES])
+            if len(output) > HEAD_LINES:
+                text += f" (+{_count(len(output) - HEAD_LINES)})"
     else:
         lines = ERROR_LINES if result.is_error else HEAD_LINES
         summary_only = isinstance(details.get("summary"), str)

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from .._errors import ToolError, UsageError
 from .._events import CallDecided
+from .._execution import Interrupted
 from .._hooks import Allow, Defer, Deny, ToolCallInfo
 from ._paths import Workspace
 
@@ -211,7 +212,8 @@ class Permissions:
         return False
 
     async def __call__(self, info: ToolCallInfo) -> Allow | Deny | Defer:
-        """The ``before_tool_call`` hook."""
+        """The ``before_tool_call`` hook. A prompt interrupted by Ctrl-C (``confirm`` returned
+        None) answers the call `Interrupted`: its result says so, without "Denied: "."""
         name, arguments = info.tool.name, info.arguments
         if self.allows(name, arguments):
             return Allow()
@@ -228,7 +230,7 @@ class Permissions:
         if inspect.isawaitable(answer):
             answer = await answer
         if answer is None:  # interrupted (Ctrl-C): not the person's "no"
-            return Deny(INTERRUPTED_AT_PROMPT.format(what=what))
+            return Interrupted(INTERRUPTED_AT_PROMPT.format(what=what))
         if answer:
             self._decided(CallDecided(info.call.id, "approve"))
             return Allow()
