@@ -822,7 +822,8 @@ class Oracle:
             prediction = self._predict_cancel(spec, ids)
         else:
             prediction = self._simulate(spec, ids)
-        prediction.finished = self._finished(spec, ids)
+        # A call approved in this run finished with its decided result (`_decide`).
+        prediction.finished = {**self._finished(spec, ids), **prediction.finished}
         return prediction
 
     def _predict_cancel(self, spec: RunSpec, ids: Sequence[Sequence[str]]) -> RunPrediction:
@@ -1337,6 +1338,8 @@ class Oracle:
                 p.labels.add(f"hook_{call.before}")
             if call.before == "rewrite" or call.after == "rewrite":
                 p.labels.add("hook_rewrite")
+            if call.tool == "job" and call.behaviour == "cooperate" and call.args == "valid":
+                p.labels.add("cooperative_tool")
         tools_names = [c.tool for c in calls]
         if len(set(tools_names)) < len(tools_names):
             p.labels.add("one_tool_twice")
@@ -1449,6 +1452,11 @@ class Oracle:
             for c in deferred:  # a denial ended the run: nothing waits for a decision
                 p.results[c] = {"after_termination"}
         if abort_at is not None:
+            if any(
+                c.tool == "job" and c.behaviour == "cooperate" and "interrupted" in p.results[cid]
+                for c, cid in zip(calls, call_ids, strict=True)
+            ):
+                p.labels.add("cooperative_aborted")  # it may stop through raise_if_aborted()
             return False, True
         if deferred and terminate_at is None:
             # The batch is held: the results of the calls that ran wait with the deferred ones
@@ -1484,6 +1492,7 @@ class Oracle:
             )
             kind = kind.replace(f"[{_tag(call_id)}]", f"[{tag}]")
             held[call_id] = self._after_kind(call, call_id, kind)
+            p.finished[call_id] = {held[call_id]}
             p.ran_must.add(call_id)
             p.approved[call_id] = decision
         if waiting:
@@ -2337,7 +2346,9 @@ def check_scenario(
         finally:
             own.close()
     problems, prediction = compare(scenario, obs)
-    for n, history in enumerate(obs.histories, 1):
+    for n, (history, run) in enumerate(zip(obs.histories, obs.runs, strict=True), 1):
+        if run.state == "awaiting_approval":
+            continue  # the held batch's calls wait for their decisions (and results)
         problems += [f"history after run {n}: {p}" for p in find_violations(history)]
     if obs.agent is not None and obs.agent.is_running:
         problems.append("the agent still says it is running")
