@@ -1048,7 +1048,8 @@ class Oracle:
                     w.last = "result"
                 state = "done"
                 break
-            if self.limits is not None and not aborted:
+            unknown_with_calls = has_calls and stop not in KNOWN_STOPS  # answered first
+            if self.limits is not None and not aborted and not unknown_with_calls:
                 # After the refusal and unknown-stop rules, before any other: a batch that a
                 # limit keeps from running (each call answered with the limit's text), or a
                 # continuation or queued input whose request a limit forbids.

@@ -593,12 +593,21 @@ def approval_scenarios(draw: st.DrawFn) -> Scenario:
 
 
 @st.composite
-def scenarios(draw: st.DrawFn, *, max_steps: int = 4, second_run: bool = True) -> Scenario:
+def scenarios(
+    draw: st.DrawFn,
+    *,
+    max_steps: int = 4,
+    second_run: bool = True,
+    families: Sequence[str] = ("plain", "limits", "approval", "cooperative"),
+) -> Scenario:
     """A whole `Scenario`: agent options (tool execution, ``max_turns`` 1-3 or many, continuation
     cap 0-3, ``max_tokens_policy`` both ways, ``should_continue`` and ``transform_context``
     hooks, both delivery modes of steering and follow-ups), a starting history (none, clean, ending mid-batch), a first run, and maybe a second
     one: continued without a prompt (raising ``max_turns``), a new prompt, or a new prompt after
-    the session log was cut at a random line (maybe mid-line) and resumed."""
+    the session log was cut at a random line (maybe mid-line) and resumed. ``families``: which
+    kinds of scenario are drawn: plain ones, ones with usage limits (no aborts), approval
+    decisions (`approval_scenarios`), a cooperative tool aborted mid-batch with a realistic
+    grace."""
     mode: Literal["parallel", "sequential"] = draw(st.sampled_from(("parallel", "sequential")))
     max_turns = draw(st.sampled_from((50, 50, 1, 2, 3)))
     max_continuations = draw(st.sampled_from((3, 0, 1, 2)))
@@ -614,9 +623,8 @@ def scenarios(draw: st.DrawFn, *, max_steps: int = 4, second_run: bool = True) -
     )
     steering: DeliveryMode = draw(delivery_modes())
     follow_ups: DeliveryMode = draw(delivery_modes())
-    family = draw(
-        st.sampled_from(("plain",) * 7 + ("limits",) * 2 + ("approval",) * 2 + ("cooperative",))
-    )
+    weights = {"plain": 7, "limits": 2, "approval": 2, "cooperative": 1}
+    family = draw(st.sampled_from([f for f in families for _ in range(weights[f])]))
     if family == "approval":
         return draw(approval_scenarios())
     grace: Literal["short", "realistic"] = draw(st.sampled_from(("short", "realistic")))
