@@ -485,6 +485,7 @@ def _answer_stopped_calls(run: Run) -> None:
         response is None
         or not response.tool_calls
         or response.stop_reason not in TRUNCATING_STOP_REASONS
+        or run.data.max_tokens_policy != "stop"  # under "continue" the calls are acted on
         or not run.messages
         or run.messages[-1] is not response  # its batch ran (or was answered) already
     ):

@@ -34,7 +34,9 @@ from .. import (
     HISTORY_ADAPTER,
     Agent,
     Allow,
+    Approve,
     AssistantMessage,
+    Defer,
     Deny,
     Event,
     Message,
@@ -53,11 +55,25 @@ from .. import (
     TurnInfo,
     TurnStart,
     UsageError,
+    UsageLimits,
     UserMessage,
     tool,
 )
+from .._compacting import CUT_BY_WINDOW, NOT_RUN_WINDOW
+from .._execution import OWN_CANCELLATION
 from .._messages import StopReason
-from .._protocol import find_violations
+from .._protocol import (
+    AFTER_TERMINATION,
+    INTERRUPTED,
+    NO_RESULT,
+    NOT_RUN,
+    NOT_RUN_PENDING,
+    REFUSED,
+    STOPPED_NOT_RUN,
+    TRUNCATED,
+    find_violations,
+    unknown_stop_reason_text,
+)
 from ..models import ModelRequest, ResponseStart, ScriptedModel, StreamEvent, TextDelta
 from ._compaction import CompactionWatch
 
@@ -67,9 +83,12 @@ ToolName = Literal["job", "limited", "write", "nope"]
 """``job`` (does what ``behaviour`` says), ``limited`` (``timeout_seconds=0.002``), ``write`` (a
 write queue: calls on one ``key`` run in declaration order), ``nope`` (no such tool)."""
 BehaviourName = Literal[
-    "return", "raise", "tool_error", "sleep", "hang", "slow", "finish", "cancel_itself"
+    "return", "raise", "tool_error", "sleep", "hang", "slow", "finish", "cancel_itself", "cooperate"
 ]
-BeforeKind = Literal["allow", "rewrite", "deny", "terminate", "raise", "abort"]
+BeforeKind = Literal["allow", "rewrite", "deny", "terminate", "raise", "abort", "defer"]
+DecisionKind = Literal["approve", "edit", "deny"]
+"""A person's decision on a deferred call: approve it, approve it with edited arguments (its text
+becomes ``out-edited``), deny it."""
 AfterKind = Literal["keep", "rewrite", "raise"]
 ArgsKind = Literal["valid", "invalid", "unparsable"]
 StepKind = Literal[
@@ -99,6 +118,23 @@ ERROR_STEPS = frozenset({"overloaded", "cut", "invalid_request"})
 RETRYABLE = frozenset({"overloaded", "cut"})
 TIMEOUT_SECONDS = 0.002
 HANG_SECONDS = 0.02
+COOPERATE_CHUNKS = 3
+"""The cooperative job's chunks of work (1 ms each), with ``ctx.signal.raise_if_aborted()``
+before each."""
+GRACE_SECONDS = {"short": 0.002, "realistic": 1.0}
+"""``abort_grace_seconds`` of a scenario's agent, by `Scenario.grace`."""
+INPUT_TOKENS, OUTPUT_TOKENS = 20, 10
+"""The usage each response reports in a scenario with `Limits` (tokens)."""
+EDITED = "out-edited"
+"""The text argument an ``edit`` decision gives the call (``Approve(arguments=...)``)."""
+DENY_REASON = "a person denies call"
+"""A ``deny`` decision's reason, followed by the call's id."""
+HOOK_DENIES = "the oracle's hook denies call"
+"""The scenario's before hook's denial reason (``deny``), followed by the call's id."""
+HOOK_TERMINATES = "the oracle's hook ends the run at call"
+"""The reason of its terminating denial (``terminate``), followed by the call's id."""
+REWRITTEN = "after-rewritten"
+"""The result text the scenario's after hook gives (``rewrite``), followed by the call's id."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,14 +144,16 @@ class Call:
     Attributes:
         tool: which tool (`ToolName`).
         behaviour: ``job``: return, raise, tool_error, sleep (stops early on abort), hang (ignores
-            an abort), finish (returns ``ToolResult(..., terminate=True)``: the run ends ``done``
+            an abort), cooperate (works in chunks, stopping through
+            ``ctx.signal.raise_if_aborted()``: "interrupted while running"), finish (returns ``ToolResult(..., terminate=True)``: the run ends ``done``
             after the batch), cancel_itself (raises its own `asyncio.CancelledError`: an error
             result, the batch goes on); ``limited``: return, raise (`ValueError`), slow (times out); ignored for
             ``write``.
         args: valid, invalid (fails validation) or unparsable (JSON text cut short).
         before: what the ``before_tool_call`` hook does with it: allow, rewrite (its ``text``
             argument), deny, terminate (deny and end the run), raise, abort (calls
-            ``agent.abort()`` and allows it).
+            ``agent.abort()`` and allows it), defer (the run stops in ``awaiting_approval``
+            until a `RunSpec.decisions` run decides it).
         after: what ``after_tool_call`` does: keep, rewrite the result, raise.
         key: the ``write`` tool's resource.
     """
@@ -163,13 +201,28 @@ class Input:
 class RunSpec:
     """One run: ``agent.run(prompt)`` (``prompt=False`` continues with ``agent.run()``) playing
     ``steps``, with the turn cap ``max_turns`` for this run only when given (``run(max_turns=N)``
-    does not change the agent's cap)."""
+    does not change the agent's cap). With ``decisions`` (call id, `DecisionKind`) the run is
+    ``agent.run(decisions=...)`` on calls a ``defer`` hook held; a deferred call left out stays
+    pending."""
 
     steps: tuple[Step, ...]
     prompt: bool = True
     abort: Anchor | None = None
     inputs: tuple[Input, ...] = ()
     max_turns: int | None = None
+    decisions: tuple[tuple[str, DecisionKind], ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The scenario's `UsageLimits` (None: no limit). Each response reports ``INPUT_TOKENS``
+    input and ``OUTPUT_TOKENS`` output tokens, so a token limit is crossed after a known
+    response."""
+
+    max_requests: int | None = None
+    max_tool_calls: int | None = None
+    max_output_tokens: int | None = None
+    max_total_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +250,9 @@ class Scenario:
         transform: no ``transform_context`` hook, one that rewrites what is sent (adds a note),
             one that raises.
         steering_mode, follow_up_mode: how queued input is delivered (the `Agent` options).
+        limits: the agent's `UsageLimits` (`Limits`), None for none.
+        grace: ``abort_grace_seconds``: short (2 ms) or realistic (1 s: a tool that stops on the
+            abort always gets to).
     """
 
     runs: tuple[RunSpec, ...]
@@ -210,6 +266,8 @@ class Scenario:
     transform: Literal["none", "rewrite", "raise"] = "none"
     steering_mode: Literal["all", "one_at_a_time"] = "all"
     follow_up_mode: Literal["all", "one_at_a_time"] = "one_at_a_time"
+    limits: Limits | None = None
+    grace: Literal["short", "realistic"] = "short"
 
 
 # -- result kinds ------------------------------------------------------------------------------
@@ -225,6 +283,9 @@ _PREFIXES: tuple[tuple[str, str], ...] = (
     # The safety net of a terminal state: no built-in path leaves a call for it to answer, so a
     # result of this kind is an engine fault the oracle must see, not another "not run".
     ("not run: the run ended in state", "ended_by_transition"),
+    ("not run: an earlier call of this batch ended the run", "after_termination"),
+    ("not run: the usage limit", "limit"),
+    ("not run: the run was aborted while this call was awaiting approval", "not_run_pending"),
     ("not run", "not_run"),
     ("interrupted while running", "interrupted"),
     ("not executed: the model's response was a refusal", "refused"),
@@ -290,7 +351,9 @@ def _record(ctx: ToolContext) -> None:
 
 @tool
 async def job(
-    behaviour: Literal["return", "raise", "tool_error", "sleep", "hang", "finish", "cancel_itself"],
+    behaviour: Literal[
+        "return", "raise", "tool_error", "sleep", "hang", "finish", "cancel_itself", "cooperate"
+    ],
     ctx: ToolContext,
     text: str = "out-x",
 ) -> str | ToolResult:
@@ -300,7 +363,9 @@ async def job(
         behaviour: return ``text``; raise `RuntimeError`; raise `ToolError`; sleep 2 ms (stopping
             early on abort); hang 20 ms ignoring an abort; finish: return ``text`` marked
             ``terminate=True`` (the run ends after the batch); cancel_itself: raise its own
-            `asyncio.CancelledError` (nothing was aborted: an error result).
+            `asyncio.CancelledError` (nothing was aborted: an error result); cooperate: work in
+            three 1 ms chunks, calling ``ctx.signal.raise_if_aborted()`` before each and at the
+            end (an abort makes it raise: "interrupted while running").
         text: what to return (or the error message).
     """
     _record(ctx)
@@ -320,6 +385,11 @@ async def job(
         return "stopped early: the run was aborted"
     if behaviour == "hang":
         await asyncio.sleep(HANG_SECONDS)
+    if behaviour == "cooperate":
+        for _ in range(COOPERATE_CHUNKS):
+            ctx.signal.raise_if_aborted()
+            await asyncio.sleep(0.001)  # a chunk of the tool's work
+        ctx.signal.raise_if_aborted()
     return text
 
 
@@ -411,6 +481,10 @@ class RunPrediction:
             tool and its ``after_tool_call`` hook return (the call finished): a finished call's
             result is kept whenever the run stops, by an abort or a cancellation. A call whose
             tool started and never finished is "interrupted".
+        texts: per call a usage limit kept from running, the limit's exact text.
+        deliveries: the queued input the run delivers, in order (``steer``, ``follow_up``),
+            None when not predicted.
+        approved: per call a decision of this run approved, how (approve or edit).
     """
 
     started: bool = True
@@ -430,6 +504,9 @@ class RunPrediction:
     ran_may_after: set[str] = field(default_factory=set)
     results_optional: set[str] = field(default_factory=set)
     finished: dict[str, set[str]] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
+    deliveries: list[str] | None = None
+    approved: dict[str, DecisionKind] = field(default_factory=dict)
 
 
 @dataclass
@@ -460,6 +537,13 @@ class _World:
     follow: int = 0
     uncertain: bool = False  # input may have been queued at an event the rules do not fix
     paused: bool = False  # the last complete response paused: the next request continues it
+    # What the run counted toward its usage limits (a prompt starts again from zero).
+    requests: int = 0
+    tool_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    # A batch held for decisions: (its calls, their ids, the held kinds by id, the waiting ids).
+    pending: tuple[tuple[Call, ...], list[str], dict[str, str], list[str]] | None = None
 
 
 def _last_of(tokens: Sequence[Token]) -> tuple[str, list[str]]:
@@ -572,7 +656,9 @@ class Oracle:
         transform: str = "none",
         steering_mode: str = "all",
         follow_up_mode: str = "one_at_a_time",
+        limits: Limits | None = None,
     ) -> None:
+        self.limits = limits
         self.steering_mode = steering_mode
         self.follow_up_mode = follow_up_mode
         self.should_continue = should_continue
@@ -660,8 +746,8 @@ class Oracle:
         if signalled and call.tool == "job":
             if call.behaviour == "sleep":
                 kinds.add("stopped")
-            if call.behaviour == "cancel_itself":
-                kinds.add("interrupted")
+            if call.behaviour in ("cancel_itself", "cooperate"):
+                kinds.add("interrupted")  # it raised CancelledError once the run was aborted
         return {self._after_kind(call, call_id, kind) for kind in kinds}
 
     def _finished(self, spec: RunSpec, ids: Sequence[Sequence[str]]) -> dict[str, set[str]]:
@@ -736,7 +822,8 @@ class Oracle:
             prediction = self._predict_cancel(spec, ids)
         else:
             prediction = self._simulate(spec, ids)
-        prediction.finished = self._finished(spec, ids)
+        # A call approved in this run finished with its decided result (`_decide`).
+        prediction.finished = {**self._finished(spec, ids), **prediction.finished}
         return prediction
 
     def _predict_cancel(self, spec: RunSpec, ids: Sequence[Sequence[str]]) -> RunPrediction:
@@ -787,7 +874,7 @@ class Oracle:
 
     def _simulate(self, spec: RunSpec, ids: Sequence[Sequence[str]]) -> RunPrediction:
         w = self.world
-        p = RunPrediction()
+        p = RunPrediction(deliveries=[])
         anchor = spec.abort
         counters: Counter[str] = Counter()
         inputs = list(spec.inputs)
@@ -829,6 +916,14 @@ class Oracle:
             p.started = False
             p.states, p.turns, p.requests = set(), set(), {0}
             return p
+        if spec.prompt:  # a prompt starts a new run: its limits count from zero
+            w.requests = w.tool_calls = w.input_tokens = w.output_tokens = 0
+        if self.limits is not None:
+            p.labels.add("limits")
+        if spec.decisions is not None and self._decide(p, spec.decisions):
+            # Calls still wait for a decision: nothing runs or is sent.
+            p.states, p.turns, p.requests, p.users = {"awaiting_approval"}, {w.turns}, {0}, {0}
+            return p
         users = 0
         for call_id in w.dangling:  # a given history that ended mid-batch is answered first
             p.results[call_id] = {"no_result"}
@@ -843,6 +938,7 @@ class Oracle:
             w.turns = 0
             w.steer += 1
             p.labels.add("prompt_after_pause")
+            p.deliveries = None  # the prompt is delivered as steering: not predicted
         elif spec.prompt:
             w.turns = 0
             users += 1
@@ -868,7 +964,13 @@ class Oracle:
         step_i = 0
         steps = spec.steps
         at_cap = not spec.prompt and w.turns >= cap
-        if at_cap:
+        start_hit = None if spec.decisions is not None else self._request_hit()
+        if start_hit is not None:
+            # A usage limit keeps the first request from being sent (``start [usage_limit]``).
+            self._limit_stop(p, start_hit)
+            p.labels.add("limit_at_start")
+            at_cap, state = True, "max_turns"
+        elif at_cap:
             # A run continued without a prompt keeps counting its turns: at its cap it stops
             # before any request (``start [turn_limit_reached]``).
             p.labels.add("max_turns_at_start")
@@ -900,6 +1002,8 @@ class Oracle:
                 step = steps[step_i] if step_i < len(steps) else None
                 step_i += 1
                 requests += 1
+                if attempt == 1:
+                    w.requests += 1  # a request retried after a transient failure counts once
                 if step is None:
                     p.labels.add("script_exhausted")
                     failed = True
@@ -921,6 +1025,9 @@ class Oracle:
                 break
             call_ids = list(ids[step_i - 1])
             w.turns += 1
+            if self.limits is not None:  # each response reports its usage
+                w.input_tokens += INPUT_TOKENS
+                w.output_tokens += OUTPUT_TOKENS
             stop = step.kind
             has_calls = bool(step.calls)
             w.last = "open" if has_calls else _after_answer(stop)
@@ -941,6 +1048,40 @@ class Oracle:
                     w.last = "result"
                 state = "done"
                 break
+            unknown_with_calls = has_calls and stop not in KNOWN_STOPS  # answered first
+            if self.limits is not None and not aborted and not unknown_with_calls:
+                # After the refusal and unknown-stop rules, before any other: a batch that a
+                # limit keeps from running (each call answered with the limit's text), or a
+                # continuation or queued input whose request a limit forbids.
+                hit = None
+                acting = has_calls and not (stop in TRUNCATING and self.policy == "stop")
+                if acting:
+                    hit = self._calls_hit(len(call_ids))
+                    if hit is not None:
+                        for call_id in call_ids:
+                            p.results[call_id] = {"limit"}
+                            p.texts[call_id] = limit_text(hit)
+                elif (
+                    (stop == PAUSE_TURN and continuations < self.max_continuations)
+                    or (
+                        stop in TRUNCATING
+                        and self.policy == "continue"
+                        and continuations < self.max_continuations
+                    )
+                    or queued
+                ):
+                    hit = self._request_hit()
+                    if hit is not None and has_calls:  # cut, policy stop: answered as not run
+                        n = len(call_ids)
+                        for i, call_id in enumerate(call_ids):
+                            p.results[call_id] = {"truncated" if i == n - 1 else "stopped_not_run"}
+                if hit is not None:
+                    if has_calls:
+                        p.order.append(call_ids)
+                        w.last = "result"
+                    self._limit_stop(p, hit)
+                    state = "max_turns"
+                    break
             if stop == CONTEXT_WINDOW:
                 # Cut by the context window (automatic compaction off): never continued like a
                 # token-limit cut; its calls are answered as not run (a trailing cut one as cut
@@ -987,9 +1128,15 @@ class Oracle:
             if has_calls:
                 if stop != "tool_use":
                     p.labels.add(f"calls_with_{stop}")
+                if not aborted:
+                    w.tool_calls += len(call_ids)  # every call of a batch that runs counts
                 terminate, aborted = self._batch(
                     p, step, call_ids, fire, maybe, aborted_before=aborted
                 )
+                if w.pending is not None:
+                    # Deferred calls wait for a person: the batch's results wait with them.
+                    state = "awaiting_approval"
+                    break
                 w.last = "result"
                 if aborted:
                     state = "aborted"
@@ -1024,6 +1171,11 @@ class Oracle:
                     # A failing hook ends a run that would have gone on in failed.
                     p.labels.add("raising_should_continue")
                     state = "failed"
+                    break
+                hit = self._request_hit()
+                if hit is not None:  # the next request is not sent
+                    self._limit_stop(p, hit)
+                    state = "max_turns"
                     break
                 users += self._inject(p, follow_too=False)
                 continue
@@ -1070,6 +1222,51 @@ class Oracle:
             p.labels.add("state_max_turns")
         return p
 
+    # -- usage limits (the `UsageLimits` docstring: when each is checked, what it counts) ------
+
+    def _token_hit(self) -> tuple[str, int, int, int] | None:
+        # A token limit is exceeded (used > value), counted after each response.
+        w, limits = self.world, self.limits
+        if limits is None:
+            return None
+        for name, used in (
+            ("max_output_tokens", w.output_tokens),
+            ("max_total_tokens", w.input_tokens + w.output_tokens),
+        ):
+            value = getattr(limits, name)
+            if value is not None and used > value:
+                return name, value, used, 0
+        return None
+
+    def _request_hit(self) -> tuple[str, int, int, int] | None:
+        # Before a request: max_requests reached (one more wanted), or a token limit exceeded.
+        w, limits = self.world, self.limits
+        if limits is None:
+            return None
+        if limits.max_requests is not None and w.requests + 1 > limits.max_requests:
+            return "max_requests", limits.max_requests, w.requests, 1
+        return self._token_hit()
+
+    def _calls_hit(self, wanted: int) -> tuple[str, int, int, int] | None:
+        # Before a batch runs: a token limit exceeded, or the whole batch would take the run
+        # past max_tool_calls (checked per batch, not per call).
+        w, limits = self.world, self.limits
+        if limits is None:
+            return None
+        hit = self._token_hit()
+        if hit is not None:
+            return hit
+        value = limits.max_tool_calls
+        if value is not None and w.tool_calls + wanted > value:
+            return "max_tool_calls", value, w.tool_calls, wanted
+        return None
+
+    def _limit_stop(self, p: RunPrediction, hit: tuple[str, int, int, int]) -> None:
+        name, value, used, _wanted = hit
+        p.labels.add("limit_tokens" if name.endswith("_tokens") else f"limit_{name}")
+        if name == "max_tool_calls" and used < value:
+            p.labels.add("limit_batch_crossing")  # room was left, the batch would cross it
+
     def _finishes(self, step: Step, call_ids: Sequence[str]) -> str:
         """Whether a batch that ran undisturbed has a result marked ``terminate=True``: "yes",
         "maybe" (a user's after hook rewrote it: its own return decides) or ""."""
@@ -1093,10 +1290,14 @@ class Oracle:
         w = self.world
         if w.steer:
             n = w.steer if self.steering_mode == "all" else 1
+            if w.follow:
+                p.labels.add("steer_and_follow_up_queued")  # steering goes first
             w.steer -= n
             w.last = "user"
             w.paused = False
             p.labels.add("steer_injected")
+            if p.deliveries is not None:
+                p.deliveries += ["steer"] * n
             return n
         if follow_too and w.follow:
             n = w.follow if self.follow_up_mode == "all" else 1
@@ -1104,6 +1305,8 @@ class Oracle:
             w.last = "user"
             w.paused = False
             p.labels.add("follow_up_injected")
+            if p.deliveries is not None:
+                p.deliveries += ["follow_up"] * n
             return n
         return 0
 
@@ -1136,6 +1339,8 @@ class Oracle:
                 p.labels.add(f"hook_{call.before}")
             if call.before == "rewrite" or call.after == "rewrite":
                 p.labels.add("hook_rewrite")
+            if call.tool == "job" and call.behaviour == "cooperate" and call.args == "valid":
+                p.labels.add("cooperative_tool")
         tools_names = [c.tool for c in calls]
         if len(set(tools_names)) < len(tools_names):
             p.labels.add("one_tool_twice")
@@ -1174,16 +1379,21 @@ class Oracle:
                 terminate_at = i
         run_order: list[str] = []
         keys: dict[str, list[str]] = {}
+        deferred: list[str] = []
         for i, (call, call_id) in enumerate(zip(calls, call_ids, strict=True)):
             static = self.static(call, call_id, truncated[i])
+            if static is None and self._before(call, call_id) == "defer" and abort_at is None:
+                deferred.append(call_id)  # held for a decision: its tool does not run now
+                p.results[call_id] = set()
+                continue
             runs = static is None
             normal = self.normal(call, call_id, truncated[i])
             if abort_at is None:
                 if terminate_at is not None and i > terminate_at:
                     if sequential:
-                        p.results[call_id] = {"not_run"}
+                        p.results[call_id] = {"after_termination"}
                         continue
-                    p.results[call_id] = {normal, "not_run"}
+                    p.results[call_id] = {normal, "after_termination"}
                     p.exact = False
                     if runs:
                         p.ran_may.add(call_id)
@@ -1240,9 +1450,61 @@ class Oracle:
                     p.labels.add("write_queue")
         if terminate_at is not None:
             p.labels.add("terminating_denial")
+            for c in deferred:  # a denial ended the run: nothing waits for a decision
+                p.results[c] = {"after_termination"}
         if abort_at is not None:
+            if any(
+                c.tool == "job" and c.behaviour == "cooperate" and "interrupted" in p.results[cid]
+                for c, cid in zip(calls, call_ids, strict=True)
+            ):
+                p.labels.add("cooperative_aborted")  # it may stop through raise_if_aborted()
             return False, True
+        if deferred and terminate_at is None:
+            # The batch is held: the results of the calls that ran wait with the deferred ones
+            # and are added, in declaration order, once every call is decided.
+            held = {c: next(iter(p.results.pop(c))) for c in call_ids if c not in deferred}
+            for c in deferred:
+                p.results.pop(c)
+            p.order.pop()
+            self.world.pending = (tuple(calls), list(call_ids), held, deferred)
+            p.labels.add("approval_deferred")
         return terminate_at is not None, False
+
+    def _decide(self, p: RunPrediction, decisions: Sequence[tuple[str, DecisionKind]]) -> bool:
+        """A run with decisions on a held batch: approved calls run (the before hook skipped:
+        a person approved them; an edit runs with its arguments), denied ones are answered
+        ``Denied: <reason>``. True while a call still waits; else every result of the batch is
+        added in declaration order."""
+        w = self.world
+        assert w.pending is not None, "decisions without a held batch"
+        calls, call_ids, held, waiting = w.pending
+        for call_id, decision in decisions:
+            call = calls[call_ids.index(call_id)]
+            waiting.remove(call_id)
+            p.labels.add(f"approval_{decision}")
+            if decision == "deny":
+                held[call_id] = "denied"
+                p.texts[call_id] = f"Denied: {DENY_REASON} {call_id}"
+                continue
+            tag = EDITED if decision == "edit" else _tag(call_id)
+            edited = replace(call, behaviour="return", before="allow")
+            kind = self.executed(
+                edited if decision == "edit" else replace(call, before="allow"), call_id
+            )
+            kind = kind.replace(f"[{_tag(call_id)}]", f"[{tag}]")
+            held[call_id] = self._after_kind(call, call_id, kind)
+            p.finished[call_id] = {held[call_id]}
+            p.ran_must.add(call_id)
+            p.approved[call_id] = decision
+        if waiting:
+            p.labels.add("approval_partial")
+            return True
+        for call_id in call_ids:
+            p.results[call_id] = {held[call_id]}
+        p.order.append(list(call_ids))
+        w.pending = None
+        w.last = "result"
+        return False
 
     def world_from(self, tokens: Sequence[Token], state: str, turns: int = 0) -> None:
         """Set the world from a history (a resumed agent starts from it, with the ``turns`` the
@@ -1334,6 +1596,14 @@ def predict_resume(lines: Sequence[dict[str, Any]]) -> tuple[list[Token], str]:
     return out, state
 
 
+def limit_text(hit: tuple[str, int, int, int]) -> str:
+    """The result of a call a usage limit kept from running (`LimitHit.call_text`'s wording):
+    ``Not run: the usage limit NAME=VALUE was reached: USED used[, WANTED more wanted].``"""
+    name, value, used, wanted = hit
+    more = f", {wanted} more wanted" if wanted else ""
+    return f"Not run: the usage limit {name}={value} was reached: {used} used{more}."
+
+
 def _kind_of_dict(message: dict[str, Any]) -> str:
     return classify(ToolResultMessage.model_validate(message))
 
@@ -1381,8 +1651,11 @@ async def cut_stream() -> AsyncIterator[StreamEvent]:
     yield TextDelta(0, "partial")
 
 
-def render_step(step: Step, call_ids: Sequence[str], n: int, used: Sequence[str]) -> Any:
-    """The `ScriptedModel` step of ``step`` (None for a cut stream)."""
+def render_step(
+    step: Step, call_ids: Sequence[str], n: int, used: Sequence[str], *, usage: bool = False
+) -> Any:
+    """The `ScriptedModel` step of ``step`` (None for a cut stream); with ``usage`` a response
+    reports ``INPUT_TOKENS`` and ``OUTPUT_TOKENS``."""
     if step.kind == "overloaded":
         return {"error": {"type": "overloaded_error", "message": "scripted overload"}}
     if step.kind == "invalid_request":
@@ -1399,6 +1672,8 @@ def render_step(step: Step, call_ids: Sequence[str], n: int, used: Sequence[str]
             content.append(call_block(Call(), reused))
         stop = "tool_use"
     response: dict[str, Any] = {"content": content, "stop_reason": stop}
+    if usage:
+        response["usage"] = {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS}
     if stop == REFUSAL:
         response["stop_details"] = {"type": "refusal", "category": "cyber", "explanation": "no"}
     return response
@@ -1422,12 +1697,12 @@ def scenario_ids(scenario: Scenario) -> list[list[list[str]]]:
     return [run_ids(run, f"r{r}") for r, run in enumerate(scenario.runs, 1)]
 
 
-def run_steps(spec: RunSpec, ids: Sequence[Sequence[str]]) -> list[Any]:
-    """A run's `ScriptedModel` steps (None for a stream cut short)."""
+def run_steps(spec: RunSpec, ids: Sequence[Sequence[str]], *, usage: bool = False) -> list[Any]:
+    """A run's `ScriptedModel` steps (None for a stream cut short; ``usage``: `render_step`'s)."""
     used: list[str] = []  # ids of this run's earlier steps (still in the history)
     steps = []
     for n, (step, call_ids) in enumerate(zip(spec.steps, ids, strict=True), 1):
-        steps.append(render_step(step, call_ids, n, used))
+        steps.append(render_step(step, call_ids, n, used, usage=usage))
         used.extend(call_ids)
     return steps
 
@@ -1447,6 +1722,8 @@ class RunObservation:
     ran: list[str] = field(default_factory=list)
     finished: list[str] | None = None
     users: int = 0
+    user_texts: list[str] = field(default_factory=list)
+    texts: dict[str, tuple[str, str]] = field(default_factory=dict)
     new_messages: list[Message] = field(default_factory=list)
     compaction_cuts: list[int] = field(default_factory=list)
     compaction_problems: list[str] = field(default_factory=list)
@@ -1483,9 +1760,11 @@ class ScenarioHooks:
         if kind == "rewrite":
             return Allow({**info.arguments, "text": "out-rw"})
         if kind == "deny":
-            return Deny("the oracle's hook denies this call")
+            return Deny(f"{HOOK_DENIES} {info.call.id}")
         if kind == "terminate":
-            return Deny("the oracle's hook denies this call and ends the run", terminate=True)
+            return Deny(f"{HOOK_TERMINATES} {info.call.id}", terminate=True)
+        if kind == "defer":
+            return Defer(f"the oracle defers call {info.call.id}")
         if kind == "raise":
             raise RuntimeError("the oracle's before hook raised")
         if kind == "abort" and self.agent is not None:
@@ -1514,7 +1793,7 @@ class ScenarioHooks:
             return ToolResultMessage(
                 tool_call_id=info.call.id,
                 tool_name=info.call.name,
-                content=[TextBlock(text="after-rewritten")],
+                content=[TextBlock(text=f"{REWRITTEN} {info.call.id}")],
             )
         if kind == "raise":
             raise RuntimeError("the oracle's after hook raised")
@@ -1612,7 +1891,10 @@ async def drive_scenario_run(
     try:
         result: RunResult | None = None
         prompt = "do the task" if spec.prompt else None
-        if sync and (spec.abort is None or spec.abort.how != "cancel"):
+        decisions = None if spec.decisions is None else _decisions(spec, hooks)
+        if decisions is not None:
+            result = await agent.run(decisions=decisions)
+        elif sync and (spec.abort is None or spec.abort.how != "cancel"):
             try:
                 result = await asyncio.to_thread(agent.run_sync, prompt, max_turns=spec.max_turns)
             except UsageError:  # run_sync claims the agent first: a refusal raises before
@@ -1649,10 +1931,29 @@ async def drive_scenario_run(
         obs.new_messages = watch.added_since(before)
     for message in obs.new_messages:
         if isinstance(message, ToolResultMessage):
-            obs.results.append((message.tool_call_id, classify(message)))
+            kind = classify(message)
+            obs.results.append((message.tool_call_id, kind))
+            obs.texts.setdefault(message.tool_call_id, (kind, message.text))
         elif isinstance(message, UserMessage):
             obs.users += 1
+            obs.user_texts.append(message.text)
     return obs
+
+
+def _decisions(spec: RunSpec, hooks: ScenarioHooks) -> dict[str, Approve | Deny]:
+    """``agent.run(decisions=...)`` of a run's `RunSpec.decisions`."""
+    out: dict[str, Approve | Deny] = {}
+    for call_id, kind in spec.decisions or ():
+        call = hooks.calls[call_id]
+        if kind == "deny":
+            out[call_id] = Deny(f"{DENY_REASON} {call_id}")
+        elif kind == "edit":
+            arguments: dict[str, Any] = {"text": EDITED}
+            arguments |= {"key": call.key} if call.tool == "write" else {"behaviour": "return"}
+            out[call_id] = Approve(arguments=arguments)
+        else:
+            out[call_id] = Approve()
+    return out
 
 
 def _requests(model: Any) -> int:
@@ -1685,9 +1986,18 @@ def _transform(kind: str) -> Callable[[list[Message]], list[Message]] | None:
 
 
 def agent_options(scenario: Scenario, hooks: ScenarioHooks) -> dict[str, Any]:
-    """The `Agent` options of a scenario: the oracle's tools and hooks, a 2 ms abort grace
-    period, one model retry."""
+    """The `Agent` options of a scenario: the oracle's tools and hooks, its abort grace period
+    (`GRACE_SECONDS`) and usage limits, one model retry."""
+    limits = scenario.limits
     return {
+        "limits": None
+        if limits is None
+        else UsageLimits(
+            max_requests=limits.max_requests,
+            max_tool_calls=limits.max_tool_calls,
+            max_output_tokens=limits.max_output_tokens,
+            max_total_tokens=limits.max_total_tokens,
+        ),
         "tools": ORACLE_TOOLS,
         "tool_execution": scenario.mode,
         "max_turns": scenario.max_turns,
@@ -1695,7 +2005,7 @@ def agent_options(scenario: Scenario, hooks: ScenarioHooks) -> dict[str, Any]:
         "max_tokens_policy": scenario.max_tokens_policy,
         "steering_mode": scenario.steering_mode,
         "follow_up_mode": scenario.follow_up_mode,
-        "abort_grace_seconds": 0.002,
+        "abort_grace_seconds": GRACE_SECONDS[scenario.grace],
         "model_retries": 1,
         "retry_backoff_seconds": 0.0001,
         "before_tool_call": hooks.before,
@@ -1708,7 +2018,8 @@ def agent_options(scenario: Scenario, hooks: ScenarioHooks) -> dict[str, Any]:
 def rendered_steps(scenario: Scenario) -> list[list[Any]]:
     """Each run's `ScriptedModel` steps."""
     ids = scenario_ids(scenario)
-    return [run_steps(run, ids[r]) for r, run in enumerate(scenario.runs)]
+    usage = scenario.limits is not None
+    return [run_steps(run, ids[r], usage=usage) for r, run in enumerate(scenario.runs)]
 
 
 async def play(
@@ -1789,6 +2100,97 @@ def _cut_log(path: Path, cut: Cut) -> list[dict[str, Any]]:
     return [json.loads(line) for line in kept[1:]]
 
 
+# -- what each result says --------------------------------------------------------------------
+
+_FIXED_TEXTS: dict[str, str] = {
+    "truncated": TRUNCATED,
+    "stopped_not_run": STOPPED_NOT_RUN,
+    "window_cut": CUT_BY_WINDOW,
+    "window_not_run": NOT_RUN_WINDOW,
+    "unknown_stop": unknown_stop_reason_text("brand_new_reason"),
+    "refused": REFUSED,
+    "not_run": NOT_RUN,
+    "after_termination": AFTER_TERMINATION,
+    "not_run_pending": NOT_RUN_PENDING,
+    "interrupted": INTERRUPTED,
+    "own_cancel": f"CancelledError: {OWN_CANCELLATION}",
+    "no_result": NO_RESULT,
+    "stopped": "stopped early: the run was aborted",
+    "timeout": (
+        f"Timed out: tool 'limited' ran longer than {TIMEOUT_SECONDS:g} s and was cancelled; it "
+        "may have partly completed."
+    ),
+    "before_failed": (
+        "The before_tool_call hook failed (RuntimeError: the oracle's before hook raised); the "
+        "call was not completed."
+    ),
+    "after_failed": (
+        "The after_tool_call hook failed (RuntimeError: the oracle's after hook raised); the "
+        "call was not completed."
+    ),
+    "unknown_tool": "Unknown tool 'nope'. Available tools: job, limited, write.",
+}
+
+
+def expected_text(kind: str, call: Call, call_id: str, pred: RunPrediction) -> str | None:
+    """What a result of class ``kind`` for ``call`` (id ``call_id``) says, exactly: the tool's
+    value (``ok``), an error naming the exception, the denial's reason (naming the call it
+    answers), "interrupted while running", "not run" with its cause, a limit's text, an after
+    hook's replacement (naming its call), an approval's outcome. None where only the class is
+    known (invalid arguments: the validator's wording; a user's own hooks)."""
+    if call_id in pred.texts:  # a limit's text, a person's denial
+        return pred.texts[call_id]
+    if kind in _FIXED_TEXTS:
+        return _FIXED_TEXTS[kind]
+    tag = kind[kind.find("[") + 1 : -1] if kind.endswith("]") else ""
+    if tag in ("*", "?"):
+        return None
+    if kind.startswith("ok["):
+        return tag  # the tool's value: the text it was given
+    if kind.startswith("error["):
+        return (
+            f"ValueError: {tag}" if call.tool == "limited" else f"RuntimeError: job raised: {tag}"
+        )
+    if kind.startswith("tool_error["):
+        return f"job failed: {tag}"
+    if kind == "denied" and call.before in ("deny", "terminate"):
+        reason = HOOK_DENIES if call.before == "deny" else HOOK_TERMINATES
+        return f"Denied: {reason} {call_id}"
+    if kind == "rewritten":
+        return f"{REWRITTEN} {call_id}"
+    return None
+
+
+def text_problems(
+    scenario: Scenario, prediction: Prediction, obs: ScenarioObservation
+) -> list[str]:
+    """Every result whose text is not what its class says for its call (`expected_text`),
+    run by run: a reason dropped, a replacement or a denial addressed to another call, a
+    "not run" with the wrong cause."""
+    calls: dict[str, Call] = {}
+    for run, run_ids_ in zip(scenario.runs, scenario_ids(scenario), strict=True):
+        for step, ids in zip(run.steps, run_ids_, strict=True):
+            calls.update(zip(ids, step.calls, strict=True))
+    problems: list[str] = []
+    for n, (pred, got) in enumerate(zip(prediction.runs, obs.runs, strict=False), 1):
+        if pred is None:
+            continue
+        for call_id, kind in got.results:
+            call = calls.get(call_id)
+            if call is None:
+                continue
+            seen_kind, text = got.texts.get(call_id, ("", ""))
+            if seen_kind != kind:
+                continue  # not the result this text came with (its class is compared already)
+            want = expected_text(kind, call, call_id, pred)
+            if kind == "invalid":
+                if not text.startswith(f"Invalid arguments for tool {call.tool!r}"):
+                    problems.append(f"run {n}: call {call_id}: {text!r} does not name its tool")
+            elif want is not None and text != want:
+                problems.append(f"run {n}: call {call_id} ({kind}) says {text!r}, not {want!r}")
+    return problems
+
+
 # -- comparing ---------------------------------------------------------------------------------
 
 
@@ -1809,6 +2211,10 @@ def compare_run(pred: RunPrediction, obs: RunObservation) -> list[str]:
         problems.append(f"requests {obs.requests}, allowed {sorted(pred.requests)}")
     if pred.users is not None and obs.users not in pred.users:
         problems.append(f"{obs.users} user messages added, expected {sorted(pred.users)}")
+    if pred.deliveries is not None and pred.users is not None:
+        got = [t.removeprefix("queued ") for t in obs.user_texts if t.startswith("queued ")]
+        if got != pred.deliveries:
+            problems.append(f"queued input delivered as {got}, the rules say {pred.deliveries}")
     seen: dict[str, list[str]] = {}
     for call_id, kind in obs.results:
         seen.setdefault(call_id, []).append(kind)
@@ -1896,6 +2302,7 @@ def compare(
         if pred is None:
             continue
         problems += [f"run {n}: {p}" for p in compare_run(pred, got)]
+    problems += text_problems(scenario, prediction, obs)
     return problems, prediction
 
 
@@ -1911,6 +2318,7 @@ def oracle_for(scenario: Scenario) -> Oracle:
         transform=scenario.transform,
         steering_mode=scenario.steering_mode,
         follow_up_mode=scenario.follow_up_mode,
+        limits=scenario.limits,
     )
 
 
@@ -1939,7 +2347,9 @@ def check_scenario(
         finally:
             own.close()
     problems, prediction = compare(scenario, obs)
-    for n, history in enumerate(obs.histories, 1):
+    for n, (history, run) in enumerate(zip(obs.histories, obs.runs, strict=True), 1):
+        if run.state == "awaiting_approval":
+            continue  # the held batch's calls wait for their decisions (and results)
         problems += [f"history after run {n}: {p}" for p in find_violations(history)]
     if obs.agent is not None and obs.agent.is_running:
         problems.append("the agent still says it is running")

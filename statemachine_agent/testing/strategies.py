@@ -39,7 +39,9 @@ from ._oracle import (
     BehaviourName,
     Call,
     Cut,
+    DecisionKind,
     Input,
+    Limits,
     RunSpec,
     Scenario,
     Step,
@@ -341,6 +343,8 @@ _JOB_BEHAVIOURS: tuple[BehaviourName, ...] = (
     "hang",
     "finish",  # a terminating result: the run ends done after the batch
     "cancel_itself",  # the tool's own CancelledError: an error result
+    "cooperate",  # stops through ctx.signal.raise_if_aborted(): interrupted, never its own
+    "cooperate",
 )
 
 
@@ -382,6 +386,7 @@ _GOING_ON: tuple[str, ...] = (
     "writes",  # calls of the write-queue tool: their effects show the order
     "writes",
     "timeouts",  # a call that times out next to raising and slow calls
+    "timeouts",
     "finishing",  # a call whose result ends the run (terminate=True) among others
     "finishing",
     "pause_turn",
@@ -418,7 +423,12 @@ def oracle_steps(draw: st.DrawFn, *, max_steps: int = 4, max_calls: int = 4) -> 
             n = draw(st.sampled_from((1, 2, 2, 3, 4)))
             calls = tuple(draw(oracle_calls()) for _ in range(min(n, max_calls)))
         if kind == "timeouts":
-            neighbours = (Call("limited", "raise"), Call("job", "raise"), Call("job", "hang"))
+            neighbours = (
+                Call("limited", "raise"),
+                Call("job", "raise"),
+                Call("job", "hang"),
+                Call("job", "cooperate"),
+            )
             calls = (
                 replace(draw(oracle_calls()), tool="limited", behaviour="slow", args="valid"),
                 *(draw(st.sampled_from(neighbours)) for _ in range(draw(st.integers(1, 2)))),
@@ -476,7 +486,10 @@ def oracle_anchors(draw: st.DrawFn, steps: Sequence[Step], *, cancel: bool = Tru
 def oracle_inputs(draw: st.DrawFn, steps: Sequence[Step]) -> tuple[Input, ...]:
     """Steering and follow-up input: queued before the run, at a tool start or at a response."""
     n_calls = sum(len(s.calls) for s in steps)
-    out = []
+    out: list[Input] = []
+    if draw(st.integers(0, 5)) == 0:
+        # Steering and a follow-up queued together (the follow-up first): steering goes first.
+        out += [Input("follow_up"), Input("steer")]
     for _ in range(draw(st.sampled_from((0, 0, 0, 1, 1, 2)))):
         kind: Literal["steer", "follow_up"] = draw(st.sampled_from(("steer", "follow_up")))
         events: list[str] = ["before", "response"] + (["tool_start"] if n_calls else [])
@@ -500,13 +513,101 @@ def oracle_runs(
     return RunSpec(steps, prompt=prompt, abort=anchor, inputs=inputs)
 
 
+def _without_aborts(spec: RunSpec) -> RunSpec:
+    steps = tuple(
+        replace(
+            step,
+            calls=tuple(
+                replace(c, before="allow") if c.before == "abort" else c for c in step.calls
+            ),
+        )
+        for step in spec.steps
+    )
+    return replace(spec, steps=steps, abort=None)
+
+
 @st.composite
-def scenarios(draw: st.DrawFn, *, max_steps: int = 4, second_run: bool = True) -> Scenario:
+def oracle_limits(draw: st.DrawFn, steps: Sequence[Step]) -> Limits:
+    """`Limits` of one kind, with a value the run these ``steps`` drive would cross:
+    ``max_tool_calls`` under its calls, ``max_requests`` under its steps, ``max_output_tokens``
+    or ``max_total_tokens`` under what its responses report (10 output, 20 input tokens each)."""
+    n_steps = len(steps)
+    n_calls = sum(len(step.calls) for step in steps)
+    kind = draw(st.sampled_from(("tool_calls", "requests", "output", "total")))
+    if kind == "tool_calls" and n_calls:
+        return Limits(max_tool_calls=draw(st.integers(0, n_calls - 1)))
+    if kind in ("requests", "tool_calls"):
+        return Limits(max_requests=draw(st.integers(0, max(0, n_steps - 1))))
+    k = draw(st.integers(0, max(0, n_steps - 1)))
+    if kind == "output":
+        return Limits(max_output_tokens=10 * k + draw(st.sampled_from((5, 0))))
+    return Limits(max_total_tokens=30 * k + draw(st.sampled_from((15, 0))))
+
+
+_APPROVAL_CALLS: tuple[tuple[ToolName, BehaviourName], ...] = (
+    ("job", "return"),
+    ("job", "raise"),
+    ("job", "tool_error"),
+    ("job", "cooperate"),
+    ("write", "return"),
+    ("limited", "return"),
+)
+
+
+@st.composite
+def approval_scenarios(draw: st.DrawFn) -> Scenario:
+    """A batch some of whose calls a before hook defers (the others run, are denied or have
+    their result rewritten), the run stopping in ``awaiting_approval``; then decisions
+    (approve, edit, deny) on all of them, or on some first (partial: the run stays waiting)
+    and the rest in a further run, which goes on to the model's next steps."""
+    n = draw(st.sampled_from((2, 3, 1)))
+    calls = []
+    for _ in range(n):
+        tool_name, behaviour = draw(st.sampled_from(_APPROVAL_CALLS))
+        before: BeforeKind = draw(st.sampled_from(("defer", "defer", "defer", "allow", "deny")))
+        after: AfterKind = draw(st.sampled_from(("keep", "keep", "keep", "rewrite")))
+        calls.append(
+            Call(tool_name, behaviour, "valid", before, after, draw(st.sampled_from("ab")))
+        )
+    if not any(c.before == "defer" for c in calls):
+        k = draw(st.integers(0, n - 1))
+        calls[k] = replace(calls[k], before="defer")
+    ids = [f"r1_{i}" for i in range(1, n + 1)]
+    deferred = [i for i, c in zip(ids, calls, strict=True) if c.before == "defer"]
+    chosen: list[tuple[str, DecisionKind]] = [
+        (i, draw(st.sampled_from(("approve", "edit", "deny")))) for i in deferred
+    ]
+    runs = [RunSpec((Step("tool_use", tuple(calls)),))]
+    if len(chosen) > 1 and draw(st.sampled_from((True, True, False))):
+        cut = draw(st.integers(1, len(chosen) - 1))
+        runs.append(RunSpec((), prompt=False, decisions=tuple(chosen[:cut])))
+        chosen = chosen[cut:]
+    later = draw(oracle_steps(max_steps=2))
+    runs.append(RunSpec(later, prompt=False, decisions=tuple(chosen)))
+    return Scenario(
+        tuple(runs),
+        mode=draw(st.sampled_from(("parallel", "sequential"))),
+        max_turns=draw(st.sampled_from((50, 50, 1))),
+        grace="realistic",
+    )
+
+
+@st.composite
+def scenarios(
+    draw: st.DrawFn,
+    *,
+    max_steps: int = 4,
+    second_run: bool = True,
+    families: Sequence[str] = ("plain", "limits", "approval", "cooperative"),
+) -> Scenario:
     """A whole `Scenario`: agent options (tool execution, ``max_turns`` 1-3 or many, continuation
     cap 0-3, ``max_tokens_policy`` both ways, ``should_continue`` and ``transform_context``
     hooks, both delivery modes of steering and follow-ups), a starting history (none, clean, ending mid-batch), a first run, and maybe a second
     one: continued without a prompt (raising ``max_turns``), a new prompt, or a new prompt after
-    the session log was cut at a random line (maybe mid-line) and resumed."""
+    the session log was cut at a random line (maybe mid-line) and resumed. ``families``: which
+    kinds of scenario are drawn: plain ones, ones with usage limits (no aborts), approval
+    decisions (`approval_scenarios`), a cooperative tool aborted mid-batch with a realistic
+    grace."""
     mode: Literal["parallel", "sequential"] = draw(st.sampled_from(("parallel", "sequential")))
     max_turns = draw(st.sampled_from((50, 50, 1, 2, 3)))
     max_continuations = draw(st.sampled_from((3, 0, 1, 2)))
@@ -522,15 +623,34 @@ def scenarios(draw: st.DrawFn, *, max_steps: int = 4, second_run: bool = True) -
     )
     steering: DeliveryMode = draw(delivery_modes())
     follow_ups: DeliveryMode = draw(delivery_modes())
+    weights = {"plain": 7, "limits": 2, "approval": 2, "cooperative": 1}
+    family = draw(st.sampled_from([f for f in families for _ in range(weights[f])]))
+    if family == "approval":
+        return draw(approval_scenarios())
+    grace: Literal["short", "realistic"] = draw(st.sampled_from(("short", "realistic")))
     first = draw(oracle_runs(max_steps=max_steps))
+    limits = None
+    if family == "limits":  # limits with aborts are not modelled: each alone
+        first = _without_aborts(first)
+        limits = draw(oracle_limits(first.steps))
+    elif family == "cooperative":
+        # A batch with a tool that stops through raise_if_aborted(), aborted at one of its
+        # tool starts, with a realistic grace: the tool stops itself ("interrupted").
+        calls = [Call("job", "cooperate"), draw(oracle_calls())]
+        if draw(st.booleans()):
+            calls.reverse()
+        steps = (Step("tool_use", tuple(calls)), *draw(oracle_steps(max_steps=2)))
+        first = RunSpec(steps, abort=Anchor("tool_start", draw(st.integers(1, 2))))
+        grace = "realistic"
     runs = [first]
     cut = None
-    then = draw(st.sampled_from(("none", "none", "continue", "prompt", "resume", "resume")))
+    thens = ("none", "none", "continue", "prompt", "resume", "resume")
+    then = draw(st.sampled_from(thens if limits is None else ("none", "prompt")))
     if second_run and then != "none":
         second = draw(oracle_runs(prompt=then != "continue", max_steps=3, cancel=False))
         if then == "continue":
             second = replace(second, max_turns=max_turns + draw(st.integers(1, 2)))
-        runs.append(second)
+        runs.append(second if limits is None else _without_aborts(second))
         if then == "resume":
             cut = Cut(draw(st.integers(0, 12)), draw(st.booleans()))
     return Scenario(
@@ -545,6 +665,8 @@ def scenarios(draw: st.DrawFn, *, max_steps: int = 4, second_run: bool = True) -
         transform,
         steering,
         follow_ups,
+        limits,
+        grace,
     )
 
 

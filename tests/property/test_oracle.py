@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
-from hypothesis import HealthCheck, Phase, event, given, settings
+from hypothesis import HealthCheck, Phase, event, given, seed, settings
 
 from statemachine_agent import Agent, ToolResultMessage, tool
 from statemachine_agent.models import ScriptedModel
@@ -60,6 +60,21 @@ MINIMUM_SHARES = {
     "unknown_stop_with_calls": 0.02,
     "max_tokens_stop_with_calls": 0.03,  # max_tokens_policy="stop" answers the calls
     "steer_injected": 0.05,
+    # Issue 40: what each result says, in the scenarios the suite missed.
+    "limits": 0.08,  # a scenario with UsageLimits
+    "limit_max_requests": 0.01,  # max_requests stopped the run
+    "limit_max_tool_calls": 0.02,  # a batch the max_tool_calls limit kept from running
+    "limit_batch_crossing": 0.01,  # ... that would cross it with room left (checked per batch)
+    "limit_tokens": 0.005,  # a token limit (output or total) stopped the run
+    "cooperative_tool": 0.03,  # a tool that stops through ctx.signal.raise_if_aborted()
+    "cooperative_aborted": 0.005,  # ... in a batch an abort landed in
+    "steer_and_follow_up_queued": 0.05,  # both queued together: steering goes first
+    "approval_deferred": 0.04,  # a batch held in awaiting_approval
+    "approval_approve": 0.01,
+    "approval_edit": 0.01,
+    "approval_deny": 0.01,
+    "approval_partial": 0.005,  # some decided, the rest still waiting
+    "context_window_with_calls": 0.004,  # a context-window stop, its calls answered not run
 }
 
 
@@ -67,9 +82,11 @@ def test_every_scenario_class_reaches_its_minimum_share() -> None:
     seen: Counter[str] = Counter()
     total = 0
 
+    # A fixed seed rather than derandomize=True: derandomized generation repeats near-identical
+    # examples in runs, so a share measured on it swings by the strategy's unrelated edits.
+    @seed(40)
     @settings(
-        max_examples=250,
-        derandomize=True,
+        max_examples=400,
         database=None,
         phases=[Phase.generate],
         suppress_health_check=list(HealthCheck),
@@ -82,6 +99,9 @@ def test_every_scenario_class_reaches_its_minimum_share() -> None:
 
     draw()
     shares = {name: seen[name] / total for name in MINIMUM_SHARES}
+    print("scenario classes (share, minimum):")
+    for name, share in shares.items():
+        print(f"  {name:28} {share:6.1%}  >= {MINIMUM_SHARES[name]:.1%}")
     low = {name: f"{share:.0%}" for name, share in shares.items() if share < MINIMUM_SHARES[name]}
     assert not low, f"scenario classes under their minimum share: {low} (all: {shares})"
 
