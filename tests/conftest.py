@@ -1,20 +1,14 @@
-"""Shared test fixtures, and helpers the test modules of this folder import (``from conftest
-import ...``): a pair of file tools with a policy that defers writes, pydantic's own error text,
-the tool results of a history."""
+"""Shared test fixtures (helpers the test modules import are in `loop_helpers`: each folder's
+``conftest`` is a module of that same name, so ``from conftest import`` finds whichever came first)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 from models.replay_server import ReplayServer
-from pydantic import TypeAdapter, ValidationError
-
-from statemachine_agent import Defer, ToolCallInfo, ToolResultMessage, tool
-from statemachine_agent.testing.steps import call, text_response, tool_response
 
 ANTHROPIC_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "anthropic"
 
@@ -62,57 +56,3 @@ async def server() -> AsyncIterator[ReplayServer]:
         finally:
             for model in running.models:
                 await model.aclose()
-
-
-# -- helpers -----------------------------------------------------------------------------------
-
-REVIEW = "writes need review"
-"""The reason `review_writes` defers a ``write`` call with."""
-
-
-def file_tools(log: list[str]) -> list[Any]:
-    """``read(path)`` and ``write(path)`` tools that append what they did to ``log``."""
-
-    @tool
-    def read(path: str) -> str:
-        """Read a file."""
-        log.append(f"read {path}")
-        return f"contents of {path}"
-
-    @tool
-    def write(path: str) -> str:
-        """Write a file."""
-        log.append(f"write {path}")
-        return f"wrote {path}"
-
-    return [read, write]
-
-
-def review_writes(info: ToolCallInfo) -> Defer | None:
-    """A ``before_tool_call`` policy: every ``write`` waits for a person (`REVIEW`)."""
-    return Defer(REVIEW) if info.tool.name == "write" else None
-
-
-def hello_then_read_a_and_write_b() -> list[dict[str, Any]]:
-    """Scripted steps: a greeting; then calls ``read`` a (``r1``) and ``write`` b (``w1``); then
-    the answer. With `file_tools` and `review_writes`, the second run stops awaiting approval."""
-    return [
-        text_response("Hello."),
-        tool_response(call("read", {"path": "a"}, id="r1"), call("write", {"path": "b"}, id="w1")),
-        text_response("Read a, wrote b."),
-    ]
-
-
-def pydantic_message(kind: Any, value: Any) -> str:
-    """pydantic's own message for ``value`` not being a ``kind``: its wording belongs to the
-    installed pydantic version, so the expected text is taken from it, not written here."""
-    try:
-        TypeAdapter(kind).validate_python(value)
-    except ValidationError as exc:
-        return str(exc.errors()[0]["msg"])
-    raise AssertionError(f"{value!r} is a valid {kind}")
-
-
-def results_of(messages: list[Any]) -> list[ToolResultMessage]:
-    """The tool results among ``messages``, in order."""
-    return [m for m in messages if isinstance(m, ToolResultMessage)]

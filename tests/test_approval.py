@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REVIEW, review_writes
-from conftest import file_tools as make_tools
+from loop_helpers import REVIEW, review_writes
+from loop_helpers import file_tools as make_tools
 
 from statemachine_agent import (
     Agent,

@@ -7,9 +7,9 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from conftest import pydantic_message, results_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from loop_helpers import pydantic_message, results_of
 from pydantic import BaseModel
 
 from statemachine_agent import (

@@ -10,8 +10,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from conftest import file_tools as side_tools
-from conftest import review_writes
+from loop_helpers import file_tools as side_tools
+from loop_helpers import review_writes
 
 from statemachine_agent import (
     Agent,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import file_tools, hello_then_read_a_and_write_b, review_writes
+from loop_helpers import file_tools, hello_then_read_a_and_write_b, review_writes
 
 from statemachine_agent import (
     Agent,

@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 import pytest
-from conftest import pydantic_message, results_of
+from loop_helpers import pydantic_message, results_of
 
 from statemachine_agent import (
     AbortSignal,
