@@ -16,6 +16,7 @@ source state, no composites: one edge for each transition the engine can fire.
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
@@ -242,31 +243,126 @@ def _one_per_pair(edges: Sequence[DiagramEdge]) -> list[DiagramEdge]:
 def to_mermaid(graph: DiagramGraph) -> str:
     """Mermaid ``stateDiagram-v2`` text: groups as composite states (``state active { ... }``),
     terminal states bold with a thick border (class ``terminal``), the current state filled
-    (class ``current``), callbacks as notes; an overview edge's labels one per line."""
-    lines = ["stateDiagram-v2", f"    [*] --> {_initial(graph.nodes)}"]
+    (class ``current``), callbacks as notes; an overview edge's labels one per line.
+
+    A state or group is written by its name where that is a plain identifier and not one of
+    Mermaid's words (`mermaid_ids`); any other, such as ``needs-review``, gets the id ``s_N``
+    and is declared ``state "needs-review" as s_N`` (Mermaid's ids take no dash, space or
+    colon). Label and note text goes through `mermaid_text`.
+    """
+    ids = mermaid_ids([*(n.name for n in graph.nodes), *(g.name for g in graph.groups)])
+    grouped = {m for g in graph.groups for m in g.members}
+    lines = ["stateDiagram-v2", f"    [*] --> {ids[_initial(graph.nodes)]}"]
     for group in graph.groups:
-        lines.append(f"    state {group.name} {{")
-        lines += [f"        {member}" for member in group.members]
+        lines.append(f"    state {_mermaid_declared(group.name, ids)} {{")
+        lines += [
+            f"        {m if ids[m] == m else 'state ' + _mermaid_declared(m, ids)}"
+            for m in group.members
+        ]
         lines.append("    }")
     lines += [
-        f"    {e.source} --> {e.dest} : {'<br/>'.join(e.lines) if e.summary else e.text}"
+        f"    state {_mermaid_declared(n.name, ids)}"
+        for n in graph.nodes
+        if n.name not in grouped and ids[n.name] != n.name
+    ]
+    lines += [
+        f"    {ids[e.source]} --> {ids[e.dest]} : "
+        + ("<br/>".join(map(mermaid_text, e.lines)) if e.summary else mermaid_text(e.text))
         for e in graph.edges
     ]
     for node in graph.nodes:
         notes = _callback_lines(node)
         if notes:
-            lines.append(f"    note right of {node.name} : {'<br/>'.join(notes)}")
+            text = "<br/>".join(map(mermaid_text, notes))
+            lines.append(f"    note right of {ids[node.name]} : {text}")
     lines += [
         "    classDef terminal font-weight:bold,stroke-width:3px",
         "    classDef current fill:#ffe08a,stroke:#b8860b,stroke-width:3px",
     ]
-    terminal = [n.name for n in graph.nodes if n.terminal]
+    terminal = [ids[n.name] for n in graph.nodes if n.terminal]
     if terminal:
         lines.append(f"    class {','.join(terminal)} terminal")
-    current = [n.name for n in graph.nodes if n.current]
+    current = [ids[n.name] for n in graph.nodes if n.current]
     if current:
         lines.append(f"    class {','.join(current)} current")
     return "\n".join(lines) + "\n"
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MERMAID_WORDS = frozenset(
+    {
+        "accdescr",
+        "acctitle",
+        "as",
+        "class",
+        "classdef",
+        "click",
+        "direction",
+        "end",
+        "hide",
+        "left",
+        "note",
+        "of",
+        "right",
+        "scale",
+        "state",
+        "statediagram",
+        "style",
+    }
+)
+"""Words Mermaid's ``stateDiagram`` lexer reads as keywords (case-insensitively), so never used
+as an id; an id starting with ``default`` is avoided too (the lexer takes that word from the
+front of any token)."""
+_MERMAID_CODES = {"#": "#35;", ":": "#58;", ";": "#59;", '"': "#quot;", "%": "#37;", "&": "#38;"}
+_MERMAID_CODES |= {"<": "#lt;", ">": "#gt;", "{": "#123;", "}": "#125;", "`": "#96;"}
+_DIRECTION = re.compile(r"(directio)n(?=\s+(?:tb|bt|rl|lr))", re.IGNORECASE)
+
+
+def mermaid_ids(names: Sequence[str]) -> dict[str, str]:
+    """A Mermaid id for each state or group name: the name itself where it is an identifier
+    (``[A-Za-z_][A-Za-z0-9_]*``) that is not in `MERMAID_WORDS` and does not start with
+    ``default``, else ``s_N`` (N from 1, in ``names`` order, skipping ids already taken), so
+    every id is distinct and a plain identifier.
+
+    The rule comes from Mermaid's ``stateDiagram`` grammar: an id ends at a space, dash, colon
+    or brace, and the lexer matches its keywords case-insensitively before ids.
+    """
+    plain = {n for n in names if _IDENTIFIER.fullmatch(n) and _mermaid_free(n)}
+    ids: dict[str, str] = {}
+    number = 0
+    for name in names:
+        if name in plain:
+            ids[name] = name
+            continue
+        number += 1
+        while f"s_{number}" in plain:
+            number += 1
+        ids[name] = f"s_{number}"
+    return ids
+
+
+def _mermaid_free(name: str) -> bool:
+    lowered = name.lower()
+    return lowered not in MERMAID_WORDS and not lowered.startswith("default")
+
+
+def mermaid_text(text: str) -> str:
+    """``text`` safe as a Mermaid label, note or state name: each character Mermaid would read
+    as syntax (``#`` ``:`` ``;`` ``"`` ``%`` ``&`` ``<`` ``>`` ``{`` ``}`` and a backtick) and
+    every control character written as Mermaid's entity code (``#58;`` for ``:``, ``#quot;``
+    for ``"``), which Mermaid draws as the character itself; ``direction LR`` (a statement
+    anywhere on a line) is broken up the same way."""
+    escaped = "".join(
+        _MERMAID_CODES.get(ch) or (f"#{ord(ch)};" if ord(ch) < 32 or ord(ch) == 127 else ch)
+        for ch in text
+    )
+    return _DIRECTION.sub(r"\1#110;", escaped)
+
+
+def _mermaid_declared(name: str, ids: dict[str, str]) -> str:
+    """``name`` as a ``state`` statement writes it: the id alone where it is the name, else
+    ``"the name" as s_N``."""
+    return name if ids[name] == name else f'"{mermaid_text(name)}" as {ids[name]}'
 
 
 def to_dot(graph: DiagramGraph, *, element_ids: bool = False) -> str:
@@ -275,28 +371,38 @@ def to_dot(graph: DiagramGraph, *, element_ids: bool = False) -> str:
     titled by a node named after it, from which the group's edges leave (clipped at the
     cluster's border with ``ltail``).
 
+    Every id of a node or cluster (a node, an edge's ends, a subgraph, ``ltail``) is a quoted
+    DOT string with ``"`` and ``\\`` escaped, so a state named ``node``, ``needs review`` or
+    ``a:b`` is one node showing its name (unquoted, Graphviz reads a keyword, two ids, or a node
+    and a port). Labels keep their line breaks as they are (drawn as ``\\n`` would be).
+
     Args:
         graph: the graph to draw.
-        element_ids: give each state the id ``state_NAME``, each group's cluster ``group_NAME``
-            and each edge ``edge_INDEX`` (its position in ``graph.edges``); Graphviz's SVG keeps
-            them, so a page can highlight one.
+        element_ids: give each state the id ``element_id("state", name)`` (``state_NAME``),
+            each group's cluster ``element_id("group", name)`` and each edge ``edge_INDEX`` (its
+            position in ``graph.edges``); Graphviz's SVG keeps them, so a page can highlight one.
     """
-    lines = [f"digraph {graph.name} {{"]
+    names = {n.name for n in graph.nodes} | {g.name for g in graph.groups}
+    start = "__start__"
+    while start in names:  # a state may be named so
+        start += "_"
+    plain_name = _IDENTIFIER.fullmatch(graph.name) and graph.name.lower() not in _DOT_WORDS
+    lines = [f"digraph {graph.name if plain_name else _quote(graph.name)} {{"]
     if graph.detail != "branches":  # the views: left to right, clusters as edge ends
         lines.append("    rankdir=LR; compound=true;")
     lines += [
         '    node [shape=box, style=rounded, fontname="Helvetica"];',
         '    edge [fontname="Helvetica", fontsize=10];',
-        '    __start__ [shape=point, label=""];',
-        f"    __start__ -> {_initial(graph.nodes)};",
+        f'    {_quote(start)} [shape=point, label=""];',
+        f"    {_quote(start)} -> {_quote(_initial(graph.nodes))};",
     ]
     grouped = {m: g for g in graph.groups for m in g.members}
     for group in graph.groups:
-        extra = f" id={_quote('group_' + group.name)};" if element_ids else ""
+        extra = f" id={_quote(element_id('group', group.name))};" if element_ids else ""
         lines += [
-            f"    subgraph cluster_{group.name} {{",
+            f"    subgraph {_quote('cluster_' + group.name)} {{",
             f'        style="rounded,dashed"; color="#777777"; label="";{extra}',
-            f"        {group.name} [shape=plaintext, label={_quote(group.name)}, "
+            f"        {_quote(group.name)} [shape=plaintext, label={_quote(group.name)}, "
             'fontname="Helvetica-Bold", fontcolor="#555555"];',
         ]
         lines += [
@@ -308,14 +414,29 @@ def to_dot(graph: DiagramGraph, *, element_ids: bool = False) -> str:
     for index, edge in enumerate(graph.edges):
         attrs = [f"label={_quote(chr(10).join(edge.lines))}"]
         if edge.source in members and edge.dest not in members[edge.source]:
-            attrs.append(f"ltail=cluster_{edge.source}")  # from the cluster's border
+            attrs.append(f"ltail={_quote('cluster_' + edge.source)}")  # from the cluster's border
         if edge.source == edge.dest and graph.detail != "branches":
             attrs.append("tailport=w, headport=w")  # the loop and its label left of the state
         if element_ids:
             attrs.append(f"id={_quote(f'edge_{index}')}")
-        lines.append(f"    {edge.source} -> {edge.dest} [{', '.join(attrs)}];")
+        lines.append(f"    {_quote(edge.source)} -> {_quote(edge.dest)} [{', '.join(attrs)}];")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+_DOT_WORDS = frozenset({"node", "edge", "graph", "digraph", "subgraph", "strict"})
+"""DOT's keywords (any case), never written as a bare id."""
+
+
+def element_id(kind: str, name: str) -> str:
+    """The SVG/HTML element id of a state (``kind="state"``) or group (``"group"``) named
+    ``name``: ``state_NAME`` where the name is only ASCII letters, digits and ``_``; otherwise
+    each other character is written as ``-HEX-`` (its code point), so ``needs review`` is
+    ``state_needs-20-review``. Distinct names give distinct ids, and every id is a valid XML
+    id and HTML id (no space, nothing a CSS selector must escape but the dash it allows)."""
+    return f"{kind}_" + "".join(
+        ch if ch.isascii() and (ch.isalnum() or ch == "_") else f"-{ord(ch):x}-" for ch in name
+    )
 
 
 def _dot_node(node: DiagramNode, element_ids: bool) -> str:
@@ -325,8 +446,8 @@ def _dot_node(node: DiagramNode, element_ids: bool) -> str:
     if node.current:
         attrs.append('style="rounded,filled", fillcolor="#ffe08a"')
     if element_ids:
-        attrs.append(f"id={_quote('state_' + node.name)}")
-    return f"{node.name} [{', '.join(attrs)}];"
+        attrs.append(f"id={_quote(element_id('state', node.name))}")
+    return f"{_quote(node.name)} [{', '.join(attrs)}];"
 
 
 def render_image(
@@ -429,7 +550,9 @@ def _callback_lines(node: DiagramNode) -> list[str]:
 
 
 def _quote(text: str) -> str:
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    """``text`` as a quoted DOT string: ``\\`` and ``"`` escaped, a line break kept as it is
+    (Graphviz draws it as ``\\n``, centred; and its ``-Tjson`` gives the label's lines back)."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
     return f'"{escaped}"'
 
 

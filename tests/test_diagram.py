@@ -120,9 +120,11 @@ def test_dot_marks_terminal_states_with_a_double_border() -> None:
     text = render_diagram(format="dot", detail="full")
     assert isinstance(text, str)
     for state in ("done", "aborted", "max_turns", "failed"):
-        assert f'{state} [label="{state}", peripheries=2];' in text
-    assert 'idle [label="idle"];' in text
-    assert 'awaiting_model -> executing_tools [label="model_replied\\n[has_tool_calls]"];' in text
+        assert f'"{state}" [label="{state}", peripheries=2];' in text
+    assert '"idle" [label="idle"];' in text
+    assert (
+        '"awaiting_model" -> "executing_tools" [label="model_replied\n[has_tool_calls]"];' in text
+    )
 
 
 def test_user_guards_transitions_and_callbacks_appear_by_name() -> None:
@@ -132,7 +134,7 @@ def test_user_guards_transitions_and_callbacks_appear_by_name() -> None:
     assert isinstance(mermaid, str) and isinstance(dot, str)
     assert "executing_tools --> max_turns : tools_finished [over_budget]" in mermaid
     assert "note right of executing_tools : do / run_tools<br/>entry / audit" in mermaid
-    assert 'executing_tools [label="executing_tools\\ndo / run_tools\\nentry / audit"];' in dot
+    assert '"executing_tools" [label="executing_tools\ndo / run_tools\nentry / audit"];' in dot
     # An added transition is tried first, so it precedes the built-in ones.
     assert mermaid.index("[over_budget]") < mermaid.index("[turn_limit_reached]")
 
@@ -158,7 +160,7 @@ def test_live_agent_current_state_is_highlighted() -> None:
     mermaid = render_diagram(agent)
     dot = render_diagram(agent, format="dot")
     assert "    class done current\n" in str(mermaid)
-    assert 'done [label="done", peripheries=2, style="rounded,filled"' in str(dot)
+    assert '"done" [label="done", peripheries=2, style="rounded,filled"' in str(dot)
     assert "current" not in str(render_diagram(agent, highlight=False)).split("classDef current")[1]
 
 

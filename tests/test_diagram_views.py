@@ -145,13 +145,13 @@ def test_groups_are_drawn_as_composites_with_their_transitions_once() -> None:
         dot = str(render_diagram(format="dot", detail=detail))  # type: ignore[arg-type]
         assert "    state active {\n        awaiting_model\n" in mermaid
         assert "    state ended {\n        done\n" in mermaid
-        assert "subgraph cluster_active {" in dot and "subgraph cluster_ended {" in dot
+        assert 'subgraph "cluster_active" {' in dot and 'subgraph "cluster_ended" {' in dot
         graph = diagram_graph(detail=detail)  # type: ignore[arg-type]
         aborts = [e for e in graph.edges if e.dest == "aborted" and "abort" in e.labels]
         assert [e.source for e in aborts] == ["active"]
         starts = [e.source for e in graph.edges if "start" in e.labels]
         assert starts == ["ended", "idle"]  # not once per terminal state
-        assert "active -> aborted [label=" in dot and "ltail=cluster_active" in dot
+        assert '"active" -> "aborted" [label=' in dot and 'ltail="cluster_active"' in dot
 
 
 # -- case 2: the overview and the full detail ---------------------------------------------------
@@ -187,7 +187,7 @@ def test_overview_draws_one_edge_per_pair_labelled_with_the_branch_labels() -> N
     assert len(edges) == len(graph.edges)
     assert not any("[" in line.split(" : ", 1)[1] for line in edges)  # no guards in it
     dot = str(render_diagram(format="dot"))
-    assert 'executing_tools -> failed [label="output_invalid\\nhook_failed"];' in dot
+    assert '"executing_tools" -> "failed" [label="output_invalid\nhook_failed"];' in dot
 
 
 def test_full_detail_keeps_every_guarded_branch_with_its_guards() -> None:

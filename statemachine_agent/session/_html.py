@@ -31,6 +31,7 @@ from .._diagram import (
     DiagramEdge,
     DiagramGraph,
     diagram_graph,
+    element_id,
     render_image,
     to_dot,
 )
@@ -176,10 +177,11 @@ def _replace_atomically(out: Path, data: bytes) -> None:
 
 def page_model(data: SessionData) -> dict[str, Any]:
     """The page's data: ``items`` (transcript entries in log order), ``steps`` (one per state
-    change: the state entered, the edge taken, the items and tool calls it highlights),
-    ``turns`` (each model request with its tool calls' ``start``, ``run`` and ``end`` times in
-    seconds from the first line, the ``wait`` for a person's decision between ``start`` and
-    ``run``, and the turn's seconds ``waited``), the ``summary``, ``extra_edges`` (transitions
+    change: the state entered, its diagram element ``node`` (`element_id`), the edge taken,
+    the items and tool calls it highlights), ``turns`` (each model request with its tool calls'
+    ``start``, ``run`` and ``end`` times in seconds from the first line, the ``wait`` for a
+    person's decision between ``start`` and ``run``, and the turn's seconds ``waited``), the
+    ``summary``, ``extra_edges`` (transitions
     the log took that the built-in machine does not draw, e.g. ``resume``) and ``end`` (the
     last line's seconds)."""
     return _Builder(data).build()
@@ -402,6 +404,7 @@ class _Builder:
         step: dict[str, Any] = {
             "source": source,
             "dest": dest,
+            "node": element_id("state", dest),  # the diagram's element of ``dest``
             "trigger": trigger,
             "label": label,
             "edge": self._edge(source, dest, trigger, label),
@@ -657,7 +660,8 @@ def _asset(name: str) -> str:
 
 def diagram_svg(extra_edges: list[tuple[str, str, str]] | None = None) -> str:
     """The built-in machine's overview (`_page_graph`) as inline SVG, each state
-    ``id="state_NAME"``, each group's composite ``id="group_NAME"`` and each edge ``id="edge_N"``
+    ``id="state_NAME"``, each group's composite ``id="group_NAME"`` (`element_id`: a name with
+    other characters than letters, digits and ``_`` is encoded) and each edge ``id="edge_N"``
     (its index in the overview; ``edge_xN`` for ``extra_edges``: ``(source, dest, trigger)`` a log
     took that the machine does not draw). Graphviz's ``dot`` draws it; without Graphviz,
     `simple_svg`. The page's script pans and zooms it (``html/page.js``)."""
@@ -724,7 +728,7 @@ def simple_svg(graph: DiagramGraph, builtin_edges: int | None = None) -> str:
     for cluster in graph.groups:
         x, y, w, h = pos[cluster.name]
         out.append(
-            f'<g id="group_{html.escape(cluster.name)}" class="cluster"><rect x="{x - w / 2:.1f}" '
+            f'<g id="{element_id("group", cluster.name)}" class="cluster"><rect x="{x - w / 2:.1f}" '
             f'y="{y - h / 2:.1f}" width="{w:.1f}" height="{h:.1f}" rx="10" fill="none" '
             f'stroke="#777777" stroke-dasharray="5,3"/><text x="{x - w / 2 + 8:.1f}" '
             f'y="{y - h / 2 + 14:.1f}" font-size="12" font-weight="bold" fill="#555555">'
@@ -769,7 +773,7 @@ def simple_svg(graph: DiagramGraph, builtin_edges: int | None = None) -> str:
         x, y, w, h = pos[node.name]
         stroke = ' stroke-width="3"' if node.terminal else ""
         out.append(
-            f'<g id="state_{html.escape(node.name)}" class="node"><rect x="{x - w / 2:.1f}" '
+            f'<g id="{element_id("state", node.name)}" class="node"><rect x="{x - w / 2:.1f}" '
             f'y="{y - h / 2}" width="{w:.1f}" height="{h}" rx="8" fill="white" '
             f'stroke="black"{stroke}/><text x="{x:.1f}" y="{y + 4}" font-size="13" '
             f'text-anchor="middle">{html.escape(node.name)}</text></g>'

@@ -508,7 +508,7 @@ function show(index, block) {
   current = index;
   const step = steps[index];
   const mark = (node, cls) => { if (node) { node.classList.add(cls); lit.push(node); } };
-  const state = document.getElementById("state_" + step.dest);
+  const state = document.getElementById(step.node);
   const edge = step.edge ? document.getElementById(step.edge) : null;
   mark(state, "current");
   mark(edge, "taken");
