@@ -107,6 +107,58 @@ def test_edit_preview_is_trimmed_with_a_note_past_the_size(folder: Path) -> None
     assert re.fullmatch(r"… \d+ more lines of the diff not shown", preview.note)
 
 
+@pytest.mark.parametrize(
+    ("extra", "note"),
+    [(0, ""), (1, "… 1 more line of the new file not shown"),
+     (2, "… 2 more lines of the new file not shown")],
+    ids=["exactly_the_size", "one_line_past", "two_lines_past"],
+)  # fmt: skip
+def test_write_preview_notes_every_line_past_the_size_even_one(extra: int, note: str) -> None:
+    content = "".join(f"row {i}\n" for i in range(PREVIEW_LINES + extra))
+    preview = preview_call("write_file", {"path": "new.txt", "content": content})
+    assert preview is not None and preview.kind == "file"
+    assert preview.text.splitlines() == [f"row {i}" for i in range(PREVIEW_LINES)]
+    assert preview.note == note
+
+
+def test_edit_preview_of_a_diff_one_line_past_the_size_notes_that_line(folder: Path) -> None:
+    # Replacing the whole file gives a diff of 3 header lines (---, +++, @@), one - line per
+    # old line and one + line per new line: sized to be PREVIEW_LINES + 1 lines long.
+    removed = (PREVIEW_LINES - 2) // 2
+    old = "".join(f"old {i}\n" for i in range(removed))
+    new = "".join(f"new {i}\n" for i in range(PREVIEW_LINES - 2 - removed))
+    (folder / "f.txt").write_text(old)
+    preview = preview_call(
+        "edit_file", {"path": "f.txt", "old_text": old, "new_text": new}, Workspace(folder)
+    )
+    assert preview is not None and preview.kind == "diff"
+    assert len(preview.text.splitlines()) == PREVIEW_LINES
+    assert preview.note == "… 1 more line of the diff not shown"
+
+
+@pytest.mark.parametrize("replace_all", [False, True], ids=["first_only", "replace_all"])
+def test_edit_preview_replaces_what_the_edit_will_replace(folder: Path, replace_all: bool) -> None:
+    # Without replace_all the preview changes one occurrence (and notes that the tool will
+    # refuse a non-unique old_text); with it, every one.
+    (folder / "twice.py").write_text("a = 1\nb = 2\nc = 3\nd = 4\ne = 5\nf = 6\ng = 7\na = 1\n")
+    arguments = {"path": "twice.py", "old_text": "a = 1", "new_text": "a = 9",
+                 "replace_all": replace_all}  # fmt: skip
+    preview = preview_call("edit_file", arguments, Workspace(folder))
+    assert preview is not None and preview.kind == "diff"
+    if replace_all:
+        assert preview.note == ""
+    else:  # and the tool will refuse it: the prompt says so
+        assert preview.note == (
+            "(old_text occurs 2 times in twice.py: the edit will fail unless replace_all is "
+            "set; the first occurrence is shown)"
+        )
+    body = preview.text.splitlines()[2:]  # past the ---/+++ header
+    removed = [line for line in body if line.startswith("-")]
+    added = [line for line in body if line.startswith("+")]
+    pairs = 2 if replace_all else 1
+    assert removed == ["-a = 1"] * pairs and added == ["+a = 9"] * pairs
+
+
 def test_write_prompt_shows_the_new_files_head_and_a_command_prompt_the_command(
     folder: Path, tmp_path: Path
 ) -> None:
