@@ -17,6 +17,7 @@ import pytest
 from rich.console import Console
 
 from statemachine_agent._events import StateChanged
+from statemachine_agent.cli._run import PIPE_CLOSED
 from statemachine_agent.cli._view import LiveView
 from statemachine_agent.session import read_session
 from statemachine_agent.workspace import PREVIEW_LINES, Workspace, preview_call
@@ -396,6 +397,36 @@ def test_json_into_a_closed_pipe_exits_quietly(folder: Path, tmp_path: Path) -> 
     errors = proc.stderr.read().decode()
     assert proc.wait(timeout=120) in (0, 141)
     assert "Traceback" not in errors and "BrokenPipeError" not in errors, errors
+
+
+def test_json_into_a_closed_pipe_aborts_the_run_before_its_next_call(
+    folder: Path, tmp_path: Path
+) -> None:
+    # `... --json | head -1` stops the run as `git log | head` stops git: once the reader is
+    # gone, no later tool call runs (here a write the model asks for in its next turn).
+    log = tmp_path / "run.jsonl"
+    model = script(
+        tmp_path,
+        [call("r1", "run_command", command="while [ ! -e go ]; do sleep 0.05; done")],
+        [call("w1", "write_file", path="marker.txt", content="ran after the pipe closed")],
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CODE, "run", "Wait", "-w", str(folder), "-m", model, "--yes",
+         "--no-sandbox", "--json", "--session", str(log)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    assert json.loads(proc.stdout.readline())["type"] == "run_start"
+    proc.stdout.close()  # `| head -1`
+    (folder / "go").touch()
+    errors = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, errors  # as a shell reports SIGPIPE
+    assert not (folder / "marker.txt").exists()
+    data = read_session(log)
+    assert data.state is not None and data.state.value == "aborted"
+    ends = [r.body for r in read_session(log).records if r.type == "run_end"]
+    assert len(ends) == 1 and ends[0]["state"] == "aborted"
+    assert PIPE_CLOSED in json.dumps(ends[0]), ends[0]
 
 
 def test_readme_states_run_command_confinement_once_and_truly() -> None:
