@@ -261,6 +261,20 @@ def test_check_fix_moves_unreadable_lines_aside_and_checks_the_rest(
     assert (tmp_path / "run.jsonl.unreadable").read_bytes() == b"not json\n"
 
 
+def test_a_second_check_fix_adds_to_the_unreadable_file_losing_nothing(
+    folder: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "run.jsonl"
+    _logged_run(folder, tmp_path, log)
+    side = tmp_path / "run.jsonl.unreadable"
+    for bad in (b"first bad line\n", b"second bad line\n"):
+        with log.open("ab") as handle:
+            handle.write(bad)
+        fixed = cli("check", str(log), "--fix", cwd=tmp_path)
+        assert fixed.returncode == 0, fixed.stdout
+    assert side.read_bytes() == b"first bad line\nsecond bad line\n"  # both, in order
+
+
 @pytest.mark.parametrize(
     ("cut_after", "closed_as"),
     [("final_answer", "done"), ("tool_calls", "aborted")],
@@ -288,6 +302,54 @@ def test_check_and_resume_agree_on_how_an_unended_run_is_closed(
     assert resumed.returncode == 0, resumed.stderr
     ends = [r.body["state"] for r in read_session(log).records if r.type == "run_end"]
     assert ends[0] == closed_as  # what resume wrote for the unended run: what check said
+
+
+@pytest.mark.parametrize("stopped_in", ["failed", "awaiting_approval"])
+def test_check_and_resume_agree_on_a_run_torn_after_it_stopped_short_of_done(
+    folder: Path, tmp_path: Path, stopped_in: str
+) -> None:
+    # A run returns in any of the run stops, not only `done`: torn after the machine reached
+    # `failed` (a model error) or `awaiting_approval` (a deferred call), its end is that state.
+    log = tmp_path / "torn.jsonl"
+    if stopped_in == "failed":
+        steps = [{"error": {"type": "invalid_request_error", "message": "bad"}, "status_code": 400}]
+        (tmp_path / "first.json").write_text(json.dumps(steps))
+        model, first_exit = f"script:{tmp_path / 'first.json'}", 1
+    else:  # no terminal to ask and a session log: the call waits for a person's decision
+        model = script(tmp_path, [call("w1", "write_file", path="new.txt", content="x")],
+                       name="first.json")  # fmt: skip
+        first_exit = 4
+    first = cli("run", "Go", "-w", str(folder), "-m", model, "--session", str(log), cwd=tmp_path)
+    assert first.returncode == first_exit, first.stderr
+    lines = log.read_bytes().splitlines(keepends=True)
+    assert json.loads(lines[-1])["type"] == "run_end" and json.loads(lines[-1])["state"] == (
+        stopped_in
+    )
+    log.write_bytes(b"".join(lines[:-1]))  # the process died before the run's end line
+    checked = cli("check", str(log), cwd=tmp_path)
+    assert checked.returncode == 1
+    said = flat(checked.stdout)
+    assert f"resume records its end as '{stopped_in}'" in said and "as aborted" not in said
+    copy = tmp_path / "copy.jsonl"  # check --fix closes it as resume would
+    copy.write_bytes(log.read_bytes())
+    fixed = cli("check", str(copy), "--fix", cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stdout
+    assert f"recorded the end of the run the process died in as '{stopped_in}'" in flat(
+        fixed.stdout
+    )
+    assert [r.body["state"] for r in read_session(copy).records if r.type == "run_end"] == [
+        stopped_in
+    ]
+    then = script(tmp_path, name="second.json")
+    if stopped_in == "failed":
+        resumed = cli("run", "Go on", "-w", str(folder), "-m", then, "--session", str(log),
+                      cwd=tmp_path)  # fmt: skip
+    else:
+        resumed = cli("approve", str(log), "--call", "w1", "-w", str(folder), "-m", then,
+                      cwd=tmp_path)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    ends = [r.body["state"] for r in read_session(log).records if r.type == "run_end"]
+    assert ends == [stopped_in, "done"]  # what resume wrote for the unended run: what check said
 
 
 def test_ctrl_c_at_a_prompt_is_recorded_as_an_interrupt_not_a_denial(
