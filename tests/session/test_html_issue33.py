@@ -24,7 +24,7 @@ from statemachine_agent.session import _html, page_model, read_session, render_h
 from statemachine_agent.testing.steps import call, text_response, tool_response
 from statemachine_agent.workspace import Permissions
 
-from .test_html import CHROMIUM, browser, demo_log, open_page, press
+from .test_html import CHROMIUM, browser, classes, demo_log, lit_texts, open_page, press
 
 __all__ = ["browser"]  # the module-scoped headless Chromium of test_html.py
 
@@ -255,6 +255,35 @@ def test_case4_the_urls_step_opens_that_step_painted(tmp_path: Path, browser: An
 
     press(browser, Keys.HOME)  # stepping keeps the URL's step, so a link names what is shown
     assert browser.execute_script("return location.hash") == "#step=1"
+
+
+def test_case4_the_urls_step_in_the_middle_opens_that_step_not_the_next(
+    tmp_path: Path, browser: Any
+) -> None:
+    # #step=N counts from 1 as the page's "step N / 12" does. The last step (#step=12) cannot
+    # show an off-by-one (a step past the end is the last one): step 3 of 12 can.
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    log = demo_log(tmp_path / "demo")
+    step = page_model(read_session(log))["steps"][2]
+    stepped, linked = write_html(log, tmp_path / "a.html"), write_html(log, tmp_path / "b.html")
+    open_page(browser, stepped)  # step 1, then two steps on: step 3, as a person gets there
+    press(browser, Keys.ARROW_RIGHT, Keys.ARROW_RIGHT)
+    assert browser.find_element("id", "step-count").text == "step 3 / 12"
+    by_keys = lit_texts(browser, "#transcript .item")
+
+    browser.get(linked.resolve().as_uri() + "#step=3")
+    WebDriverWait(browser, 30).until(
+        lambda d: d.execute_script("return document.body.dataset.ready") == "1"
+    )
+    assert browser.find_element("id", "step-count").text == "step 3 / 12"
+    assert browser.execute_script("return document.body.dataset.state") == step["dest"]
+    assert "current" in classes(browser, "state_" + step["dest"])
+    lit = lit_texts(browser, "#transcript .item")
+    assert lit == by_keys and len(lit) == len(step["items"])
+    assert lit[0] == "executing_tools → awaiting_model (tools_finished: next_turn)"
+    assert lit[1].startswith("assistantturn 2 ·") and "A pricing module" in lit[1], lit
 
 
 def test_case4_time_waiting_at_a_yn_prompt_is_drawn_apart_from_running_time(
