@@ -7,12 +7,14 @@ violation of a log and exits 1 when there is any.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import fcntl
 import json
 import logging
 import os
 import shlex
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,7 +40,7 @@ from .._messages import (
 from .._states import RUN_STOPS
 from ..session import SessionData, SessionLog, read_session, write_html
 from ..session._check import check_session
-from ..session._html import read_log_to_render
+from ..session._html import REPLACEMENT, read_log_to_render
 from ..session._read import Record
 from ._view import PYTHON_ADVICE, result_lines, result_mark, usage_text
 
@@ -52,6 +54,38 @@ _STATE_STYLES = {
     "failed": "bold red",
 }
 _WIDTH = 300
+
+
+LONE_SURROGATES_REPLACED = "statemachine_agent.lone_surrogates_replaced"
+"""The codec error handler (`codecs.register_error`) that prints a lone surrogate as U+FFFD."""
+
+
+def _lone_surrogates_replaced(error: UnicodeError) -> tuple[str | bytes, int]:
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    bad = error.object[error.start : error.end]
+    if not all("\ud800" <= char <= "\udfff" for char in bad):
+        raise error  # a character this encoding lacks: not ours to hide
+    try:  # as bytes: a UTF-8 encoder takes only ASCII text from an error handler
+        return REPLACEMENT.encode(error.encoding) * len(bad), error.end
+    except UnicodeEncodeError:
+        return "?" * len(bad), error.end
+
+
+codecs.register_error(LONE_SURROGATES_REPLACED, _lone_surrogates_replaced)
+
+
+def _print_lone_surrogates_replaced() -> None:
+    """Let standard output print a log's lone surrogates (a cut emoji, a file name that is not
+    UTF-8; the log's JSON holds them as ``\\udXXX`` escapes, UTF-8 has no encoding for them) as
+    U+FFFD, as the replay page shows them, instead of failing mid-transcript (``strict``, or
+    ``surrogateescape`` as under a C or POSIX locale: it fails on any surrogate outside
+    U+DC80-DCFF and writes those inside as bytes that are not UTF-8). A stream set up with
+    other errors (``PYTHONIOENCODING=utf-8:backslashreplace``, say) is left as it is."""
+    if getattr(sys.stdout, "errors", None) in ("strict", "surrogateescape") and hasattr(
+        sys.stdout, "reconfigure"
+    ):
+        sys.stdout.reconfigure(errors=LONE_SURROGATES_REPLACED)
 
 
 @contextlib.contextmanager
@@ -309,6 +343,7 @@ def _print_header(console: Console, data: SessionData) -> None:
 def replay_command(session: Path, html_out: Path | None) -> None:
     """Print the transcript of SESSION.jsonl with its state path and token usage (or, with
     --html, write it as one HTML page that opens offline)."""
+    _print_lone_surrogates_replaced()
     console = Console(highlight=False, soft_wrap=True)
     try:
         with _quiet():
@@ -359,6 +394,7 @@ def replay_command(session: Path, html_out: Path | None) -> None:
 )
 def check_command(session: Path, fix: bool) -> None:
     """Validate SESSION.jsonl and list every violation (exit code 1 when there is any)."""
+    _print_lone_surrogates_replaced()
     console = Console(highlight=False, soft_wrap=True)
     try:
         if fix:

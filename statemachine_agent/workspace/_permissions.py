@@ -82,7 +82,9 @@ def preview_call(
     the file as the edit would leave it (read from ``workspace``; without one, or when the text
     is not found, the diff of ``old_text`` against ``new_text``), for ``write_file`` the new
     content's head (and, replacing a file, its diff), for ``run_command`` the whole command.
-    None for other tools. Never raises: a file that cannot be read gets a note instead.
+    None for other tools. Never raises: a file that cannot be read gets a note instead, and so
+    does an edit the tool will refuse (``old_text`` not found, or found more than once without
+    ``replace_all``: ``edit_file`` replaces one unique occurrence or, with it, every one).
     """
     if name == "run_command":
         return CallPreview("command", str(arguments.get("command", "")))
@@ -109,6 +111,12 @@ def preview_call(
                 before = current.replace("\r\n", "\n")
                 count = -1 if arguments.get("replace_all") else 1
                 after = before.replace(old, new, count)
+                found = before.count(old)
+                if found > 1 and not arguments.get("replace_all"):
+                    note = (
+                        f"(old_text occurs {found} times in {path}: the edit will fail unless "
+                        "replace_all is set; the first occurrence is shown)"
+                    )
             else:
                 note = f"(old_text is not in {path} as it is now: the edit will fail)"
     if before is None or after is None:

@@ -17,6 +17,7 @@ import pytest
 from rich.console import Console
 
 from statemachine_agent._events import StateChanged
+from statemachine_agent.cli._run import PIPE_CLOSED
 from statemachine_agent.cli._view import LiveView
 from statemachine_agent.session import read_session
 from statemachine_agent.workspace import PREVIEW_LINES, Workspace, preview_call
@@ -105,6 +106,58 @@ def test_edit_preview_is_trimmed_with_a_note_past_the_size(folder: Path) -> None
     assert preview is not None and preview.kind == "diff"
     assert len(preview.text.splitlines()) == PREVIEW_LINES
     assert re.fullmatch(r"… \d+ more lines of the diff not shown", preview.note)
+
+
+@pytest.mark.parametrize(
+    ("extra", "note"),
+    [(0, ""), (1, "… 1 more line of the new file not shown"),
+     (2, "… 2 more lines of the new file not shown")],
+    ids=["exactly_the_size", "one_line_past", "two_lines_past"],
+)  # fmt: skip
+def test_write_preview_notes_every_line_past_the_size_even_one(extra: int, note: str) -> None:
+    content = "".join(f"row {i}\n" for i in range(PREVIEW_LINES + extra))
+    preview = preview_call("write_file", {"path": "new.txt", "content": content})
+    assert preview is not None and preview.kind == "file"
+    assert preview.text.splitlines() == [f"row {i}" for i in range(PREVIEW_LINES)]
+    assert preview.note == note
+
+
+def test_edit_preview_of_a_diff_one_line_past_the_size_notes_that_line(folder: Path) -> None:
+    # Replacing the whole file gives a diff of 3 header lines (---, +++, @@), one - line per
+    # old line and one + line per new line: sized to be PREVIEW_LINES + 1 lines long.
+    removed = (PREVIEW_LINES - 2) // 2
+    old = "".join(f"old {i}\n" for i in range(removed))
+    new = "".join(f"new {i}\n" for i in range(PREVIEW_LINES - 2 - removed))
+    (folder / "f.txt").write_text(old)
+    preview = preview_call(
+        "edit_file", {"path": "f.txt", "old_text": old, "new_text": new}, Workspace(folder)
+    )
+    assert preview is not None and preview.kind == "diff"
+    assert len(preview.text.splitlines()) == PREVIEW_LINES
+    assert preview.note == "… 1 more line of the diff not shown"
+
+
+@pytest.mark.parametrize("replace_all", [False, True], ids=["first_only", "replace_all"])
+def test_edit_preview_replaces_what_the_edit_will_replace(folder: Path, replace_all: bool) -> None:
+    # Without replace_all the preview changes one occurrence (and notes that the tool will
+    # refuse a non-unique old_text); with it, every one.
+    (folder / "twice.py").write_text("a = 1\nb = 2\nc = 3\nd = 4\ne = 5\nf = 6\ng = 7\na = 1\n")
+    arguments = {"path": "twice.py", "old_text": "a = 1", "new_text": "a = 9",
+                 "replace_all": replace_all}  # fmt: skip
+    preview = preview_call("edit_file", arguments, Workspace(folder))
+    assert preview is not None and preview.kind == "diff"
+    if replace_all:
+        assert preview.note == ""
+    else:  # and the tool will refuse it: the prompt says so
+        assert preview.note == (
+            "(old_text occurs 2 times in twice.py: the edit will fail unless replace_all is "
+            "set; the first occurrence is shown)"
+        )
+    body = preview.text.splitlines()[2:]  # past the ---/+++ header
+    removed = [line for line in body if line.startswith("-")]
+    added = [line for line in body if line.startswith("+")]
+    pairs = 2 if replace_all else 1
+    assert removed == ["-a = 1"] * pairs and added == ["+a = 9"] * pairs
 
 
 def test_write_prompt_shows_the_new_files_head_and_a_command_prompt_the_command(
@@ -208,6 +261,20 @@ def test_check_fix_moves_unreadable_lines_aside_and_checks_the_rest(
     assert (tmp_path / "run.jsonl.unreadable").read_bytes() == b"not json\n"
 
 
+def test_a_second_check_fix_adds_to_the_unreadable_file_losing_nothing(
+    folder: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "run.jsonl"
+    _logged_run(folder, tmp_path, log)
+    side = tmp_path / "run.jsonl.unreadable"
+    for bad in (b"first bad line\n", b"second bad line\n"):
+        with log.open("ab") as handle:
+            handle.write(bad)
+        fixed = cli("check", str(log), "--fix", cwd=tmp_path)
+        assert fixed.returncode == 0, fixed.stdout
+    assert side.read_bytes() == b"first bad line\nsecond bad line\n"  # both, in order
+
+
 @pytest.mark.parametrize(
     ("cut_after", "closed_as"),
     [("final_answer", "done"), ("tool_calls", "aborted")],
@@ -235,6 +302,54 @@ def test_check_and_resume_agree_on_how_an_unended_run_is_closed(
     assert resumed.returncode == 0, resumed.stderr
     ends = [r.body["state"] for r in read_session(log).records if r.type == "run_end"]
     assert ends[0] == closed_as  # what resume wrote for the unended run: what check said
+
+
+@pytest.mark.parametrize("stopped_in", ["failed", "awaiting_approval"])
+def test_check_and_resume_agree_on_a_run_torn_after_it_stopped_short_of_done(
+    folder: Path, tmp_path: Path, stopped_in: str
+) -> None:
+    # A run returns in any of the run stops, not only `done`: torn after the machine reached
+    # `failed` (a model error) or `awaiting_approval` (a deferred call), its end is that state.
+    log = tmp_path / "torn.jsonl"
+    if stopped_in == "failed":
+        steps = [{"error": {"type": "invalid_request_error", "message": "bad"}, "status_code": 400}]
+        (tmp_path / "first.json").write_text(json.dumps(steps))
+        model, first_exit = f"script:{tmp_path / 'first.json'}", 1
+    else:  # no terminal to ask and a session log: the call waits for a person's decision
+        model = script(tmp_path, [call("w1", "write_file", path="new.txt", content="x")],
+                       name="first.json")  # fmt: skip
+        first_exit = 4
+    first = cli("run", "Go", "-w", str(folder), "-m", model, "--session", str(log), cwd=tmp_path)
+    assert first.returncode == first_exit, first.stderr
+    lines = log.read_bytes().splitlines(keepends=True)
+    assert json.loads(lines[-1])["type"] == "run_end" and json.loads(lines[-1])["state"] == (
+        stopped_in
+    )
+    log.write_bytes(b"".join(lines[:-1]))  # the process died before the run's end line
+    checked = cli("check", str(log), cwd=tmp_path)
+    assert checked.returncode == 1
+    said = flat(checked.stdout)
+    assert f"resume records its end as '{stopped_in}'" in said and "as aborted" not in said
+    copy = tmp_path / "copy.jsonl"  # check --fix closes it as resume would
+    copy.write_bytes(log.read_bytes())
+    fixed = cli("check", str(copy), "--fix", cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stdout
+    assert f"recorded the end of the run the process died in as '{stopped_in}'" in flat(
+        fixed.stdout
+    )
+    assert [r.body["state"] for r in read_session(copy).records if r.type == "run_end"] == [
+        stopped_in
+    ]
+    then = script(tmp_path, name="second.json")
+    if stopped_in == "failed":
+        resumed = cli("run", "Go on", "-w", str(folder), "-m", then, "--session", str(log),
+                      cwd=tmp_path)  # fmt: skip
+    else:
+        resumed = cli("approve", str(log), "--call", "w1", "-w", str(folder), "-m", then,
+                      cwd=tmp_path)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    ends = [r.body["state"] for r in read_session(log).records if r.type == "run_end"]
+    assert ends == [stopped_in, "done"]  # what resume wrote for the unended run: what check said
 
 
 def test_ctrl_c_at_a_prompt_is_recorded_as_an_interrupt_not_a_denial(
@@ -344,6 +459,36 @@ def test_json_into_a_closed_pipe_exits_quietly(folder: Path, tmp_path: Path) -> 
     errors = proc.stderr.read().decode()
     assert proc.wait(timeout=120) in (0, 141)
     assert "Traceback" not in errors and "BrokenPipeError" not in errors, errors
+
+
+def test_json_into_a_closed_pipe_aborts_the_run_before_its_next_call(
+    folder: Path, tmp_path: Path
+) -> None:
+    # `... --json | head -1` stops the run as `git log | head` stops git: once the reader is
+    # gone, no later tool call runs (here a write the model asks for in its next turn).
+    log = tmp_path / "run.jsonl"
+    model = script(
+        tmp_path,
+        [call("r1", "run_command", command="while [ ! -e go ]; do sleep 0.05; done")],
+        [call("w1", "write_file", path="marker.txt", content="ran after the pipe closed")],
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CODE, "run", "Wait", "-w", str(folder), "-m", model, "--yes",
+         "--no-sandbox", "--json", "--session", str(log)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    assert json.loads(proc.stdout.readline())["type"] == "run_start"
+    proc.stdout.close()  # `| head -1`
+    (folder / "go").touch()
+    errors = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, errors  # as a shell reports SIGPIPE
+    assert not (folder / "marker.txt").exists()
+    data = read_session(log)
+    assert data.state is not None and data.state.value == "aborted"
+    ends = [r.body for r in read_session(log).records if r.type == "run_end"]
+    assert len(ends) == 1 and ends[0]["state"] == "aborted"
+    assert PIPE_CLOSED in json.dumps(ends[0]), ends[0]
 
 
 def test_readme_states_run_command_confinement_once_and_truly() -> None:

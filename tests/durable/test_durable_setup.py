@@ -126,6 +126,41 @@ def test_factory_resolves_from_the_working_folder_as_python_m_would(
     assert (result.state, result.text) == (State.DONE, "hello from myapp")
 
 
+def test_factory_in_the_working_folder_wins_over_a_same_named_package_on_sys_path(
+    tmp_path: Path,
+) -> None:
+    # python -m puts the working folder FIRST on sys.path: a `myapp` elsewhere on the path
+    # (PYTHONPATH here; an installed package alike) does not shadow the project's own.
+    project, other = tmp_path / "project", tmp_path / "other"
+    for root, said in ((project, "hello from myapp"), (other, "hello from the other myapp")):
+        (root / "myapp").mkdir(parents=True)
+        (root / "myapp" / "__init__.py").write_text("")
+        (root / "myapp" / "agents.py").write_text(FACTORY_SOURCE.replace("hello from myapp", said))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(other), env.get("PYTHONPATH")]))
+    db = f"sqlite:///{tmp_path / 'runs.sqlite'}"
+    worker = start_worker(
+        db,
+        "shadow-worker",
+        env,
+        "--factory",
+        "myapp.agents:make_agent",
+        cwd=project,
+        launcher=LAUNCHERS["python -P -m"](),
+    )
+    try:
+        submitted = _run("submit", "--db", db, "--id", "r-shadow", "Hello?")
+        assert (submitted.returncode, submitted.stdout.strip()) == (0, "r-shadow")
+        client = Client(db)
+        try:
+            result = client.result("r-shadow", timeout_seconds=SAFETY_SECONDS)
+        finally:
+            client.close()
+    finally:
+        _stop(worker)
+    assert (result.state, result.text) == (State.DONE, "hello from myapp")
+
+
 # -- (b) a database a command cannot use: one line, exit code 2 ------------------------------------
 
 COMMANDS = {

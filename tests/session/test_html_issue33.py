@@ -9,6 +9,7 @@ import os
 import struct
 import subprocess
 import sys
+import tempfile
 import zlib
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from statemachine_agent.session import _html, page_model, read_session, render_h
 from statemachine_agent.testing.steps import call, text_response, tool_response
 from statemachine_agent.workspace import Permissions
 
-from .test_html import CHROMIUM, browser, demo_log, open_page, press
+from .test_html import CHROMIUM, browser, classes, demo_log, lit_texts, open_page, press
 
 __all__ = ["browser"]  # the module-scoped headless Chromium of test_html.py
 
@@ -257,6 +258,35 @@ def test_case4_the_urls_step_opens_that_step_painted(tmp_path: Path, browser: An
     assert browser.execute_script("return location.hash") == "#step=1"
 
 
+def test_case4_the_urls_step_in_the_middle_opens_that_step_not_the_next(
+    tmp_path: Path, browser: Any
+) -> None:
+    # #step=N counts from 1 as the page's "step N / 12" does. The last step (#step=12) cannot
+    # show an off-by-one (a step past the end is the last one): step 3 of 12 can.
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    log = demo_log(tmp_path / "demo")
+    step = page_model(read_session(log))["steps"][2]
+    stepped, linked = write_html(log, tmp_path / "a.html"), write_html(log, tmp_path / "b.html")
+    open_page(browser, stepped)  # step 1, then two steps on: step 3, as a person gets there
+    press(browser, Keys.ARROW_RIGHT, Keys.ARROW_RIGHT)
+    assert browser.find_element("id", "step-count").text == "step 3 / 12"
+    by_keys = lit_texts(browser, "#transcript .item")
+
+    browser.get(linked.resolve().as_uri() + "#step=3")
+    WebDriverWait(browser, 30).until(
+        lambda d: d.execute_script("return document.body.dataset.ready") == "1"
+    )
+    assert browser.find_element("id", "step-count").text == "step 3 / 12"
+    assert browser.execute_script("return document.body.dataset.state") == step["dest"]
+    assert "current" in classes(browser, "state_" + step["dest"])
+    lit = lit_texts(browser, "#transcript .item")
+    assert lit == by_keys and len(lit) == len(step["items"])
+    assert lit[0] == "executing_tools → awaiting_model (tools_finished: next_turn)"
+    assert lit[1].startswith("assistantturn 2 ·") and "A pricing module" in lit[1], lit
+
+
 def test_case4_time_waiting_at_a_yn_prompt_is_drawn_apart_from_running_time(
     tmp_path: Path, browser: Any
 ) -> None:
@@ -475,6 +505,48 @@ def test_case5_a_lone_surrogate_is_shown_as_a_replacement_by_replay_html(
     assert "<title>session run\ufffd.jsonl</title>" in text and "caf\ufffd.txt" in text
 
 
+def test_case5_a_lone_high_surrogate_in_a_tool_result_is_shown_as_a_replacement(
+    tmp_path: Path,
+) -> None:
+    # Not only surrogateescape's range (U+DC80-DCFF): half of an emoji's pair (U+D83D), as a
+    # tool cutting text by UTF-16 units leaves it, is as unencodable in UTF-8.
+    @tool
+    def cut() -> str:
+        """Half of an emoji."""
+        return "smile \ud83d!"
+
+    log = tmp_path / "half.jsonl"
+    model = ScriptedModel([tool_response(call("cut", {}, id="h1")), text_response("ok")])
+    agent = Agent(model, tools=[cut], session=log)
+    agent.run_sync("cut it")
+    assert agent.session is not None
+    agent.session.close()
+    assert "smile \\ud83d!" in log.read_text()  # the log's JSON holds the escape
+    out = tmp_path / "half.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "statemachine_agent", "replay", str(log), "--html", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    page = out.read_bytes().decode("utf-8")  # strict: the page is valid UTF-8
+    assert "smile \ufffd!" in page
+    # The printed transcript alike, whatever errors the output stream was set up with: strict,
+    # or surrogateescape (a C or POSIX locale), which fails on a surrogate it did not make.
+    for errors in ("strict", "surrogateescape"):
+        printed = subprocess.run(
+            [sys.executable, "-m", "statemachine_agent", "replay", str(log)],
+            capture_output=True,
+            env={**os.environ, "PYTHONIOENCODING": f"utf-8:{errors}"},
+            timeout=120,
+            check=False,
+        )
+        assert printed.returncode == 0, printed.stderr.decode(errors="replace")
+        assert "← ✓ cut smile \ufffd!" in printed.stdout.decode("utf-8")  # strict
+
+
 def test_case5_a_render_that_fails_leaves_the_earlier_page_byte_identical(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -516,6 +588,33 @@ def test_case5_a_render_that_fails_leaves_the_earlier_page_byte_identical(
         assert out_cli.exit_code == 1 and "cannot write" in out_cli.output
     assert out.read_bytes() == good
     assert sorted(os.listdir(tmp_path)) == before  # no temporary file is left behind
+
+
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute_path", "relative_path"])
+def test_case5_the_temporary_page_is_made_beside_the_output_not_in_tmpdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, relative: bool
+) -> None:
+    # os.replace cannot rename across filesystems: a temporary file in $TMPDIR would make the
+    # write fail wherever the output is on another filesystem (a mounted project folder).
+    log = deferred_log(tmp_path / "p.jsonl", decide=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-tmpdir"))
+    sources: list[Path] = []
+    real_replace = os.replace
+
+    def recording_replace(source: Any, target: Any) -> None:
+        sources.append(Path(source))
+        real_replace(source, target)
+
+    monkeypatch.setattr(_html.os, "replace", recording_replace)
+    out = tmp_path / "pages" / "run.html"
+    out.parent.mkdir()
+    if relative:
+        monkeypatch.chdir(out.parent)
+    target = Path("run.html") if relative else out
+    assert write_html(log, target) == target
+    assert out.read_bytes().startswith(b"<!DOCTYPE html>")
+    assert len(sources) == 1 and sources[0].resolve().parent == out.parent.resolve()
+    assert sorted(os.listdir(out.parent)) == ["run.html"]  # the temporary file was renamed
 
 
 def test_case5_a_new_page_gets_the_usual_file_permissions(tmp_path: Path) -> None:
