@@ -199,6 +199,26 @@ async def test_case2_a_summary_request_refused_as_too_long_is_split_and_sent_aga
     assert_valid_history(agent.messages)
 
 
+async def test_case2_each_summary_request_holds_at_most_half_the_window() -> None:
+    """The default summarizer cuts the transcript into pieces of at most half the model's
+    context window (15,000 tokens: 30,000 characters), so the summary it asks for has the other
+    half: no summary request's text is longer than half the window (plus its instructions)."""
+    sent = Sent()
+    compaction = Compaction(threshold=0.8, keep_recent=4_000)
+    history, _start = long_task(compaction)
+    agent = Agent(
+        refusing_model(sent, context_window=LIMIT_CHARS // 4),
+        tools=[read_chunk],
+        messages=history,
+        compaction=compaction,
+    )
+    result = await agent.run()
+    assert result.state is State.DONE, result.error
+    sizes = [len(r.messages[0].text) for r in sent.summaries()]
+    assert len(sizes) >= 3
+    assert max(sizes) <= LIMIT_CHARS // 2, sizes
+
+
 # -- case 3: errors that say why -----------------------------------------------------------------
 
 
@@ -330,6 +350,36 @@ async def test_case3_output_invalid_after_a_text_answer_quotes_it() -> None:
     assert "the last answer was text, not a final_result call: 'It is 12, really.'" in result.error
 
 
+def broken(q: str) -> str:
+    """Always fail.
+
+    Args:
+        q: anything.
+    """
+    raise RuntimeError("broken tool says no")
+
+
+async def test_case3_output_invalid_quotes_final_results_error_not_another_tools() -> None:
+    """When ``final_result`` is called beside another tool that fails, ``output_invalid`` quotes
+    the last ``final_result`` validation error, never the other tool's error."""
+    model = ScriptedModel(
+        [
+            tool_response(
+                call("final_result", {"number": f"A-{n}"}, id=f"o{n}"),
+                call("broken", {"q": str(n)}, id=f"b{n}"),
+            )
+            for n in (1, 2)
+        ]
+    )
+    agent = Agent(model, tools=[broken], output_type=Invoice, output_retries=1)
+    result = await agent.run("Read the invoice.")
+    assert result.state is State.FAILED, result
+    assert result.error is not None
+    assert "- total: Field required" in result.error
+    assert 'Arguments received: {"number": "A-2"}' in result.error
+    assert "broken tool says no" not in result.error
+
+
 # -- case 4: abort during compaction -------------------------------------------------------------
 
 
@@ -389,3 +439,32 @@ async def test_case4_abort_during_a_custom_summarizer_ends_aborted_promptly(
     assert again.state is State.DONE and again.text == "answer"
     assert agent.messages[0] == UserMessage(SUMMARY_PREFIX + "a summary")
     agent.close()
+
+
+@pytest.mark.timeout(60)
+async def test_case4_abort_cancels_the_custom_summarizer_it_interrupts() -> None:
+    """An abort during compaction cancels the summarizer's task (``asyncio.CancelledError``
+    reaches it): it does not go on in the background after the run ended ``aborted``."""
+    entered, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def summarize(old: Sequence[Message]) -> str:
+        entered.set()
+        try:
+            await asyncio.Event().wait()  # nobody sets it: only a cancellation ends the wait
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "never"
+
+    agent = Agent(
+        ScriptedModel([text_response("answer")]),
+        tools=[lookup],
+        messages=_history(),
+        compaction=Compaction(threshold=50, keep_recent=0, summarize=summarize),
+    )
+    handle = agent.start("next")
+    await asyncio.wait_for(entered.wait(), 10)  # a failure guard, not a timing assertion
+    agent.abort("stop")
+    result = await asyncio.wait_for(handle, 10)
+    assert result.state is State.ABORTED
+    assert cancelled.is_set(), "the summarizer was not cancelled: it still runs in the background"

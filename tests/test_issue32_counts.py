@@ -201,6 +201,28 @@ def test_a_run_the_process_died_in_resumes_with_the_counts_its_log_holds(tmp_pat
     assert read_session(path).counts == result.counts
 
 
+def test_a_continued_run_the_process_died_in_is_rebuilt_from_the_earlier_runs_counts(
+    tmp_path: Path,
+) -> None:
+    """A run continued without a prompt is the same run: when the process dies in it (no
+    ``run_end`` line), the log's counts are rebuilt from the previous run's counts plus its
+    own lines, not from zero (the ``continued`` flag on its ``run_start`` line says so)."""
+    path = tmp_path / "run.jsonl"
+
+    def model(messages: list[Any], request: Any) -> Any:
+        return tool_response(call("read", {"path": str(len(messages))}, id=f"c{len(messages)}"))
+
+    agent = Agent(FunctionModel(model), tools=side_tools([]), max_turns=2, session=path)
+    assert agent.run_sync("Read everything").state is State.MAX_TURNS  # turns=2 logged
+    second = agent.run_sync(max_turns=3)  # continued: one more turn
+    agent.close()
+    assert second.counts.turns == 3
+    lines = path.read_text().splitlines(keepends=True)
+    last_end = max(i for i, line in enumerate(lines) if json.loads(line).get("type") == "run_end")
+    path.write_text("".join(lines[:last_end]))  # the process died in the continued run
+    assert read_session(path).counts.turns == 3
+
+
 # -- case 5: a limit a final answer passes is said -------------------------------------------------
 
 
@@ -244,6 +266,32 @@ def test_a_run_within_its_token_limits_reports_no_limit_exceeded() -> None:
     )
     result = agent.run_sync("hi")
     assert (result.state, result.error, result.limit_exceeded) == (State.DONE, None, None)
+
+
+def test_a_limit_passed_in_a_continued_run_is_measured_on_the_whole_runs_usage() -> None:
+    """``limit_exceeded`` compares the run's usage (every call that continued it), not this
+    ``run()`` call's: 800 tokens in the first call and 400 in the continuation pass
+    ``max_total_tokens=1000`` by 200."""
+
+    def model(messages: list[Any], request: Any) -> Any:
+        if len(messages) == 1:
+            return tool_response(
+                call("read", {"path": "a"}), usage={"input_tokens": 500, "output_tokens": 300}
+            )
+        return text_response("done.", usage={"input_tokens": 350, "output_tokens": 50})
+
+    agent = Agent(
+        FunctionModel(model),
+        tools=side_tools([]),
+        max_turns=1,
+        limits=UsageLimits(max_total_tokens=1000),
+    )
+    assert agent.run_sync("What does a hold?").state is State.MAX_TURNS
+    second = agent.run_sync(max_turns=2)
+    assert second.state is State.DONE
+    assert second.counts.usage.total_tokens == 1200
+    assert second.limit_exceeded == LimitHit("max_total_tokens", 1000, 1200)
+    assert second.limit_exceeded.excess == 200
 
 
 # -- case 6: continuing at the same cap --------------------------------------------------------

@@ -114,19 +114,21 @@ async def test_a_single_async_call_that_ignores_the_abort_is_left_and_the_run_en
     model = ScriptedModel([tool_response(call("stubborn", id="s1"))])
     agent = Agent(model, tools=[stubborn], abort_grace_seconds=0.05, tool_execution=mode)  # type: ignore[arg-type]
     task = asyncio.ensure_future(agent.run("go"))
-    await entered.wait()
-    agent.abort("stop")
-    # A failure guard only: the run must end while the tool still ignores the abort.
-    done, _ = await asyncio.wait({task}, timeout=30)
-    assert done, "the run waited for a tool that ignores its cancellation"
-    result = task.result()
-    assert finished == []  # the run ended while the call still ran
-    assert result.state is State.ABORTED and result.error == "stop"
-    [answer] = [m for m in agent.messages if isinstance(m, ToolResultMessage)]
-    assert answer.tool_call_id == "s1" and answer.is_error and answer.text == INTERRUPTED
-    assert_valid_history(agent.messages)
-
-    release.set()  # the straggler ends now, failing; its result is ignored
+    try:
+        await entered.wait()
+        agent.abort("stop")
+        # A failure guard only: the run must end while the tool still ignores the abort.
+        done, _ = await asyncio.wait({task}, timeout=30)
+        assert done, "the run waited for a tool that ignores its cancellation"
+        result = task.result()
+        assert finished == []  # the run ended while the call still ran
+        assert result.state is State.ABORTED and result.error == "stop"
+        [answer] = [m for m in agent.messages if isinstance(m, ToolResultMessage)]
+        assert answer.tool_call_id == "s1" and answer.is_error and answer.text == INTERRUPTED
+        assert_valid_history(agent.messages)
+    finally:
+        release.set()  # the straggler ends now, failing; its result is ignored
+        # (on a regression too: the tool is released, so the test fails rather than hangs)
     await ended.wait()
     gc.collect()  # an unretrieved task exception is reported when the task is collected
     assert [m.text for m in agent.messages if isinstance(m, ToolResultMessage)] == [INTERRUPTED]
