@@ -533,13 +533,15 @@ def oracle_limits(draw: st.DrawFn, steps: Sequence[Step]) -> Limits:
     or ``max_total_tokens`` under what its responses report (10 output, 20 input tokens each)."""
     n_steps = len(steps)
     n_calls = sum(len(step.calls) for step in steps)
-    kind = draw(st.sampled_from(("tool_calls", "requests", "output", "total")))
-    if kind == "tool_calls" and n_calls:
+    kind = draw(
+        st.sampled_from(("max_tool_calls", "max_requests", "max_output_tokens", "max_total_tokens"))
+    )
+    if kind == "max_tool_calls" and n_calls:
         return Limits(max_tool_calls=draw(st.integers(0, n_calls - 1)))
-    if kind in ("requests", "tool_calls"):
+    if kind in ("max_requests", "max_tool_calls"):
         return Limits(max_requests=draw(st.integers(0, max(0, n_steps - 1))))
     k = draw(st.integers(0, max(0, n_steps - 1)))
-    if kind == "output":
+    if kind == "max_output_tokens":
         return Limits(max_output_tokens=10 * k + draw(st.sampled_from((5, 0))))
     return Limits(max_total_tokens=30 * k + draw(st.sampled_from((15, 0))))
 
