@@ -22,6 +22,7 @@ from ._errors import InvalidHistoryError
 from ._messages import (
     AssistantMessage,
     Message,
+    StopReason,
     TextBlock,
     ToolResultMessage,
     UserMessage,
@@ -100,6 +101,16 @@ def project(
             continue
         cleaned = _clean_assistant(message)
         if cleaned is None:
+            previous_kept = out[-1] if out else None
+            if (
+                isinstance(previous_kept, AssistantMessage)
+                and previous_kept.stop_reason == StopReason.PAUSE_TURN
+                and message.stop_reason not in INCOMPLETE_STOP_REASONS
+            ):
+                # An empty continuation ended the paused response: joined to it (as a
+                # continuation with content is), the response is complete, and what follows
+                # answers a finished turn rather than a paused one.
+                out[-1] = previous_kept.model_copy(update={"stop_reason": message.stop_reason})
             continue
         if message.stop_reason in INCOMPLETE_STOP_REASONS and (
             i == n or isinstance(messages[i], AssistantMessage)

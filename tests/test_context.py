@@ -99,3 +99,28 @@ def test_an_aborted_partial_is_never_joined_to_the_next_response() -> None:
     paused = AssistantMessage(content=[TextBlock(text="p")], stop_reason="pause_turn")
     out = project([UserMessage("q"), paused, aborted, new, result("a")])
     assert [b.type for b in out[1].content] == ["text", "thinking", "tool_call"]
+
+
+def test_an_empty_continuation_ends_the_paused_response_so_a_follow_up_may_follow_it() -> None:
+    """A ``pause_turn`` response continued by an empty ``end_turn`` one (dropped from requests: the
+    API refuses empty messages) is a finished turn: the follow-up after it is sent as answering a
+    complete response, never as a user message after a paused one (found by the kit's stateful
+    test: steering and a follow-up queued together with a paused response)."""
+    from statemachine_agent import Agent
+    from statemachine_agent.models import ScriptedModel
+
+    model = ScriptedModel(
+        [
+            {"content": [{"type": "text", "text": "ok"}], "stop_reason": "pause_turn"},
+            {"content": [], "stop_reason": "end_turn"},
+            {"content": [{"type": "text", "text": "fin"}], "stop_reason": "end_turn"},
+        ]
+    )
+    agent = Agent(model)
+    agent.steer("ok")
+    agent.follow_up("and then?")
+    result = agent.run_sync("do the task")
+    assert (result.state, result.text, len(model.requests)) == ("done", "fin", 3)
+    for request in model.requests:
+        assert find_violations(request.messages, request=True) == []
+    assert [m.role for m in model.requests[2].messages] == ["user", "user", "assistant", "user"]
