@@ -320,7 +320,8 @@ def _discard(value: Any) -> None:
         value.close()
 
 
-def _thread_body(run: Callable[[], Any], progress: Callable[[Any], None], handoff: _Handoff) -> Any:
+def _thread_body(parts: list[Any], handoff: _Handoff) -> Any:
+    run, progress = parts
     value = run()
     if inspect.isgenerator(value):  # consumed here, in the worker thread
         value = _drain(value, progress, handoff)
@@ -328,14 +329,21 @@ def _thread_body(run: Callable[[], Any], progress: Callable[[Any], None], handof
 
 
 async def _in_thread(run: Callable[[], Any], progress: Callable[[Any], None]) -> Any:
-    """Run a sync function in the tool pool; settle what it returned on the loop."""
+    """Run a sync function in the tool pool; settle what it returned on the loop.
+
+    The thread gets the function and the progress callback (which holds the call's context,
+    and through it the run) in a list emptied once the thread is done with them: the pool's
+    work item may outlive the result by a moment, and must not keep a finished run (and its
+    agent and session log) alive."""
     handoff = _Handoff()
-    job = functools.partial(contextvars.copy_context().run, _thread_body, run, progress, handoff)
+    parts: list[Any] = [run, progress]
+    job = functools.partial(contextvars.copy_context().run, _thread_body, parts, handoff)
     try:
         value = await asyncio.get_running_loop().run_in_executor(_sync_tool_pool, job)
     except asyncio.CancelledError:
         handoff.stop()  # the thread stops a generator at its next value
         raise
+    parts.clear()  # the thread has returned: nothing of the run stays with the pool
     return await _settled(value, progress)
 
 
