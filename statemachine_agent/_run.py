@@ -491,8 +491,7 @@ class Run:
         """Send ``request`` to the model with the engine's retries: the one place a run does
         model I/O (a durable run records it as a step)."""
         agent = self.agent
-        if not request.tools and "tool_choice" in request.settings:
-            request = without_tool_choice(request, agent.model)
+        request = without_tool_choice(request, agent.model)
         return await request_response(
             agent.model,
             request,
