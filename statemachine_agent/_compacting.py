@@ -388,11 +388,13 @@ def _largest_part(messages: Sequence[Message]) -> tuple[str, bool]:
     return f"the model's response: {size}", False
 
 
-def nothing_to_cut(messages: Sequence[Message]) -> str:
+def nothing_to_cut(messages: Sequence[Message], sizes: str | None = None) -> str:
     """The advice when compaction has nothing left to cut in ``messages`` (the newest turn
-    alone does not fit the window): what to shorten, with the size of its largest part. Keeping
-    less recent history cannot help then."""
+    alone does not fit the window): what to shorten, with the size of its largest part (and
+    ``sizes``, the engine's measurement from `measured`, when given). Keeping less recent
+    history cannot help then."""
     part, from_tool = _largest_part(messages)
+    measured_note = "" if sizes is None else f"the engine measured {sizes}; "
     if from_tool:
         what = (
             "shorten what the tools return (have the tool return a page, a filter or a "
@@ -402,8 +404,8 @@ def nothing_to_cut(messages: Sequence[Message]) -> str:
         what = "shorten the prompt or split the task"
     return (
         "compaction found nothing left to cut: the newest turn alone is larger than the "
-        f"window (its largest part is {part}). To go on, {what}, or use a model with a "
-        "larger context window."
+        f"window ({measured_note}its largest part is {part}). To go on, {what}, or use a "
+        "model with a larger context window."
     )
 
 
@@ -494,9 +496,7 @@ async def compact_context(run: Run) -> str:
                 "return."
             )
         else:
-            advice = nothing_to_cut(messages).replace(
-                "window (its", f"window (the engine measured {sizes}; its", 1
-            )
+            advice = nothing_to_cut(messages, sizes)
         error = f"{problem} and {advice}"
         if reason == "prompt_too_long":
             return run.fail(error)  # a failed request, recorded as the refusal was
@@ -530,9 +530,7 @@ async def compact_context(run: Run) -> str:
             "Compaction failed: the summarizer returned no summary; the history was kept as it was"
         )
         return Trigger.FAIL
-    compacted = compact_history(
-        messages, str(summary), start=start, **({} if held is None else {"held": True})
-    )
+    compacted = compact_history(messages, str(summary), start=start, held=held is not None)
     agent._messages = compacted  # mid-run: the run's own replacement (the setter refuses it)
     agent._context.reset()
     run.start = max(1, run.start - start + 1)

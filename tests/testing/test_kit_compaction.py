@@ -116,7 +116,9 @@ def test_the_kits_compaction_is_off_unless_asked_for() -> None:
 # -- a compaction bug put in by hand is caught ---------------------------------------------------
 
 
-def _unchecked(messages: Sequence[Message], summary: str, *, start: int) -> list[Message]:
+def _unchecked(
+    messages: Sequence[Message], summary: str, *, start: int, held: bool = False
+) -> list[Message]:
     """`compact_history` without its own protocol check (so the kit's check is what catches)."""
     return [UserMessage(SUMMARY_PREFIX + summary), *messages[start:]]
 
@@ -139,7 +141,9 @@ def cuts_between_a_call_and_its_result(monkeypatch: pytest.MonkeyPatch) -> None:
 def drops_a_tool_result(monkeypatch: pytest.MonkeyPatch) -> None:
     """The compacted history loses the first tool result of the kept window."""
 
-    def compact_history(messages: Sequence[Message], summary: str, *, start: int) -> list[Message]:
+    def compact_history(
+        messages: Sequence[Message], summary: str, *, start: int, held: bool = False
+    ) -> list[Message]:
         kept = list(messages[start:])
         results = [i for i, m in enumerate(kept) if isinstance(m, ToolResultMessage)]
         if results:
