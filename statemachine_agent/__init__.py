@@ -44,7 +44,7 @@ from ._events import (
     TurnStart,
     event_to_dict,
 )
-from ._execution import Interrupted, ToolExecution
+from ._execution import ToolExecution
 from ._handles import ClaimedRun, EventStream, RunHandle
 from ._hooks import (
     AfterToolCall,
@@ -54,6 +54,7 @@ from ._hooks import (
     Decision,
     Defer,
     Deny,
+    Interrupted,
     PendingCall,
     ShouldContinue,
     ToolCallInfo,

@@ -31,6 +31,7 @@ from ._hooks import (
     BeforeToolCall,
     Defer,
     Deny,
+    Interrupted,
     PendingCall,
     ToolCallInfo,
     record_interrupt,
@@ -79,15 +80,6 @@ _JSON_KINDS = {
     "float": "number",
     "bool": "boolean",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Interrupted(Deny):
-    """A ``before_tool_call`` decision: the decision itself was interrupted (e.g. Ctrl-C at a
-    permission prompt), so the call is not run. Unlike a `Deny` it is no refusal: the call's
-    result is ``reason`` as given, without the ``Denied: `` a denial's reason gets (the model
-    must not read it as the person's "no"). ``terminate`` as for `Deny`.
-    """
 
 
 async def resolve(value: Any) -> Any:

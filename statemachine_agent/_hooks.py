@@ -29,6 +29,15 @@ class Deny:
 
 
 @dataclass(frozen=True, slots=True)
+class Interrupted(Deny):
+    """A ``before_tool_call`` decision: the decision itself was interrupted (e.g. Ctrl-C at a
+    permission prompt), so the call is not run. Unlike a `Deny` it is no refusal: the call's
+    result is ``reason`` as given, without the ``Denied: `` a denial's reason gets (the model
+    must not read it as the person's "no"). ``terminate`` as for `Deny`.
+    """
+
+
+@dataclass(frozen=True, slots=True)
 class Defer:
     """Do not run the call yet: the run stops in ``awaiting_approval`` once the rest of the batch
     has run, until a person decides (``agent.run(decisions={call_id: Approve() | Deny(reason)})``,

@@ -15,8 +15,7 @@ from typing import Any, Literal
 
 from .._errors import ToolError, UsageError
 from .._events import CallDecided
-from .._execution import Interrupted
-from .._hooks import Allow, Defer, Deny, ToolCallInfo
+from .._hooks import Allow, Defer, Deny, Interrupted, ToolCallInfo
 from ._paths import Workspace
 
 GUARDED = ("run_command", "write_file", "edit_file")
