@@ -76,7 +76,7 @@ from ._events import (
     ToolExecutionStart,
     TurnStart,
 )
-from ._execution import _DEFERRED
+from ._execution import awaits_decision
 from ._hooks import PendingCall
 from ._messages import AssistantMessage, Usage
 from ._states import State
@@ -320,7 +320,7 @@ class Instrumentation:
             return
         _make_not_current(held)
         span, result = held.span, event.result
-        if result.details == _DEFERRED:
+        if awaits_decision(result):
             return  # deferred for approval: dropped unended; the call's span is where it runs
         if self._content:
             span.set_attribute("gen_ai.tool.call.result", result.text)
