@@ -91,7 +91,6 @@ import logging
 import os
 import re
 import sqlite3
-import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -118,6 +117,7 @@ from ._agent import Agent, _as_user
 from ._errors import AgentBusyError, ToolStepFailed, UsageError
 from ._execution import BatchRun, _Slot
 from ._hooks import Approve, Decision, Deny, PendingCall, check_decisions
+from ._importing import working_folder_first
 from ._limits import LimitHit, RunCounts
 from ._messages import HISTORY_ADAPTER, AssistantMessage, Message, ToolResultMessage, Usage
 from ._messages import text_result as _text_result
@@ -587,7 +587,7 @@ def load_factory(spec: str) -> AgentFactory:
         raise UsageError(
             f"the agent factory {spec!r} must be 'module:function', e.g. myapp.agents:make_agent"
         )
-    folder = _working_folder_first()
+    folder = working_folder_first()
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -604,16 +604,6 @@ def load_factory(spec: str) -> AgentFactory:
     if not callable(factory):
         raise UsageError(f"{spec!r}: {module_name} has no callable {attribute!r}")
     return factory  # type: ignore[no-any-return]
-
-
-def _working_folder_first() -> str:
-    """Put the working folder at the front of ``sys.path`` (as ``python -m`` does) unless it is
-    already there; returns it."""
-    folder = os.getcwd()
-    if not sys.path or sys.path[0] not in ("", folder):
-        sys.path.insert(0, folder)
-        importlib.invalidate_caches()
-    return folder
 
 
 class DatabaseUnavailableError(UsageError):

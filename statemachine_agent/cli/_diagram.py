@@ -3,9 +3,7 @@ or the one of the user's own agent (``--agent pkg.module:attr``)."""
 
 from __future__ import annotations
 
-import os
 import pkgutil
-import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -13,6 +11,7 @@ import click
 
 from .._diagram import DETAILS, Detail, DiagramFormat, render_diagram
 from .._errors import UsageError
+from .._importing import working_folder_first
 from .._machine import LoopMachine
 
 
@@ -83,8 +82,7 @@ def load_machine(reference: str) -> Any:
     module, colon, attr = reference.partition(":")
     if not colon or not module or not attr:
         raise bad(f"{reference!r} is not MODULE:ATTR (e.g. myapp.bot:agent)")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    working_folder_first()
     try:
         found = pkgutil.resolve_name(reference)
     except ModuleNotFoundError as exc:
