@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,36 +12,11 @@ import pytest
 
 from statemachine_agent.session import read_session
 
+from .test_issue33 import ANSI, CODE, call, cli, script
+
 pexpect = pytest.importorskip(
     "pexpect", reason="pexpect is not installed (a dev dependency: pip install -e '.[dev]')"
 )
-
-CODE = "from statemachine_agent.cli import main; main()"
-
-
-def call(call_id: str, name: str, **args: Any) -> dict[str, Any]:
-    return {"type": "tool_use", "id": call_id, "name": name, "input": args}
-
-
-def script(tmp_path: Path, *batches: list[dict[str, Any]], name: str = "script.json") -> str:
-    steps: list[dict[str, Any]] = [{"content": b, "stop_reason": "tool_use"} for b in batches]
-    steps.append({"content": [{"type": "text", "text": "Done."}], "stop_reason": "end_turn"})
-    path = tmp_path / name
-    path.write_text(json.dumps(steps))
-    return f"script:{path}"
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """The CLI as a process without a terminal (stdin closed, output piped)."""
-    return subprocess.run(
-        [sys.executable, "-c", CODE, *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "COLUMNS": "100"},
-        timeout=120,
-    )
 
 
 def flat(text: str) -> str:
@@ -147,7 +120,6 @@ def test_deciding_a_log_with_nothing_pending_refuses_before_changing_it(
 
 # -- 3: a failing command's last lines keep their indentation and the failing test's name -------
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 FAILING_TEST_FILE = """\
 import unittest
 
