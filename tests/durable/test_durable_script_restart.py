@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 from click.testing import CliRunner
 from dbos import DBOS
 from worker_process import cli as _cli
+from worker_process import recorded_steps as _recorded_steps
 from worker_process import start_worker
 
 from statemachine_agent import (
@@ -71,22 +71,6 @@ def _script(*, first_overloaded: bool, hold_seconds: float) -> list[dict[str, An
         _write("d2", "two.txt", "2", **hold),
         {"content": [{"type": "text", "text": FINAL_ANSWER}], "stop_reason": "end_turn"},
     ]
-
-
-def _recorded_steps(db_file: Path, run_id: str) -> list[str]:
-    """The names of the run's steps whose output DBOS recorded, in order (read from the file)."""
-    if not db_file.exists():
-        return []
-    try:
-        with sqlite3.connect(f"file:{db_file}?mode=ro", uri=True, timeout=5) as con:
-            rows = con.execute(
-                "SELECT function_name FROM operation_outputs WHERE workflow_uuid = ? "
-                "ORDER BY function_id",
-                (run_id,),
-            ).fetchall()
-    except sqlite3.OperationalError:  # not created yet
-        return []
-    return [row[0] for row in rows]
 
 
 def _status_lines(db: str, run_id: str, env: dict[str, str]) -> list[str]:

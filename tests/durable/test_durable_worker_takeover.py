@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 import sqlalchemy as sa
 from throwaway_pg import ThrowawayPostgres
 from worker_process import cli as _cli
+from worker_process import recorded_steps as _recorded_steps
 
 from statemachine_agent import State, ToolCallBlock
 from statemachine_agent._protocol import assert_valid_history
@@ -152,22 +152,6 @@ def _kill(worker: subprocess.Popen[str]) -> None:
     worker.send_signal(signal.SIGKILL)
     worker.wait(timeout=SAFETY_SECONDS)  # reaped: no zombie keeps its pid
     assert worker.returncode == -signal.SIGKILL
-
-
-def _recorded_steps(db_file: Path, run_id: str) -> list[str]:
-    """The names of the run's steps whose output DBOS recorded, in order (read from the file)."""
-    if not db_file.exists():
-        return []
-    try:
-        with sqlite3.connect(f"file:{db_file}?mode=ro", uri=True, timeout=5) as con:
-            rows = con.execute(
-                "SELECT function_name FROM operation_outputs WHERE workflow_uuid = ? "
-                "ORDER BY function_id",
-                (run_id,),
-            ).fetchall()
-    except sqlite3.OperationalError:  # not created yet
-        return []
-    return [row[0] for row in rows]
 
 
 def _wait_for_step(folder: Folder, worker: subprocess.Popen[str], run_id: str, step: str) -> None:

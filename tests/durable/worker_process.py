@@ -3,6 +3,7 @@ the durable tests that run workers)."""
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -46,3 +47,19 @@ def start_worker(
         stderr = worker.stderr.read()
     assert line.startswith(f"worker {worker_id} serving"), (line, stderr)
     return worker
+
+
+def recorded_steps(db_file: Path, run_id: str) -> list[str]:
+    """The names of the run's steps whose output DBOS recorded, in order (read from the file)."""
+    if not db_file.exists():
+        return []
+    try:
+        with sqlite3.connect(f"file:{db_file}?mode=ro", uri=True, timeout=5) as con:
+            rows = con.execute(
+                "SELECT function_name FROM operation_outputs WHERE workflow_uuid = ? "
+                "ORDER BY function_id",
+                (run_id,),
+            ).fetchall()
+    except sqlite3.OperationalError:  # not created yet
+        return []
+    return [row[0] for row in rows]
