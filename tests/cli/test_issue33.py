@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from statemachine_agent._events import StateChanged
-from statemachine_agent.cli._run import PIPE_CLOSED
+from statemachine_agent.cli._execute import PIPE_CLOSED
 from statemachine_agent.cli._view import LiveView
 from statemachine_agent.session import read_session
 from statemachine_agent.workspace import PREVIEW_LINES, Workspace, preview_call
