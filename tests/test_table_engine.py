@@ -401,8 +401,8 @@ def test_case6_no_comparison_with_branch_labels_outside_the_table() -> None:
     )
     offenders = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path.name in ("_machine.py", "_diagram.py"):
-            continue
+        if path.name == "_machine.py" or path.relative_to(PACKAGE).parts[0] == "_diagram":
+            continue  # the table itself, and the diagrams drawing its labels
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if pattern.search(line) or re.search(r"\blabel\s*(==|!=|\bin\b)", line):
                 offenders.append(f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}")
