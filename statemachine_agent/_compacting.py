@@ -275,7 +275,7 @@ def measured(run: Run, before: int, after: int | None = None) -> str:
     """The sizes the engine measured for a compaction, for error texts: ``about 31,200 tokens
     before compaction and 5,100 after, against a context window of 15,000 tokens`` (tokens are
     `ContextUsage.tokens`: the provider's last count plus an estimate of what came since)."""
-    window = context_window(run.agent.model)
+    window = context_window(run.settings.model)
     text = f"about {before:,} tokens before compaction"
     if after is not None:
         text += f" and {after:,} after"
@@ -317,11 +317,10 @@ def turns_left(data: LoopData) -> bool:
 def compaction_due(run: Run) -> bool:
     """Compaction is on, the history has not just been compacted, and its context reached the
     threshold: ``request_model`` fires ``compact`` instead of sending."""
-    agent, data = run.agent, run.data
-    config = agent.compaction
+    config, data = run.settings.compaction, run.data
     if config is None or data.compacted:
         return False
-    usage = agent.context_usage
+    usage = run.context_usage
     if usage.tokens < config.limit(usage.window):
         return False
     data.compaction_reason = "threshold"
@@ -423,7 +422,7 @@ def note_context_window(run: Run) -> None:
     answered as not run (a trailing cut one as cut by the context window), and the run ends with
     an error that says how to go on."""
     _answer_cut_calls(run)
-    usage = run.agent.context_usage
+    usage = run.context_usage
     window = f" of {usage.window:,}" if usage.window else ""
     run.error = (
         "The response was cut off by the model's context window (stop reason "
@@ -460,18 +459,19 @@ async def compact_context(run: Run) -> str:
         keep_held_batch,
     )
 
-    agent, data = run.agent, run.data
-    config = agent.compaction
+    settings, data, conversation = run.settings, run.data, run.conversation
+    config = settings.compaction
     assert config is not None  # guarded by compaction_on
     reason, data.compaction_reason = data.compaction_reason or "threshold", None
     data.compacted = True
     if run.signal.aborted:
         return Trigger.ABORT
     messages = list(run.messages)
-    before = agent.context_usage.tokens
-    held = held_response_index(messages, [call.id for call in agent.pending])
+    before = run.context_usage.tokens
+    waiting = [] if conversation.held is None else conversation.held.calls
+    held = held_response_index(messages, [call.id for call in waiting])
     start = keep_held_batch(  # never a held batch
-        messages, config.kept_start(messages, context_window(agent.model)), held
+        messages, config.kept_start(messages, context_window(settings.model)), held
     )
     if start == 1 and _is_summary(messages[0], SUMMARY_PREFIX):
         start = 0  # only the last summary lies before the kept window: nothing to gain
@@ -531,13 +531,12 @@ async def compact_context(run: Run) -> str:
         )
         return Trigger.FAIL
     compacted = compact_history(messages, str(summary), start=start, held=held is not None)
-    agent._messages = compacted  # mid-run: the run's own replacement (the setter refuses it)
-    agent._context.reset()
+    conversation.replace(compacted)  # the run's own replacement (the agent's setter refuses it)
     run.start = max(1, run.start - start + 1)
-    session = agent.session
+    session = settings.session
     if session is not None:
         session.record_history(compacted, reason="compaction", summary=str(summary))
-    after = agent.context_usage.tokens
+    after = run.context_usage.tokens
     run.compaction_sizes = (before, after)
     run.emit(CompactionEnd(reason, before, after, start))
     return Trigger.COMPACTED
@@ -582,7 +581,7 @@ async def _model_summary(run: Run, old: Sequence[Message]) -> str:
             even a `MIN_PIECE_CHARS` piece as too long.
         ModelError: a request failed otherwise.
     """
-    limit = summary_piece_chars(context_window(run.agent.model))
+    limit = summary_piece_chars(context_window(run.settings.model))
     return await _summary_of(run, _paragraphs(old), limit, SUMMARY_INSTRUCTIONS)
 
 
@@ -625,7 +624,7 @@ async def _ask(run: Run, instructions: str, text: str) -> str | None:
         ModelError: the request failed otherwise.
     """
     prompt = f"{instructions}\n\n<conversation>\n{text}\n</conversation>"
-    request = ModelRequest([UserMessage(prompt)], None, [], run.agent.model_settings)
+    request = ModelRequest([UserMessage(prompt)], None, [], run.settings.model_settings)
     data = run.data
     if not data.winding_down:  # counted as every request is (the final turn's is not)
         limits = data.limits

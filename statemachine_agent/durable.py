@@ -113,8 +113,9 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 
 from . import __version__
 from . import _worker_registry as registry
-from ._agent import Agent, _as_user
-from ._errors import AgentBusyError, ToolStepFailed, UsageError
+from ._agent import Agent
+from ._conversation import as_user as _as_user
+from ._errors import ToolStepFailed, UsageError
 from ._execution import BatchRun, _Slot
 from ._hooks import Approve, Decision, Deny, PendingCall, check_decisions
 from ._importing import working_folder_first
@@ -409,7 +410,7 @@ class DurableRun(Run):
     ) -> AssistantMessage | RequestAborted | RequestFailed:
         """Send the request as a ``model_request`` step: on replay, the recorded outcome."""
         send = super().send
-        model = self.agent.model
+        model = self.settings.model
         positioned = model if isinstance(model, PositionedModel) else None
         asked = False
 
@@ -498,18 +499,12 @@ async def _drive(
     """One `DurableRun` from trigger ``first``: ``start`` (with the prompt), ``decided`` (the
     calls awaiting approval, with ``decisions``) or ``abort`` (a waiting run, with
     ``abort_reason``), claimed as ``agent.run()`` claims it."""
-    with agent._claim_lock:
-        if agent.is_running:
-            raise AgentBusyError("this agent is already running")
-        if max_turns is not None:
-            agent.max_turns = max_turns
-        if first == Trigger.DECIDED:
-            agent._check_decisions(None, decisions)
-        # A continued run keeps counting, as agent.run(decisions=...) does.
-        run_ = agent._claim(first, fresh=first == Trigger.START, run_class=DurableRun)
-        if abort_reason is not None:
-            run_.signal.set(abort_reason)
-    return await agent._drive(run_, user)
+    if max_turns is not None and not agent.is_running:
+        agent.max_turns = max_turns
+    # A continued run keeps counting, as agent.run(decisions=...) does.
+    return await agent.claim(
+        first, user, decisions=decisions, run_class=DurableRun, abort_reason=abort_reason
+    )
 
 
 async def _wait_for_decisions(
