@@ -229,7 +229,7 @@ class Compaction:
         after 0 (`statemachine_agent.session.kept_tokens_start` of `kept_tokens` by tokens,
         the start of the newest ``keep_recent_turns`` turns by turns), or 0 when there is
         nothing to cut. ``window``: the model's context window in tokens (None: unknown)."""
-        from .session._compaction import find_cut_points, kept_tokens_start
+        from ._cuts import find_cut_points, kept_tokens_start
 
         tokens = self.kept_tokens(window)
         if tokens is not None:
@@ -360,7 +360,7 @@ def cuttable(messages: Sequence[Message]) -> list[int]:
     """The turn boundaries a compaction could cut ``messages`` at (`find_cut_points` after 0,
     and after a summary that starts the history): empty when the newest turn (with the last
     summary) is all there is."""
-    from .session._compaction import SUMMARY_PREFIX, find_cut_points
+    from ._cuts import SUMMARY_PREFIX, find_cut_points
 
     first = 1 if messages and _is_summary(messages[0], SUMMARY_PREFIX) else 0
     return [i for i in find_cut_points(messages) if i > first]
@@ -370,7 +370,7 @@ def _largest_part(messages: Sequence[Message]) -> tuple[str, bool]:
     """The largest message of the newest turn of ``messages``, described with its size
     (``the result of tool dump (call d1): 120,004 characters, about 30,013 tokens``), and
     whether it is a tool result."""
-    from .session._compaction import find_cut_points
+    from ._cuts import find_cut_points
 
     start = max(find_cut_points(messages), default=0)
     turn = list(messages[start:]) or list(messages)
@@ -452,7 +452,7 @@ async def compact_context(run: Run) -> str:
     ``fail`` when the summarizer raised or returned nothing (the history as it was), or
     ``abort`` when the run was aborted meanwhile.
     """
-    from .session._compaction import (
+    from ._cuts import (
         SUMMARY_PREFIX,
         compact_history,
         held_response_index,

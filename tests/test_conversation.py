@@ -84,9 +84,7 @@ async def test_a_run_holds_settings_conversation_and_bus_and_no_agent() -> None:
         seen.append(run)
         return "ok"
 
-    agent = Agent(
-        ScriptedModel([tool_response(call("look")), text_response("done")]), tools=[look]
-    )
+    agent = Agent(ScriptedModel([tool_response(call("look")), text_response("done")]), tools=[look])
     result = await agent.run("go")
     assert result.state is State.DONE
     (run,) = seen
