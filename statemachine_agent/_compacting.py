@@ -1,7 +1,7 @@
 """Automatic compaction and context-window stops: the ``compacting`` state, its guards and actions.
 
 `Compaction` configures it (``Agent(compaction=Compaction(...))``). The machine enters
-``compacting`` (see `statemachine_agent._machine`):
+``compacting`` (see `_machine`):
 
 - ``compact``: ``request_model`` found, before building a request, that the history's context
   (`ContextUsage.tokens`) reached the threshold (`compaction_due`), or the provider answered the
@@ -14,7 +14,7 @@ boundary (`Compaction.kept_start`: the newest turns by tokens or by count), logs
 line, which resume restores) and fires ``compacted`` (back to ``awaiting_model``). A summarizer that
 raises or returns nothing ends the run ``failed`` with its error and the history as it was.
 
-The summarizer runs inside the run's abort scope (`statemachine_agent._cancel.abort_scope`): an
+The summarizer runs inside the run's abort scope (`_cancel.abort_scope`): an
 abort cancels an async summarizer where it waits, the run ends ``aborted`` with the history as it
 was and nothing is logged. A summarizer that takes a second positional parameter receives the
 run's `AbortSignal` (as ``transform_context`` does).

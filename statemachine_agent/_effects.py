@@ -3,7 +3,7 @@
 An effect is an async function of the `Run` that returns the next trigger (`request_model`,
 `run_tools`; `settle` for terminal states, which returns None). An action is a synchronous
 function of the `Run` called when its transition fires (answering a refusal's calls, counting a
-continuation, delivering queued input, saying why the run stopped). `statemachine_agent._machine`
+continuation, delivering queued input, saying why the run stopped). `_machine`
 binds them to states and transitions; the driver only calls what the definition names.
 """
 

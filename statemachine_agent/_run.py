@@ -2,7 +2,7 @@
 
 The driver is generic: fire a trigger, let the transition's action run, then the entered state's
 effect, which returns the next trigger; a terminal state's effect settles the run and ends it. What
-each state and transition does is named in the definition (`statemachine_agent._machine`), never
+each state and transition does is named in the definition (`_machine`), never
 decided here. A bug escaping an effect, or a cancelled task, still ends the run in a terminal state
 (``failed`` / ``aborted``) with every call answered before the exception propagates.
 """

@@ -1,5 +1,5 @@
 """`compact`: compaction of an agent's history between runs, logged to its session. The cut
-points and the compacted history are the core's (`statemachine_agent._cuts`), re-exported here
+points and the compacted history are the core's (`_cuts`), re-exported here
 under their public names."""
 
 from __future__ import annotations
