@@ -595,7 +595,10 @@ async def test_an_abort_ending_a_scope_entered_during_a_cancellation_keeps_the_c
 
 
 def test_setting_run_usage_replaces_the_usage_added_before() -> None:
-    run = Run(Agent(ScriptedModel([])))
+    from statemachine_agent._settings import RunSettings
+
+    agent = Agent(ScriptedModel([]))
+    run = Run(RunSettings.read(agent), agent.conversation, agent.bus, agent.machine)
     run.add_usage(Usage(input_tokens=5, output_tokens=1))
     run.usage = Usage(input_tokens=100, output_tokens=10)
     assert run.usage == Usage(input_tokens=100, output_tokens=10)

@@ -21,7 +21,7 @@ continues its script after the last recorded step.
 
 A call in flight when its worker died (started, no result recorded) is run again on recovery only
 when its tool is ``@tool(idempotent=True)``; otherwise it is answered with the session log's
-"no result recorded ... may or may not have run" text (`statemachine_agent._protocol.NO_RESULT`).
+"no result recorded ... may or may not have run" text (`_protocol.NO_RESULT`).
 DBOS's own step retries are off for tools unless the tool sets ``step_retries``.
 
 Where the database is:

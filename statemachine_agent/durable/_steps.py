@@ -161,7 +161,7 @@ class DurableRun(Run):
     ) -> AssistantMessage | RequestAborted | RequestFailed:
         """Send the request as a ``model_request`` step: on replay, the recorded outcome."""
         send = super().send
-        model = self.agent.model
+        model = self.settings.model
         positioned = model if isinstance(model, PositionedModel) else None
         asked = False
 

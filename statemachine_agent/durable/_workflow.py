@@ -10,8 +10,9 @@ from typing import Any
 
 from dbos import DBOS
 
-from .._agent import Agent, _as_user
-from .._errors import AgentBusyError, UsageError
+from .._agent import Agent
+from .._conversation import as_user as _as_user
+from .._errors import UsageError
 from .._hooks import Decision, PendingCall
 from .._result import RunResult
 from .._states import State, Trigger
@@ -76,18 +77,12 @@ async def _drive(
     """One `DurableRun` from trigger ``first``: ``start`` (with the prompt), ``decided`` (the
     calls awaiting approval, with ``decisions``) or ``abort`` (a waiting run, with
     ``abort_reason``), claimed as ``agent.run()`` claims it."""
-    with agent._claim_lock:
-        if agent.is_running:
-            raise AgentBusyError("this agent is already running")
-        if max_turns is not None:
-            agent.max_turns = max_turns
-        if first == Trigger.DECIDED:
-            agent._check_decisions(None, decisions)
-        # A continued run keeps counting, as agent.run(decisions=...) does.
-        run_ = agent._claim(first, fresh=first == Trigger.START, run_class=DurableRun)
-        if abort_reason is not None:
-            run_.signal.set(abort_reason)
-    return await agent._drive(run_, user)
+    if max_turns is not None and not agent.is_running:
+        agent.max_turns = max_turns
+    # A continued run keeps counting, as agent.run(decisions=...) does.
+    return await agent.claim(
+        first, user, decisions=decisions, run_class=DurableRun, abort_reason=abort_reason
+    )
 
 
 async def _wait_for_decisions(
