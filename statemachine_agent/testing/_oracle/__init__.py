@@ -19,9 +19,10 @@ Modules, each with one subject (lower ones import only higher ones):
 - `kinds`: result kinds (`classify`) and the abstract history (`tokens_of`).
 - `tools`: the oracle's tools and the ``tool_use`` block of a call.
 - `world`: what the predictor returns (`RunPrediction`, `Prediction`) and keeps (`World`).
-- `calls`, `batch`, `prediction`: the predictor (`Oracle`), in three layers: one call's result
-  and the usage limits; a tool batch (``executing_tools``) and decisions; the run, one method per
-  trigger of the transition table, each branch named after the table's label.
+- `calls`, `batch`, `turns`, `prediction`: the predictor (`Oracle`), in layers: one call's
+  result, the usage limits and queued input; a tool batch (``executing_tools``) and decisions
+  (``decided``); one run, a method per trigger of the transition table with each branch marked
+  ``trigger [label] -> dest`` after the table's labels; a scenario's runs and cancellations.
 - `resume`: what `Agent.resume` rebuilds from a session log.
 - `scenario_agent`, `play`: the agent a scenario runs on, and playing it.
 - `comparison`: `compare`, `check_scenario`.
@@ -101,6 +102,7 @@ from .texts import (
     limit_text,
 )
 from .tools import JOURNAL, ORACLE_TOOLS, call_block, job, limited, write
+from .turns import RunRules, Turns
 from .world import Declared, Prediction, RunPrediction, World
 
 __all__ = [
@@ -143,6 +145,7 @@ __all__ = [
     "Prediction",
     "RunObservation",
     "RunPrediction",
+    "RunRules",
     "RunSpec",
     "Scenario",
     "ScenarioHooks",
@@ -152,6 +155,7 @@ __all__ = [
     "StepKind",
     "Token",
     "ToolName",
+    "Turns",
     "World",
     "agent_options",
     "call_block",

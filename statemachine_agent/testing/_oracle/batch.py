@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-# Public names only (the engine's internals may change under it): the oracle sees the loop as a
-# user does.
 from .calls import CallRules
 from .scenario import AnchorEvent, DecisionKind, Step
 from .texts import DENY_REASON, EDITED, TRUNCATING
@@ -17,7 +15,7 @@ from .world import RunPrediction
 class BatchRules(CallRules):
     """The ``executing_tools`` state's effect (``run_tools``) and the ``decided`` trigger."""
 
-    def _batch(
+    def _run_tools(
         self,
         p: RunPrediction,
         step: Step,
@@ -177,7 +175,7 @@ class BatchRules(CallRules):
             p.labels.add("approval_deferred")
         return terminate_at is not None, False
 
-    def _decide(self, p: RunPrediction, decisions: Sequence[tuple[str, DecisionKind]]) -> bool:
+    def _decided(self, p: RunPrediction, decisions: Sequence[tuple[str, DecisionKind]]) -> bool:
         """A run with decisions on a held batch: approved calls run (the before hook skipped:
         a person approved them; an edit runs with its arguments), denied ones are answered
         ``Denied: <reason>``. True while a call still waits; else every result of the batch is

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-# Public names only (the engine's internals may change under it): the oracle sees the loop as a
-# user does.
 from .scenario import Call, Limits, RunSpec, Step
 from .texts import TRUNCATING
 from .tools import call_block, job_behaviour, limited_behaviour, tag_of

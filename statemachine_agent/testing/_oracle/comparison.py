@@ -9,8 +9,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-# Public names only (the engine's internals may change under it): the oracle sees the loop as a
-# user does.
 from ..._protocol import (
     find_violations,
 )

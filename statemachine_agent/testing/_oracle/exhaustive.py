@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-# Public names only (the engine's internals may change under it): the oracle sees the loop as a
-# user does.
 from .scenario import Anchor, Call, RunSpec, Scenario, Step
 
 # -- bounded exhaustive mode -------------------------------------------------------------------

@@ -6,9 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-# Public names only (the engine's internals may change under it): the oracle sees the loop as a
-# user does.
-
 # -- the scenario ------------------------------------------------------------------------------
 
 ToolName = Literal["job", "limited", "write", "nope"]

@@ -3,8 +3,6 @@ exact text of each fixed result kind."""
 
 from __future__ import annotations
 
-# Public names only (the engine's internals may change under it): the oracle sees the loop as a
-# user does.
 from ..._compacting import CUT_BY_WINDOW, NOT_RUN_WINDOW
 from ..._execution import OWN_CANCELLATION
 from ..._messages import StopReason

@@ -7,8 +7,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-# Public names only (the engine's internals may change under it): the oracle sees the loop as a
-# user does.
 from .kinds import Token
 from .scenario import Call, DecisionKind
 from .texts import PAUSE_TURN, TRUNCATING
