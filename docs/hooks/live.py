@@ -4,7 +4,7 @@ A page writes a marker comment on a line of its own and this hook replaces it be
 (and mkdocstrings) see the page:
 
 - ``<!-- live: state-diagram -->``: the built-in machine's overview diagram (Mermaid), as
-  ``statemachine-agent diagram`` prints it.
+  ``statemachine-agent diagram`` prints it, drawn in the browser by ``docs/js/diagram.mjs``.
 - ``<!-- live: state-table -->``: the states of the built-in definition (`LoopMachine().states`,
   its groups) with their effects and the branches that leave each.
 - ``<!-- live: transition-table -->``: every branch in the order it is tried (`LoopMachine().specs`).
@@ -14,6 +14,7 @@ A page writes a marker comment on a line of its own and this hook replaces it be
 
 from __future__ import annotations
 
+import html
 import importlib
 import re
 from typing import Any
@@ -31,8 +32,10 @@ def _cell(text: str) -> str:
 def _state_table() -> str:
     machine = LoopMachine()
     groups = {name: g for name, g in machine.groups.items()}
-    rows = ["| state | effect | group | ends a run | `run()` returns here | left by |",
-            "| --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        "| state | effect | group | ends a run | `run()` returns here | left by |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for name, spec in machine.states.items():
         member_of = [g for g, group in groups.items() if name in group.states]
         leaving = sorted({s.trigger for s in machine.specs if name in s.sources})
@@ -68,12 +71,15 @@ def _replace(match: re.Match[str]) -> str:
     if kind == "api":
         return _api(what)
     if what == "state-diagram":
-        return f"```mermaid\n{str(render_diagram()).rstrip()}\n```"
+        # Drawn by docs/js/diagram.mjs where Mermaid loads; readable text where it does not.
+        return f'<pre class="state-diagram">{html.escape(str(render_diagram()).rstrip())}</pre>'
     if what == "state-table":
         return _state_table()
     if what == "transition-table":
         return _transition_table()
-    raise ValueError(f"unknown live marker {what!r}: use state-diagram, state-table or transition-table")
+    raise ValueError(
+        f"unknown live marker {what!r}: use state-diagram, state-table or transition-table"
+    )
 
 
 def on_page_markdown(markdown: str, **kwargs: Any) -> str:

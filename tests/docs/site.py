@@ -16,7 +16,17 @@ def build(config: Path, site_dir: Path) -> subprocess.CompletedProcess[str]:
     ``--strict`` counts, and the build would pass with a broken link."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site_dir)],
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-f",
+            str(config),
+            "-d",
+            str(site_dir),
+        ],
         cwd=config.parent,
         env=env,
         capture_output=True,

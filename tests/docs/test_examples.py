@@ -65,7 +65,9 @@ def test_every_python_block_of_a_page_runs_in_order_and_prints_what_it_states(
             assert mismatch is None, f"{block.where} does not print what it states:\n{mismatch}"
         result = main.__dict__.get("result")
         if result is not None and hasattr(result, "state"):
-            assert result.error is None or result.state != "failed", f"{block.where}: {result.error}"
+            assert result.error is None or result.state != "failed", (
+                f"{block.where}: {result.error}"
+            )
         assert os.getcwd() == str(tmp_path), f"{block.where} left the page's folder"
 
 
@@ -73,7 +75,7 @@ def test_every_python_block_of_a_page_runs_in_order_and_prints_what_it_states(
 
 
 def test_a_block_whose_output_differs_from_its_stated_comment_is_reported() -> None:
-    code = 'print(1 + 1)  # -> 3\n'
+    code = "print(1 + 1)  # -> 3\n"
     stated = stated_output(code)
     assert stated == ["3"]
     assert output_mismatch(stated, "2\n") is not None

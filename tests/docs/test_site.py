@@ -62,7 +62,9 @@ def test_no_page_pastes_the_state_diagram_or_the_state_table() -> None:
         assert "| state |" not in text, f"{page}: use <!-- live: state-table -->"
 
 
-def test_the_built_states_page_shows_the_live_diagram_and_every_state_and_branch(site: Path) -> None:
+def test_the_built_states_page_shows_the_live_diagram_and_every_state_and_branch(
+    site: Path,
+) -> None:
     page = html.unescape((site / "concepts" / "states" / "index.html").read_text(encoding="utf-8"))
     text = re.sub(r"<[^>]+>", "", page)
     assert str(render_diagram()).strip().splitlines()[0] in text
