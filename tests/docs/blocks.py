@@ -74,3 +74,9 @@ def output_mismatch(stated: list[str], printed: str) -> str | None:
     ):
         return None
     return "stated:\n  " + "\n  ".join(stated) + "\nprinted:\n  " + "\n  ".join(got)
+
+
+def documentation_text() -> str:
+    """README.md and every page of the site, one after another: what a test of the documentation's
+    words searches, wherever a section lives now."""
+    return "\n\n".join(page.read_text(encoding="utf-8") for page in pages())
