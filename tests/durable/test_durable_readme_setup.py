@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
+from docs.blocks import documentation_text
 from worker_process import cli, start_worker
 
 from statemachine_agent.durable import Client
@@ -24,7 +25,6 @@ FACTORY = """
 from statemachine_agent import Agent
 from statemachine_agent.models import FunctionModel
 from statemachine_agent.testing.steps import text_response
-from docs.blocks import documentation_text
 
 
 def make_agent() -> Agent:
