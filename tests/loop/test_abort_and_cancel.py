@@ -547,7 +547,7 @@ def tool_texts(messages: list[Any]) -> list[str]:
     return [m.text for m in messages if isinstance(m, ToolResultMessage)]
 
 
-# 1. abort() that lands after the top-of-loop check but before the stream suspends is lost
+# Found by a review: abort() that lands after the top-of-loop check but before the stream suspends is lost
 async def test_an_abort_during_transform_context_sends_no_request():
     model = ScriptedModel([text_response("hello")])
 
@@ -581,7 +581,7 @@ async def test_an_abort_from_a_turn_start_subscriber_sends_no_request():
     assert transitions(events) == [("idle", "awaiting_model"), ("awaiting_model", "aborted")]
 
 
-# 3. unexpected exception escaping the batch / request leaves the machine mid-run forever
+# Found by a review: unexpected exception escaping the batch / request leaves the machine mid-run forever
 class Boom(BaseException):
     pass
 

@@ -26,7 +26,7 @@ NO_RESULT = (
 )
 
 
-# 4. history produced by the engine violates invariant 1/4
+# Found by a review: history produced by the engine violates invariant 1/4
 async def test_dangling_calls_in_a_given_history_are_answered_before_the_prompt():
     hist = [
         UserMessage("do"),

@@ -121,7 +121,7 @@ def tool_texts(messages: list[Any]) -> list[str]:
     return [m.text for m in messages if isinstance(m, ToolResultMessage)]
 
 
-# 8. a should_continue hook failing after a terminating denial keeps the denial's reason
+# Found by a review: a should_continue hook failing after a terminating denial keeps the denial's reason
 async def test_a_terminating_denials_reason_survives_a_failing_should_continue() -> None:
     from statemachine_agent import Deny
 

@@ -99,7 +99,7 @@ async def test_the_history_at_max_turns_ends_with_the_answered_batch() -> None:
     )
 
 
-# 7. the turn cap bounds text-only turns driven by queued input too
+# Found by a review: the turn cap bounds text-only turns driven by queued input too
 async def test_the_turn_cap_stops_a_run_with_queued_follow_ups():
     agent = Agent(ScriptedModel([text_response(f"a{i}") for i in range(10)]), max_turns=2)
     for i in range(5):

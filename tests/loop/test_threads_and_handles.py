@@ -234,7 +234,7 @@ def test_parallel_sub_agents_in_worker_threads_share_one_model(replay: ReplaySer
     asyncio.run(model.aclose())  # and the model closes afterwards, in a loop of its own
 
 
-# 6. progress from a sync tool (a worker thread) reaches subscribers on the loop's thread, while
+# Found by a review: progress from a sync tool (a worker thread) reaches subscribers on the loop's thread, while
 # the tool still runs
 async def test_progress_from_a_sync_tool_is_delivered_on_the_loop_thread():
     delivered = threading.Event()

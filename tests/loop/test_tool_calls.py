@@ -370,7 +370,7 @@ def tool_texts(messages: list[Any]) -> list[str]:
     return [m.text for m in messages if isinstance(m, ToolResultMessage)]
 
 
-# 2. per-resource write queue is not in declaration order when before_tool_call suspends
+# Found by a review: per-resource write queue is not in declaration order when before_tool_call suspends
 async def test_the_write_queue_keeps_declaration_order_under_an_async_permission_hook():
     order = []
 

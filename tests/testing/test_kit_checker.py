@@ -40,7 +40,7 @@ async def clean_run() -> tuple[AgentKit, object, RunReport]:
     return kit, agent, report
 
 
-async def test_bug6_checker_reports_a_request_ending_with_an_assistant_message() -> None:
+async def test_checker_reports_a_request_ending_with_an_assistant_message() -> None:
     _, agent, report = await clean_run()
     assert len(report.requests) == 2
     second = report.requests[1]
@@ -56,7 +56,7 @@ async def test_bug6_checker_reports_a_request_ending_with_an_assistant_message()
     ]
 
 
-async def test_bug6_checker_reports_a_call_started_and_ended_twice() -> None:
+async def test_checker_reports_a_call_started_and_ended_twice() -> None:
     _, agent, report = await clean_run()
     starts = [e for e in report.events if isinstance(e, ToolExecutionStart)]
     ends = [e for e in report.events if isinstance(e, ToolExecutionEnd)]
