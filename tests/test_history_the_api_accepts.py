@@ -120,7 +120,9 @@ async def test_non_finite_input_given_as_data_is_stored_as_text_and_answered() -
     strict_json(wire_messages(model, 1))
 
 
-async def test_same_after_a_session_log_resume(tmp_path: Path) -> None:
+async def test_non_finite_input_is_answered_the_same_after_a_session_log_resume(
+    tmp_path: Path,
+) -> None:
     ran.clear()
     path = tmp_path / "s.jsonl"
     model = ScriptedModel(

@@ -301,7 +301,7 @@ async def test_all_steering_arrives_in_one_request() -> None:
     assert texts(model.requests[1].messages[-3:]) == ["worked", "s1", "s2"]
 
 
-async def test_follow_up_modes() -> None:
+async def test_follow_up_modes_deliver_one_or_all_queued_follow_ups() -> None:
     for mode, expected in (("one_at_a_time", 3), ("all", 2)):
         model = ScriptedModel([text_response(f"r{i}") for i in range(3)])
         agent = Agent(model, follow_up_mode=mode)  # type: ignore[arg-type]

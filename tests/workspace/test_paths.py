@@ -51,7 +51,7 @@ def test_absolute_path_inside_the_root_is_allowed(workspace: Path) -> None:
     assert "# demo" in results[0].text
 
 
-def test_did_you_mean(workspace: Path) -> None:
+def test_a_missing_path_suggests_the_nearest_existing_ones(workspace: Path) -> None:
     _, results = run_calls(workspace, [("read_file", {"path": "src/maths.py"})])
     assert results[0].is_error
     assert results[0].text == "File not found: src/maths.py. Did you mean src/math.py?"
