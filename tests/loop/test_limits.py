@@ -439,7 +439,10 @@ def test_a_run_deciding_its_calls_at_the_cap_stops_after_the_batch() -> None:
     assert second.error.startswith("Stopped after 1 turn(s): the max_turns limit (1) was reached")
 
 
-def test_a_turn_cap_lowered_during_a_run_is_not_said_to_be_reached_at_more_turns() -> None:
+def test_a_turn_cap_lowered_during_a_run_applies_from_the_next_run_which_stops_at_once() -> None:
+    """Configuration is read once per run (when it is claimed): a cap lowered during turn 3 does
+    not stop that run, and the run continued after it stops at once, with no request, saying it
+    has already made more turns than the cap allows (not that a cap of 2 was reached)."""
     requests: list[int] = []
     holder: list[Agent] = []
 
@@ -450,13 +453,19 @@ def test_a_turn_cap_lowered_during_a_run_is_not_said_to_be_reached_at_more_turns
             holder[0].max_turns = 2  # lowered during turn 3
         return "more"
 
-    agent = Agent(endless_reader(requests), tools=[read], max_turns=10)
+    agent = Agent(endless_reader(requests), tools=[read], max_turns=5)
     holder.append(agent)
     result = agent.run_sync("Read everything")
-    assert (result.state, result.turns) == (State.MAX_TURNS, 3)
+    assert (result.state, result.turns) == (State.MAX_TURNS, 5)
     assert result.error is not None
-    assert result.error.startswith(
-        "Stopped after 3 turn(s): the max_turns limit was lowered to 2, below the run's turns"
+    assert result.error.startswith("Stopped after 5 turn(s): the max_turns limit (5) was reached")
+    sent = len(requests)
+    continued = agent.run_sync()
+    assert (continued.state, continued.turns) == (State.MAX_TURNS, 5)
+    assert len(requests) == sent  # no new request
+    assert continued.error is not None
+    assert continued.error.startswith(
+        "Stopped before any new turn: this run has already made 5 turn(s) (under a higher limit"
     )
 
 
