@@ -47,6 +47,7 @@ from ._output import output_tool
 from ._responses import call_ids
 from ._result import RunResult
 from ._run import Run, continuation_of
+from ._sources import ToolSource, merge_tools
 from ._states import State, Trigger
 from ._tools import Tool, ToolFunction, tool_from_function
 from .models._base import Model, ModelRequest, ToolDefinition
@@ -95,7 +96,9 @@ class Agent:
 
     Args:
         model: the provider (`AnthropicModel`, `ScriptedModel`, `FunctionModel`, or any `Model`).
-        tools: `Tool` objects or typed functions (wrapped with `tool`).
+        tools: `Tool` objects, typed functions (wrapped with `tool`) or tool sources
+            (`ToolSource`, e.g. `statemachine_agent.mcp.MCPServer`): a source's tools are
+            listed on ``async with agent`` and before each model request; `aclose` closes it.
         system: the system prompt.
         max_turns: the turn cap of a run (a turn is one model response plus its tool batch);
             reaching it ends the run in ``max_turns``. A run continued without a prompt
@@ -158,7 +161,7 @@ class Agent:
         self,
         model: Model,
         *,
-        tools: Iterable[Tool | ToolFunction] = (),
+        tools: Iterable[Tool | ToolFunction | ToolSource] = (),
         system: str | None = None,
         max_turns: int = 50,
         tool_execution: ToolExecution = "parallel",
@@ -194,7 +197,11 @@ class Agent:
         self.model = model
         self.owns_model = owns_model
         self.tools: dict[str, Tool] = {}
+        self.tool_sources: list[ToolSource] = []
         for item in tools:
+            if isinstance(item, ToolSource) and not isinstance(item, Tool):
+                self.tool_sources.append(item)
+                continue
             if not isinstance(item, Tool) and not callable(item):
                 raise ToolDefinitionError(
                     f"tools must be Tool objects or typed functions, got {item!r}"
@@ -251,6 +258,7 @@ class Agent:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._call_ids = call_ids(self._messages)
+        self._own_tools = dict(self.tools)  # without the tool sources' (see `_collect_tools`)
         self._tool_definitions = [
             ToolDefinition(t.name, t.description, t.input_schema) for t in self.tools.values()
         ]
@@ -324,9 +332,33 @@ class Agent:
             AgentBusyError: a run is in progress.
         """
         self.close()
+        for source in self.tool_sources:  # an MCP server's process or connection
+            await source.aclose()
         aclose = getattr(self.model, "aclose", None) if self.owns_model else None
         if aclose is not None:
             await aclose()
+
+    async def _collect_tools(self) -> None:
+        """List the tool sources' current tools into `tools` and the request's definitions
+        (before each model request and on ``async with``; nothing to do without sources).
+
+        Raises:
+            ToolDefinitionError: two tools share a name (naming both owners).
+            AgentError: a source cannot list its tools (naming it).
+        """
+        if not self.tool_sources:
+            return
+        tools = await merge_tools(self._own_tools, self.tool_sources)
+        if list(tools.values()) == list(self.tools.values()):
+            return
+        definitions = [
+            ToolDefinition(t.name, t.description, t.input_schema) for t in tools.values()
+        ]
+        check_tools = getattr(self.model, "check_tools", None)
+        if check_tools is not None:
+            check_tools(definitions)
+        self.tools = tools
+        self._tool_definitions = definitions
 
     def __enter__(self) -> Self:
         return self
@@ -335,6 +367,17 @@ class Agent:
         self.close()
 
     async def __aenter__(self) -> Self:
+        """Connect the tool sources and list their tools (closing them again on a failure).
+
+        Raises:
+            ToolDefinitionError, AgentError: as `_collect_tools`.
+        """
+        try:
+            await self._collect_tools()
+        except BaseException:
+            for source in self.tool_sources:
+                await source.aclose()
+            raise
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -457,6 +457,10 @@ class Run:
         """Build and send one request (with the engine's retries). Returns the response, or the
         trigger to fire instead (``abort``, ``fail``) with the history and error recorded."""
         self.answer_open_calls()
+        try:  # the tool sources' current tools (MCP servers), before each request
+            await self.agent._collect_tools()
+        except Exception as exc:
+            return self.fail(f"The tools could not be listed: {type(exc).__name__}: {exc}")
         try:
             request = await self._build_request()
         except InvalidHistoryError as exc:
