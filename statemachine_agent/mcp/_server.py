@@ -9,6 +9,7 @@ import logging
 import os
 import shlex
 import shutil
+import signal
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,8 @@ class MCPServer:
 
         def connect() -> Client:
             return Client(params, cache=None, message_handler=server._on_message)
+
+        connect.command = argv[0]  # type: ignore[attr-defined]  # its process group is ours to end
 
         server = cls(
             name or Path(command).name,
@@ -370,6 +373,7 @@ class _Connection:
         self.stop = asyncio.Event()
         self.changed = True
         self.broken = False  # a call saw the connection closed
+        self.groups: set[int] = set()  # a stdio server's process group
         self.client: Client = server._connect()
         self.task = asyncio.ensure_future(self._hold())
 
@@ -379,8 +383,14 @@ class _Connection:
         )
 
     async def _hold(self) -> None:
+        command = getattr(self.server._connect, "command", None)
+        before = _group_leaders(None) if command else set()
         try:
+            if command:  # a stdio server: after it exits, what it started goes too
+                self.groups = _group_leaders(command) - before
             async with self.client as client:
+                if command:
+                    self.groups = _group_leaders(command) - before
                 listener = None
                 if client.protocol_version >= _MODERN:  # list_changed only through listen
                     listener = asyncio.ensure_future(self._listen(client))
@@ -390,7 +400,9 @@ class _Connection:
                 finally:
                     if listener is not None:
                         await _cancel(listener)
+            _kill_groups(self.groups)
         except BaseException as exc:
+            _kill_groups(self.groups)
             if not self.ready.done():
                 self.ready.set_exception(exc)
                 return
@@ -423,6 +435,41 @@ class _Connection:
             raise
         except Exception:
             pass
+
+
+def _group_leaders(command: str | None) -> set[int]:
+    """This process's children that lead their own session (how the ``mcp`` client starts a
+    stdio server), running ``command`` (None: any). Linux (``/proc``); elsewhere empty."""
+    me = os.getpid()
+    found: set[int] = set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            if int(fields[1]) != me or int(fields[3]) != int(entry):
+                continue
+            if command is not None:
+                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                    if os.fsencode(Path(command).name) not in cmdline.read():
+                        continue
+        except (OSError, IndexError, ValueError):
+            continue
+        found.add(int(entry))
+    return found
+
+
+def _kill_groups(groups: set[int]) -> None:
+    """SIGKILL each process group (a stdio server's children left behind)."""
+    for group in groups:
+        with contextlib.suppress(OSError):
+            os.killpg(group, signal.SIGKILL)
+    groups.clear()
 
 
 async def _cancel(task: asyncio.Future[Any]) -> None:
