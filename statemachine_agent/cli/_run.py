@@ -239,13 +239,16 @@ def build_agent(
     max_turns: int = 50,
     session: Path | None = None,
     sandbox: SandboxStatus | Sandbox | None = None,
+    tool_sources: Sequence[Any] = (),
     **kwargs: Any,
 ) -> Agent:
     """An agent with the workspace tools and the permission hook; with ``session``, it continues
-    (or starts) that session log. ``sandbox`` is passed to `workspace_tools` (default: auto)."""
+    (or starts) that session log. ``sandbox`` is passed to `workspace_tools` (default: auto);
+    ``tool_sources`` (MCP servers: ``--mcp``, ``--mcp-url``) add their tools."""
     system_prompt = system if system is not None else SYSTEM_PROMPT.format(root=workspace.root)
+    tools = workspace_tools(workspace, sandbox=sandbox if sandbox is not None else "auto")
     options: dict[str, Any] = {
-        "tools": workspace_tools(workspace, sandbox=sandbox if sandbox is not None else "auto"),
+        "tools": [*tools, *tool_sources],
         "system": system_prompt,
         "max_turns": max_turns,
         "before_tool_call": permissions,
@@ -307,6 +310,8 @@ def execute(
             with interrupts.installed(asyncio.get_running_loop()):
                 return await agent.run(prompt, decisions=decisions)
         finally:
+            for source in agent.tool_sources:  # MCP servers: stopped inside this event loop
+                await source.aclose()
             # Close the provider's HTTP client inside this event loop, before asyncio.run ends it.
             aclose = getattr(agent.model, "aclose", None)
             if aclose is not None:
@@ -508,6 +513,20 @@ def resolve_sandbox(
     help="With --session: move the log's unreadable lines (if any) to FILE.unreadable, "
     "nothing lost, and resume without them.",
 )
+@click.option(
+    "--mcp",
+    "mcp_specs",
+    multiple=True,
+    metavar="NAME=COMMAND ARGS",
+    help="Add a stdio MCP server's tools (named NAME_tool), started in the workspace. Repeatable.",
+)
+@click.option(
+    "--mcp-url",
+    "mcp_urls",
+    multiple=True,
+    metavar="URL",
+    help="Add the tools of a streamable HTTP MCP server. Repeatable.",
+)
 @click.option("--json", "json_lines", is_flag=True, help="Print events as JSON lines on stdout.")
 def run_command(
     prompt: str | None,
@@ -527,6 +546,8 @@ def run_command(
     deny: Sequence[str],
     json_lines: bool,
     repair: bool = False,
+    mcp_specs: Sequence[str] = (),
+    mcp_urls: Sequence[str] = (),
 ) -> None:
     """Run an agent on PROMPT in a workspace folder, showing the state machine as it goes.
 
@@ -604,6 +625,7 @@ def run_command(
             max_turns=max_turns,
             session=session,
             sandbox=sandbox,
+            tool_sources=mcp_servers(mcp_specs, mcp_urls, workspace),
         )
     except UsageError as exc:
         raise click.UsageError(str(exc)) from exc
@@ -659,6 +681,23 @@ def run_command(
     if session is not None and not json_lines:
         console.print(f"[dim]Session log: {session}[/dim]", soft_wrap=True)
     sys.exit(EXIT_CODES.get(result.state, 1))
+
+
+def mcp_servers(specs: Sequence[str], urls: Sequence[str], workspace: Path) -> list[Any]:
+    """The MCP servers of ``--mcp NAME=COMMAND ARGS`` (stdio, in the workspace, tools named
+    ``NAME_tool``) and ``--mcp-url URL``.
+
+    Raises:
+        UsageError: a ``--mcp`` without ``NAME=`` or a command; the mcp extra is missing.
+    """
+    if not specs and not urls:
+        return []
+    try:
+        from ..mcp import MCPServer
+    except ImportError as exc:
+        raise UsageError(str(exc)) from exc
+    servers = [MCPServer.from_spec(spec, cwd=workspace) for spec in specs]
+    return servers + [MCPServer.http(url) for url in urls]
 
 
 PENDING_ARGUMENTS_CHARS = 120

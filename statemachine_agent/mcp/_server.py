@@ -378,9 +378,7 @@ class _Connection:
         self.task = asyncio.ensure_future(self._hold())
 
     def alive(self) -> bool:
-        return (
-            not self.broken and not self.task.done() and self.loop is asyncio.get_running_loop()
-        )
+        return not self.broken and not self.task.done() and self.loop is asyncio.get_running_loop()
 
     async def _hold(self) -> None:
         command = getattr(self.server._connect, "command", None)
