@@ -43,7 +43,7 @@ def test_cli_run_with_mcp_calls_the_servers_tool_like_a_local_one(tmp_path: Path
 
 def test_cli_refuses_an_mcp_spec_without_a_name(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
-    script.write_text(json.dumps({"steps": []}))
+    script.write_text(json.dumps({"steps": [{"content": [{"type": "text", "text": "x"}]}]}))
     done = subprocess.run(
         [sys.executable, "-m", "statemachine_agent", "run", "-w", str(tmp_path)]
         + ["-m", f"script:{script}", "--mcp", "python server.py", "go"],
