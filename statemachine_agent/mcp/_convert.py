@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]  # the mcp SDK's own dependency
 import mcp.types as mt
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError

@@ -10,13 +10,14 @@ import os
 import shlex
 import shutil
 import signal
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import httpx2
 import mcp.types as mt
-from mcp import Client, MCPError, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from .._errors import AgentError, ToolError
@@ -143,10 +144,16 @@ class MCPServer:
                 exe = shutil.which(command) or command
                 argv = [status.bwrap, *bwrap_arguments(sandbox, root), "--", exe, *args]
                 extra = {**sandbox_environment(sandbox, os.environ), **extra}
-        params = StdioServerParameters(command=argv[0], args=argv[1:], env=extra or None, cwd=cwd)
+        params = StdioServerParameters(
+            command=argv[0],
+            args=argv[1:],
+            env=extra or None,
+            cwd=None if cwd is None else Path(cwd),
+        )
 
         def connect() -> Client:
-            return Client(params, cache=None, message_handler=server._on_message)
+            transport = stdio_client(params, errlog=_errlog())
+            return Client(transport, cache=None, message_handler=server._on_message)
 
         connect.command = argv[0]  # type: ignore[attr-defined]  # its process group is ours to end
 
@@ -328,7 +335,8 @@ class MCPServer:
         )
         aborted = ctx.signal.future()
         try:
-            await asyncio.wait({call, connection.task, aborted}, return_when="FIRST_COMPLETED")
+            waits: set[asyncio.Future[Any]] = {call, connection.task, aborted}
+            await asyncio.wait(waits, return_when="FIRST_COMPLETED")
         except asyncio.CancelledError:  # a timeout, or the run's task: cancel the request
             await _cancel(call)
             raise
@@ -488,6 +496,16 @@ async def _list_all(client: Client) -> list[mt.Tool]:
         cursor = page.next_cursor
         if cursor is None:
             return tools
+
+
+def _errlog() -> TextIO:
+    """Where a stdio server's stderr goes: this process's, the real one when ``sys.stderr`` was
+    replaced by an object with no file descriptor (a test's capture, a notebook)."""
+    try:
+        sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return sys.__stderr__ or open(os.devnull, "w")
+    return sys.stderr
 
 
 def _describe(exc: BaseException) -> str:

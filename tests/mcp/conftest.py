@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install '.[mcp]')")
 
-from mcp_servers import SERVER, free_port  # noqa: E402
+from mcp_servers import SERVER, free_port
 
 
 @pytest.fixture

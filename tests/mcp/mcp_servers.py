@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
 
 
 def free_port() -> int:

@@ -16,7 +16,12 @@ def test_cli_run_with_mcp_calls_the_servers_tool_like_a_local_one(tmp_path: Path
     steps = [
         {
             "content": [
-                {"type": "tool_use", "id": "toolu_1", "name": "demo_add", "input": {"a": 20, "b": 22}}
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "demo_add",
+                    "input": {"a": 20, "b": 22},
+                }
             ],
             "stop_reason": "tool_use",
         },
@@ -27,8 +32,20 @@ def test_cli_run_with_mcp_calls_the_servers_tool_like_a_local_one(tmp_path: Path
     workspace = tmp_path / "ws"
     workspace.mkdir()
     done = subprocess.run(
-        [sys.executable, "-m", "statemachine_agent", "run", "--json", "-w", str(workspace)]
-        + ["-m", f"script:{script}", "--mcp", spec, "add them"],
+        [
+            sys.executable,
+            "-m",
+            "statemachine_agent",
+            "run",
+            "--json",
+            "-w",
+            str(workspace),
+            "-m",
+            f"script:{script}",
+            "--mcp",
+            spec,
+            "add them",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -45,8 +62,19 @@ def test_cli_refuses_an_mcp_spec_without_a_name(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"steps": [{"content": [{"type": "text", "text": "x"}]}]}))
     done = subprocess.run(
-        [sys.executable, "-m", "statemachine_agent", "run", "-w", str(tmp_path)]
-        + ["-m", f"script:{script}", "--mcp", "python server.py", "go"],
+        [
+            sys.executable,
+            "-m",
+            "statemachine_agent",
+            "run",
+            "-w",
+            str(tmp_path),
+            "-m",
+            f"script:{script}",
+            "--mcp",
+            "python server.py",
+            "go",
+        ],
         capture_output=True,
         text=True,
         timeout=120,

@@ -12,7 +12,6 @@ import sys
 from typing import Any
 
 import pytest
-
 from mcp_servers import SERVER, stdio_server
 
 from statemachine_agent import Agent, State, ToolDefinitionError, tool
@@ -20,7 +19,6 @@ from statemachine_agent._events import ToolExecutionUpdate
 from statemachine_agent._messages import ImageBlock, ToolResultMessage
 from statemachine_agent.mcp import MCPServer, MCPServerError
 from statemachine_agent.models import ScriptedModel
-
 
 _ids = itertools.count()
 
@@ -105,7 +103,9 @@ async def test_progress_notifications_become_the_calls_progress_events() -> None
     model = ScriptedModel([calls(("steps", {"n": 2})), DONE])
     updates: list[Any] = []
     async with Agent(model, tools=[stdio_server()]) as agent:
-        agent.subscribe(lambda e: updates.append(e.update) if isinstance(e, ToolExecutionUpdate) else None)
+        agent.subscribe(
+            lambda e: updates.append(e.update) if isinstance(e, ToolExecutionUpdate) else None
+        )
         result = await agent.run("go")
     assert text(results(result)[0]) == "2 steps"
     assert updates == [
@@ -114,7 +114,9 @@ async def test_progress_notifications_become_the_calls_progress_events() -> None
     ]
 
 
-async def test_a_server_that_crashes_mid_call_gives_an_error_and_the_next_call_restarts_it() -> None:
+async def test_a_server_that_crashes_mid_call_gives_an_error_and_the_next_call_restarts_it() -> (
+    None
+):
     server = stdio_server()
     model = ScriptedModel([calls(("crash", {})), calls(("add", {"a": 1, "b": 1})), DONE])
     async with Agent(model, tools=[server]) as agent:
@@ -202,7 +204,7 @@ async def test_a_name_clash_without_prefix_names_both_and_a_prefix_avoids_it() -
 
 
 async def test_two_servers_with_the_same_tools_clash_naming_both() -> None:
-    with pytest.raises(ToolDefinitionError, match="MCP server 'other'.*MCP server 'demo'"):
+    with pytest.raises(ToolDefinitionError, match=r"MCP server 'other'.*MCP server 'demo'"):
         async with Agent(
             ScriptedModel([DONE]),
             tools=[stdio_server(), MCPServer.stdio(*stdio_server_argv(), name="other")],

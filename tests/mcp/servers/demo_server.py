@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import os
 import subprocess
 import sys
@@ -64,7 +65,9 @@ def build(no_tools: bool) -> MCPServer:
     @server.tool()
     def link() -> list[mt.ContentBlock]:
         """A resource link."""
-        return [mt.ResourceLink(name="report", uri="file:///tmp/report.txt", mime_type="text/plain")]
+        return [
+            mt.ResourceLink(name="report", uri="file:///tmp/report.txt", mime_type="text/plain")
+        ]
 
     @server.tool()
     def fail(message: str) -> str:
@@ -110,10 +113,8 @@ def build(no_tools: bool) -> MCPServer:
 
         server.add_tool(late)
         await ctx.notify_tools_changed()
-        try:
+        with contextlib.suppress(Exception):
             await ctx.request_context.session.send_tool_list_changed()
-        except Exception:
-            pass
         return "grown"
 
     @server.tool()
