@@ -67,7 +67,7 @@ class MCPServer:
     A server that dies (or drops the connection) during a call gives that call an error result;
     the next listing or call starts (or reconnects to) the server again. A server that does not
     start within ``startup_timeout_seconds``, fails to start, or lists no tools raises
-    `MCPServerError` naming it (on ``async with agent``; during a run the run ends in ``error``
+    `MCPServerError` naming it (on ``async with agent``; during a run the run ends in ``failed``
     with that message).
 
     Args:

@@ -263,7 +263,7 @@ async def test_a_run_whose_server_cannot_start_ends_in_error_naming_it() -> None
     agent = Agent(ScriptedModel([DONE]), tools=[server])
     result = await agent.run("go")
     await agent.aclose()
-    assert result.state is State.ERROR
+    assert result.state is State.FAILED
     assert "MCP server 'ghost' could not be started" in (result.error or "")
 
 
