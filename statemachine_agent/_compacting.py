@@ -1,7 +1,7 @@
 """Automatic compaction and context-window stops: the ``compacting`` state, its guards and actions.
 
 `Compaction` configures it (``Agent(compaction=Compaction(...))``). The machine enters
-``compacting`` (see `statemachine_agent._machine`):
+``compacting`` (see `_machine`):
 
 - ``compact``: ``request_model`` found, before building a request, that the history's context
   (`ContextUsage.tokens`) reached the threshold (`compaction_due`), or the provider answered the
@@ -14,7 +14,7 @@ boundary (`Compaction.kept_start`: the newest turns by tokens or by count), logs
 line, which resume restores) and fires ``compacted`` (back to ``awaiting_model``). A summarizer that
 raises or returns nothing ends the run ``failed`` with its error and the history as it was.
 
-The summarizer runs inside the run's abort scope (`statemachine_agent._cancel.abort_scope`): an
+The summarizer runs inside the run's abort scope (`_cancel.abort_scope`): an
 abort cancels an async summarizer where it waits, the run ends ``aborted`` with the history as it
 was and nothing is logged. A summarizer that takes a second positional parameter receives the
 run's `AbortSignal` (as ``transform_context`` does).
@@ -229,7 +229,7 @@ class Compaction:
         after 0 (`statemachine_agent.session.kept_tokens_start` of `kept_tokens` by tokens,
         the start of the newest ``keep_recent_turns`` turns by turns), or 0 when there is
         nothing to cut. ``window``: the model's context window in tokens (None: unknown)."""
-        from .session._compaction import find_cut_points, kept_tokens_start
+        from ._cuts import find_cut_points, kept_tokens_start
 
         tokens = self.kept_tokens(window)
         if tokens is not None:
@@ -275,7 +275,7 @@ def measured(run: Run, before: int, after: int | None = None) -> str:
     """The sizes the engine measured for a compaction, for error texts: ``about 31,200 tokens
     before compaction and 5,100 after, against a context window of 15,000 tokens`` (tokens are
     `ContextUsage.tokens`: the provider's last count plus an estimate of what came since)."""
-    window = context_window(run.agent.model)
+    window = context_window(run.settings.model)
     text = f"about {before:,} tokens before compaction"
     if after is not None:
         text += f" and {after:,} after"
@@ -317,11 +317,10 @@ def turns_left(data: LoopData) -> bool:
 def compaction_due(run: Run) -> bool:
     """Compaction is on, the history has not just been compacted, and its context reached the
     threshold: ``request_model`` fires ``compact`` instead of sending."""
-    agent, data = run.agent, run.data
-    config = agent.compaction
+    config, data = run.settings.compaction, run.data
     if config is None or data.compacted:
         return False
-    usage = agent.context_usage
+    usage = run.context_usage
     if usage.tokens < config.limit(usage.window):
         return False
     data.compaction_reason = "threshold"
@@ -361,7 +360,7 @@ def cuttable(messages: Sequence[Message]) -> list[int]:
     """The turn boundaries a compaction could cut ``messages`` at (`find_cut_points` after 0,
     and after a summary that starts the history): empty when the newest turn (with the last
     summary) is all there is."""
-    from .session._compaction import SUMMARY_PREFIX, find_cut_points
+    from ._cuts import SUMMARY_PREFIX, find_cut_points
 
     first = 1 if messages and _is_summary(messages[0], SUMMARY_PREFIX) else 0
     return [i for i in find_cut_points(messages) if i > first]
@@ -371,7 +370,7 @@ def _largest_part(messages: Sequence[Message]) -> tuple[str, bool]:
     """The largest message of the newest turn of ``messages``, described with its size
     (``the result of tool dump (call d1): 120,004 characters, about 30,013 tokens``), and
     whether it is a tool result."""
-    from .session._compaction import find_cut_points
+    from ._cuts import find_cut_points
 
     start = max(find_cut_points(messages), default=0)
     turn = list(messages[start:]) or list(messages)
@@ -423,7 +422,7 @@ def note_context_window(run: Run) -> None:
     answered as not run (a trailing cut one as cut by the context window), and the run ends with
     an error that says how to go on."""
     _answer_cut_calls(run)
-    usage = run.agent.context_usage
+    usage = run.context_usage
     window = f" of {usage.window:,}" if usage.window else ""
     run.error = (
         "The response was cut off by the model's context window (stop reason "
@@ -453,25 +452,26 @@ async def compact_context(run: Run) -> str:
     ``fail`` when the summarizer raised or returned nothing (the history as it was), or
     ``abort`` when the run was aborted meanwhile.
     """
-    from .session._compaction import (
+    from ._cuts import (
         SUMMARY_PREFIX,
         compact_history,
         held_response_index,
         keep_held_batch,
     )
 
-    agent, data = run.agent, run.data
-    config = agent.compaction
+    settings, data, conversation = run.settings, run.data, run.conversation
+    config = settings.compaction
     assert config is not None  # guarded by compaction_on
     reason, data.compaction_reason = data.compaction_reason or "threshold", None
     data.compacted = True
     if run.signal.aborted:
         return Trigger.ABORT
     messages = list(run.messages)
-    before = agent.context_usage.tokens
-    held = held_response_index(messages, [call.id for call in agent.pending])
+    before = run.context_usage.tokens
+    waiting = [] if conversation.held is None else conversation.held.calls
+    held = held_response_index(messages, [call.id for call in waiting])
     start = keep_held_batch(  # never a held batch
-        messages, config.kept_start(messages, context_window(agent.model)), held
+        messages, config.kept_start(messages, context_window(settings.model)), held
     )
     if start == 1 and _is_summary(messages[0], SUMMARY_PREFIX):
         start = 0  # only the last summary lies before the kept window: nothing to gain
@@ -531,13 +531,12 @@ async def compact_context(run: Run) -> str:
         )
         return Trigger.FAIL
     compacted = compact_history(messages, str(summary), start=start, held=held is not None)
-    agent._messages = compacted  # mid-run: the run's own replacement (the setter refuses it)
-    agent._context.reset()
+    conversation.replace(compacted)  # the run's own replacement (the agent's setter refuses it)
     run.start = max(1, run.start - start + 1)
-    session = agent.session
+    session = settings.session
     if session is not None:
         session.record_history(compacted, reason="compaction", summary=str(summary))
-    after = agent.context_usage.tokens
+    after = run.context_usage.tokens
     run.compaction_sizes = (before, after)
     run.emit(CompactionEnd(reason, before, after, start))
     return Trigger.COMPACTED
@@ -582,7 +581,7 @@ async def _model_summary(run: Run, old: Sequence[Message]) -> str:
             even a `MIN_PIECE_CHARS` piece as too long.
         ModelError: a request failed otherwise.
     """
-    limit = summary_piece_chars(context_window(run.agent.model))
+    limit = summary_piece_chars(context_window(run.settings.model))
     return await _summary_of(run, _paragraphs(old), limit, SUMMARY_INSTRUCTIONS)
 
 
@@ -625,7 +624,7 @@ async def _ask(run: Run, instructions: str, text: str) -> str | None:
         ModelError: the request failed otherwise.
     """
     prompt = f"{instructions}\n\n<conversation>\n{text}\n</conversation>"
-    request = ModelRequest([UserMessage(prompt)], None, [], run.agent.model_settings)
+    request = ModelRequest([UserMessage(prompt)], None, [], run.settings.model_settings)
     data = run.data
     if not data.winding_down:  # counted as every request is (the final turn's is not)
         limits = data.limits

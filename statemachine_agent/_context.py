@@ -1,5 +1,5 @@
 """Context projection: the one place a history becomes what a provider may receive (rule 4 of
-`statemachine_agent._protocol`).
+`_protocol`).
 
 The stored history records what happened; the projection repairs what a provider would reject:
 - whitespace-only text blocks and then-empty messages are dropped;

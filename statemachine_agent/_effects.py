@@ -3,7 +3,7 @@
 An effect is an async function of the `Run` that returns the next trigger (`request_model`,
 `run_tools`; `settle` for terminal states, which returns None). An action is a synchronous
 function of the `Run` called when its transition fires (answering a refusal's calls, counting a
-continuation, delivering queued input, saying why the run stopped). `statemachine_agent._machine`
+continuation, delivering queued input, saying why the run stopped). `_machine`
 binds them to states and transitions; the driver only calls what the definition names.
 """
 
@@ -72,7 +72,8 @@ async def request_model(run: Run) -> str:
     data = run.data
     data.compacted = data.overflow_retried = False
     usage = response.usage
-    run.agent._context.counted(run.agent._messages, usage)
+    conversation = run.conversation
+    conversation.meter.counted(conversation.messages, usage)
     run.add_usage(usage)
     data.usage = data.usage + usage  # the guards read it at once
     run.turn_message = response
@@ -102,9 +103,9 @@ async def run_tools(run: Run) -> str:
     Returns ``tools_finished`` (the guards read ``pending``, ``turns``, ``keep_going``,
     ``terminate`` and ``hook_error``), or ``abort`` when the run was aborted meanwhile.
     """
-    data, agent = run.data, run.agent
-    if agent._pending is not None:
-        return await _run_decided(run, agent._pending)
+    data, held = run.data, run.conversation.held
+    if held is not None:
+        return await _run_decided(run, held)
     response = data.response
     assert response is not None
     calls = response.tool_calls
@@ -130,7 +131,7 @@ async def run_tools(run: Run) -> str:
 async def _run_decided(run: Run, pending: PendingBatch) -> str:
     """The decided calls of a held batch: approved ones run (without the before hook: a person
     approved them), denied ones are answered; undecided ones stay pending."""
-    data, agent = run.data, run.agent
+    data = run.data
     response = data.response = pending.response
     decisions, pending.decisions = pending.decisions, {}
     held = dict(pending.results)
@@ -163,7 +164,7 @@ async def _run_decided(run: Run, pending: PendingBatch) -> str:
             )
     if run.signal.aborted:
         return Trigger.ABORT
-    if agent._pending is not None:
+    if run.conversation.held is not None:
         return Trigger.TOOLS_FINISHED
     results = [held[c.id] for c in response.tool_calls]
     return await _after_batch(run, response, results, terminate, batch.final_result)
@@ -176,7 +177,7 @@ def _hold(
     waiting: list[PendingCall],
 ) -> None:
     """Keep the batch open: its results wait for the decisions (nothing is sent meanwhile)."""
-    run.agent._pending = PendingBatch(response, results, waiting)
+    run.conversation.held = PendingBatch(response, results, waiting)
     run.data.pending = True
     run.turn_results = tuple(results.values())
     run.complete_turn()
@@ -197,12 +198,12 @@ async def _after_batch(
     terminate_reason: str | None,
     final_result: ToolResultMessage | None = None,
 ) -> str:
-    data, agent = run.data, run.agent
+    data, settings = run.data, run.settings
     data.hook_error = None
-    if agent.should_continue is not None:
+    if settings.should_continue is not None:
         info = TurnInfo(data.turns, response, tuple(results), run.usage, run.messages, run.signal)
         try:
-            data.keep_going = bool(await resolve(agent.should_continue(info)))
+            data.keep_going = bool(await resolve(settings.should_continue(info)))
         except (Exception, asyncio.CancelledError) as exc:
             if is_run_cancellation(exc):
                 raise  # the run's task is being cancelled; a hook's own one is its failure
@@ -220,7 +221,7 @@ async def _after_batch(
 
 async def await_decisions(run: Run) -> None:
     """``awaiting_approval``: the run stops here (``run()`` returns) until decisions come."""
-    pending = run.agent._pending
+    pending = run.conversation.held
     assert pending is not None
     run.emit(ApprovalRequested(tuple(pending.calls)))
     run.close_turn()
@@ -247,7 +248,7 @@ async def settle(run: Run) -> None:
 def answer_pending(run: Run) -> None:
     """An abort while calls wait for decisions: each is answered "not run", the held results
     go in with them, in declaration order."""
-    pending = run.agent._pending
+    pending = run.conversation.held
     run.error = run.signal.reason or run.error or "aborted while awaiting approval"
     if pending is None:
         return
@@ -259,7 +260,7 @@ def _close_batch(
 ) -> None:
     """End a held batch: every call of ``response`` without a result in ``held`` is answered
     with an error saying ``text``, and the batch's results go in, in declaration order."""
-    run.agent._pending = None
+    run.conversation.held = None
     for call in response.tool_calls:
         if call.id not in held:
             held[call.id] = text_result(call, text, is_error=True)

@@ -49,19 +49,6 @@ class SandboxUnavailableError(UsageError):
     """``mode="require"`` and bubblewrap is missing or cannot create namespaces here."""
 
 
-class ToolStepFailed(Exception):
-    """Internal to durable runs: a call of a tool with ``step_retries`` returned an error
-    result, so the workflow engine (DBOS) runs it again. Never reaches the user.
-
-    Args:
-        result: the error result as JSON text.
-    """
-
-    def __init__(self, result: str) -> None:
-        super().__init__(result)
-        self.result = result
-
-
 class SessionCorruptError(AgentError):
     """A complete line of a session log cannot be read (only a torn last line may be).
 

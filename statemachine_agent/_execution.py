@@ -2,7 +2,7 @@
 
 Every call of the batch gets exactly one result, in declaration order, whatever happens: the five
 failure paths (unknown tool, invalid arguments, exception, denial, abort) and truncated calls all
-drain into a `ToolResultMessage` with ``is_error=True`` (texts in `statemachine_agent._protocol`). End events fire in
+drain into a `ToolResultMessage` with ``is_error=True`` (texts in `_protocol`). End events fire in
 completion order.
 """
 

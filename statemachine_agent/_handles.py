@@ -18,16 +18,78 @@ from typing import TYPE_CHECKING, Any, Self
 
 from ._errors import UsageError
 from ._events import Event
+from ._limits import RunCounts
 from ._result import RunResult
+from ._run import Run
 
 if TYPE_CHECKING:
-    from ._agent import Agent
     from ._messages import UserMessage
-    from ._run import Run
 
 logger = logging.getLogger("statemachine_agent")
 
 DEFAULT_MAX_QUEUE = 10_000
+
+
+class RunClaim:
+    """Who holds an agent: its current run, claimed under `lock` from any thread, and the loop
+    that drives it (an abort from another thread goes through that loop).
+
+    Attributes:
+        lock: held while a run is claimed, aborted or bound to its loop.
+        run: the current run (None between runs: no reference cycle).
+        running: a run is in progress.
+        counts: the last run's counts (a continued run goes on from them).
+    """
+
+    __slots__ = ("counts", "lock", "loop", "loop_thread", "run", "running")
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.run: Run | None = None
+        self.running = False
+        self.counts = RunCounts()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.loop_thread = 0
+
+    def claim(self, run: Run) -> None:
+        """Make ``run`` the current run (the lock held, the checks done)."""
+        self.run, self.loop, self.loop_thread = run, None, 0
+        self.running = True
+
+    async def drive(self, run: Run, user: UserMessage | None) -> RunResult:
+        """Drive the claimed ``run`` from its first trigger, then release it."""
+        with self.lock:  # from now on an abort from another thread goes through the loop
+            self.loop = asyncio.get_running_loop()
+            self.loop_thread = threading.get_ident()
+        try:
+            return await run.drive(user, run.first_trigger)
+        finally:
+            self.release(run)
+
+    def release(self, run: Run) -> None:
+        """End ``run``'s claim (it ended, or it never started)."""
+        with self.lock:
+            if self.run is run:
+                self.counts = run.counts
+                self.run, self.loop, self.loop_thread = None, None, 0
+                self.running = False
+
+    def abort(self, run: Run | None, reason: str) -> bool:
+        """Abort ``run`` if it is the current run (from any thread); False when it is not."""
+        with self.lock:
+            if run is None or run is not self.run or not self.running:
+                return False
+            loop = self.loop
+            if loop is None or threading.get_ident() == self.loop_thread:
+                # Not started yet (no callbacks armed; the run sees the flag at its first step)
+                # or on the run's own thread.
+                run.signal.set(reason)
+                return True
+            try:
+                loop.call_soon_threadsafe(run.signal.set, reason)
+            except RuntimeError:  # the loop has closed: the run is over
+                return False
+            return True
 
 
 class ClaimedRun(Coroutine[Any, Any, RunResult]):
@@ -39,13 +101,13 @@ class ClaimedRun(Coroutine[Any, Any, RunResult]):
     the claim is released and nothing is recorded (the run never started).
     """
 
-    __slots__ = ("__weakref__", "_agent", "_coro", "_run", "_started")
+    __slots__ = ("__weakref__", "_claim", "_coro", "_run", "_started")
 
-    def __init__(self, agent: Agent, run: Run, prompt: UserMessage | None) -> None:
-        self._agent = agent
+    def __init__(self, claim: RunClaim, run: Run, prompt: UserMessage | None) -> None:
+        self._claim = claim
         self._run = run
         self._started = False
-        self._coro = agent._drive(run, prompt)
+        self._coro = claim.drive(run, prompt)
 
     @property
     def run(self) -> Run:
@@ -84,7 +146,7 @@ class ClaimedRun(Coroutine[Any, Any, RunResult]):
 
     def _never_started(self) -> None:
         self._started = True
-        self._agent._release(self._run)
+        self._claim.release(self._run)
 
     def __del__(self) -> None:
         if not getattr(self, "_started", True):
@@ -109,15 +171,15 @@ class RunHandle:
         task: the ``asyncio.Task`` running it (the agent keeps it referenced until it ends).
     """
 
-    def __init__(self, agent: Agent, run: Run, task: asyncio.Task[RunResult]) -> None:
-        self._agent = agent
+    def __init__(self, claim: RunClaim, run: Run, task: asyncio.Task[RunResult]) -> None:
+        self._claim = claim
         self._run = run
         self.run_id = run.id
         self.task = task
 
     def abort(self, reason: str = "aborted by the caller") -> bool:
         """Abort this run (from any thread); False when it is no longer in progress."""
-        return self._agent._abort(self._run, reason)
+        return self._claim.abort(self._run, reason)
 
     def done(self) -> bool:
         """The run has ended (its result, or its exception, is ready)."""

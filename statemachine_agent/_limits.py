@@ -1,7 +1,7 @@
 """`UsageLimits`: budgets a run checks before each model request and after each response.
 
 The machine reads them through guards (``usage_limit`` branches of ``start``, ``model_replied``
-and ``tools_finished`` in `statemachine_agent._machine`); reaching one ends the run in
+and ``tools_finished`` in `_machine`); reaching one ends the run in
 ``max_turns`` with every call answered, and `RunResult.error` names the limit, its value and the
 amount used. Counts (`RunCounts`) are per run and carry over when a run is continued without a
 prompt (as turns do: ``run()``, decisions, a session log resumed, a durable run's later steps), so

@@ -1,7 +1,7 @@
 """The agent loop's definition, on `transitions`: states with effects, guarded transitions with
 actions. The definition is what runs.
 
-The driver (`statemachine_agent._run`) is a generic loop: fire a trigger, run the transition's
+The driver (`_run`) is a generic loop: fire a trigger, run the transition's
 action, then the entered state's effect, which returns the next trigger. Nothing else decides.
 
 States and their effects (`STATES`):
@@ -34,7 +34,7 @@ response with tool calls and an unknown stop reason
 
 The protocol holds on every path: a terminal state's effect answers each call of the last response
 that has no result ("Not run: the run ended in state S by transition 'T'."), in declaration order,
-so a user's transition to a terminal state keeps rules 1-5 of `statemachine_agent._protocol`. A
+so a user's transition to a terminal state keeps rules 1-5 of `_protocol`. A
 user's branch on ``model_replied`` that leads elsewhere than ``executing_tools`` (into
 ``awaiting_model`` or a state of its own) has the response's calls answered in the stored history
 ("Not run: the run took the branch 'B' into state S ...") before the next message or request

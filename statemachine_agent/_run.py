@@ -2,7 +2,7 @@
 
 The driver is generic: fire a trigger, let the transition's action run, then the entered state's
 effect, which returns the next trigger; a terminal state's effect settles the run and ends it. What
-each state and transition does is named in the definition (`statemachine_agent._machine`), never
+each state and transition does is named in the definition (`_machine`), never
 decided here. A bug escaping an effect, or a cancelled task, still ends the run in a terminal state
 (``failed`` / ``aborted``) with every call answered before the exception propagates.
 """
@@ -11,21 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ._accounting import ContextUsage
+from ._bus import EventBus
 from ._cancel import AbortSignal, is_run_cancellation
 from ._compacting import CONTINUE_AFTER_WINDOW, context_window, overflowed
 from ._context import project
+from ._conversation import Conversation
 from ._effects import answer_pending, request_model
 from ._errors import InvalidHistoryError, MachineDefinitionError
 from ._events import (
     _SET_RUN_ID,
     _SET_SEQ,
-    SLOW_SUBSCRIBER_SECONDS,
     Event,
     MessageEnd,
     RunEnd,
@@ -37,7 +38,7 @@ from ._events import (
 from ._execution import BatchRun, resolve
 from ._hooks import INTERRUPTS, record_interrupt
 from ._limits import FINAL_TURN_PROMPT, LimitHit, RunCounts
-from ._machine import CallbackFailed, Fired, LoopData, TransitionSpec
+from ._machine import CallbackFailed, Fired, LoopData, LoopMachine, TransitionSpec
 from ._messages import (
     CONTINUE_PROMPT,
     NO_USAGE,
@@ -60,23 +61,31 @@ from ._protocol import (
 )
 from ._responses import RequestAborted, RequestFailed, request_response
 from ._result import RunResult, answer_text
+from ._settings import RunSettings
 from ._states import State, Trigger
-from .models._base import ModelRequest, without_tool_choice
-
-_perf_counter = time.perf_counter
-
-if TYPE_CHECKING:
-    from ._agent import Agent
+from ._tools import Tool
+from .models._base import ModelRequest, ToolDefinition, without_tool_choice
 
 
 class Run:
     """One run of an `Agent`: created by ``agent.run()``, it holds everything that lives as long
-    as the run (the abort signal, the guards' data, usage, the error, the open turn) while the
-    agent holds configuration and history. A state a user adds gets this object in its effect.
+    as the run (the abort signal, the guards' data, usage, the error, the open turn), the
+    settings it read from the agent's configuration when it was claimed, and the conversation
+    and event bus it shares with the agent. A state a user adds gets this object in its effect.
+
+    Args:
+        settings: the configuration this run reads.
+        conversation: the history and queued input (the agent's).
+        bus: where the run's events go (the agent's).
+        machine: the loop's state machine (the agent's).
+        counts: what the run counted so far when it goes on from an earlier one; None: a new run.
 
     Attributes:
         id: the run's id (a UUID in hex), the ``run_id`` of its events and its `RunResult`.
-        agent: the agent (its configuration, tools, hooks and history).
+        settings: the configuration (`RunSettings`).
+        conversation: the history, queued input and the batch held for decisions.
+        bus: the event bus.
+        machine: the state machine.
         signal: the run's abort signal.
         data: what the guards read.
         usage: tokens used by this run's responses.
@@ -84,21 +93,31 @@ class Run:
         fired: the last transition.
     """
 
-    def __init__(self, agent: Agent, *, counts: RunCounts | None = None) -> None:
+    def __init__(
+        self,
+        settings: RunSettings,
+        conversation: Conversation,
+        bus: EventBus,
+        machine: LoopMachine,
+        *,
+        counts: RunCounts | None = None,
+    ) -> None:
         self.id = uuid.uuid4().hex
         self._seq = 0
-        self.agent = agent
-        self.machine = agent.machine
+        self.settings = settings
+        self.conversation = conversation
+        self.bus = bus
+        self.machine = machine
         self.signal = AbortSignal()
         self.data = LoopData(
-            max_turns=agent.max_turns,
-            max_continuations=agent.max_continuations,
-            max_tokens_policy=agent.max_tokens_policy,
-            limits=agent.limits,
-            final_turn=bool(agent.final_turn),
-            output_expected=agent.output_type is not None,
-            output_retries=agent.output_retries,
-            compaction=agent.compaction is not None,
+            max_turns=settings.max_turns,
+            max_continuations=settings.max_continuations,
+            max_tokens_policy=settings.max_tokens_policy,
+            limits=settings.limits,
+            final_turn=bool(settings.final_turn),
+            output_expected=settings.output_type is not None,
+            output_retries=settings.output_retries,
+            compaction=settings.compaction is not None,
         )
         if counts is not None:  # a continued run keeps counting toward its limits
             data = self.data
@@ -108,19 +127,18 @@ class Run:
         self._usage_parts: list[Usage] = []  # added since `usage` was last read
         self.error: str | None = None
         self.fired: Fired | None = None
-        self.start = len(agent.messages)
+        self.start = len(conversation.messages)
         self.turn: int | None = None
         self.turn_message: AssistantMessage | None = None
         self.turn_results: tuple[ToolResultMessage, ...] = ()
         self.terminate_reason: str | None = None
         self.first_trigger: str = Trigger.START  # ``decided`` when the run decides pending calls
-        self.max_turns: int | None = None  # run(max_turns=...): this call only, else the agent's
         self.final_text: str | None = None
         # ``(tokens before, tokens after)`` of the run's last compaction, for error texts.
         self.compaction_sizes: tuple[int, int] | None = None
         # The provider's "prompt is too long" message that led to the pending compaction.
         self.overflow: str | None = None
-        context_hook = agent.transform_context
+        context_hook = settings.transform_context
         self._context_takes_signal = context_hook is not None and _takes_signal(context_hook)
 
     @property
@@ -134,7 +152,12 @@ class Run:
     @property
     def messages(self) -> list[Message]:
         """The agent's history (this run appends to it)."""
-        return self.agent._messages
+        return self.conversation.messages
+
+    @property
+    def context_usage(self) -> ContextUsage:
+        """How much of the model's context window the history uses (`Agent.context_usage`)."""
+        return self.conversation.usage(context_window(self.settings.model))
 
     @property
     def usage(self) -> Usage:
@@ -161,19 +184,11 @@ class Run:
 
     def emit(self, event: Event) -> None:
         """Stamp ``event`` with the run's id and its next sequence number and send it to the
-        agent's subscribers."""
+        agent's subscribers (`EventBus.publish`)."""
         self._seq = seq = self._seq + 1
         _SET_RUN_ID(event, self.id)  # through the slots: ten events a turn
         _SET_SEQ(event, seq)
-        for subscriber in self.agent._subscribers:  # the tuple of this moment: a snapshot
-            started = _perf_counter()
-            try:
-                subscriber.callback(event)
-            except Exception:
-                subscriber.failed(event)
-            seconds = _perf_counter() - started
-            if seconds > SLOW_SUBSCRIBER_SECONDS:
-                subscriber.took(event, seconds)
+        self.bus.publish(event)
 
     def append(self, message: Message) -> None:
         """Add ``message`` to the history, then announce it (a ``message_end`` event: tool results
@@ -181,8 +196,8 @@ class Run:
         result first answers the calls still open before it (`answer_open_calls`)."""
         if not isinstance(message, ToolResultMessage):
             self.answer_open_calls()
-        self.agent._append(message)
-        if self.agent._subscribers:
+        self.conversation.append(message)
+        if self.bus.subscribers:
             self.emit(MessageEnd(message))
 
     def answer_open_calls(self) -> None:
@@ -192,8 +207,9 @@ class Run:
         own leaves them open, and the stored history (and the session log) must hold every
         call's result (protocol rule 1), not only the projected request. A batch held for
         decisions is not open: its results wait with it."""
-        messages = self.agent._messages
-        if not messages or self.agent._pending is not None:
+        conversation = self.conversation
+        messages = conversation.messages
+        if not messages or conversation.held is not None:
             return
         last = messages[-1]
         if not isinstance(last, AssistantMessage) or not last.tool_calls:
@@ -219,7 +235,7 @@ class Run:
         self.close_turn()
         self.turn = self.data.turns + 1
         self.turn_message, self.turn_results = None, ()
-        if self.agent._subscribers:
+        if self.bus.subscribers:
             self.emit(TurnStart(self.turn))
         return self.turn
 
@@ -233,26 +249,29 @@ class Run:
         self.complete_turn()
         if self.turn is not None:
             turn, self.turn = self.turn, None
-            agent = self.agent
-            if agent._subscribers:
-                context = agent._context.deferred(agent._messages, context_window(agent.model))
+            if self.bus.subscribers:
+                conversation = self.conversation
+                window = context_window(self.settings.model)
+                context = conversation.meter.deferred(conversation.messages, window)
                 self.emit(TurnEnd(turn, self.turn_message, self.turn_results, context))
 
     # -- queued input -------------------------------------------------------------------------
 
     def has_queued_input(self) -> bool:
         """Steering or follow-up input is waiting."""
-        return bool(self.agent._steering or self.agent._follow_ups)
+        return self.conversation.has_queued_input()
 
     def deliver_steering(self) -> bool:
         """Append queued steering (all of it, or one message with ``steering_mode=
         "one_at_a_time"``); False when none was delivered."""
-        return self._deliver(self.agent._steering, one=self.agent.steering_mode != "all")
+        conversation = self.conversation
+        return self._deliver(conversation.steering, one=conversation.steering_mode != "all")
 
     def deliver_follow_up(self) -> bool:
         """Append queued follow-ups (one message, or all with ``follow_up_mode="all"``); False
         when none was delivered."""
-        return self._deliver(self.agent._follow_ups, one=self.agent.follow_up_mode != "all")
+        conversation = self.conversation
+        return self._deliver(conversation.follow_ups, one=conversation.follow_up_mode != "all")
 
     def _deliver(self, queue: deque[UserMessage], *, one: bool) -> bool:
         # Input not delivered when the run is aborted stays queued for the next run: the abort
@@ -284,12 +303,12 @@ class Run:
             MachineDefinitionError: no transition of ``trigger`` can leave the current state.
         """
         data = self.data
-        data.max_turns = self.agent.max_turns if self.max_turns is None else self.max_turns
-        data.limits = self.agent.limits
+        settings = self.settings
+        data.max_turns, data.limits = settings.max_turns, settings.limits
         try:
             fired = self.machine.fire(trigger, data)
             self.fired = fired
-            if self.agent._subscribers:
+            if self.bus.subscribers:
                 self.emit(StateChanged(fired.source, fired.dest, trigger, fired.label))
             if fired.action is not None:
                 fired.action(self)
@@ -317,14 +336,14 @@ class Run:
         self.machine.check_complete()
         self.emit(RunStart(prompt))
         try:
-            if self.agent._pending is None:
+            if self.conversation.held is None:
                 for repair in answer_dangling(self.messages):  # a given history ended mid-batch
                     self.append(repair)
                 if self.awaits_continuation():
                     # A paused response is continued first; the prompt waits at the head of the
                     # steering queue and is delivered once the model has finished that turn.
                     if prompt is not None:
-                        self.agent._steering.appendleft(prompt)
+                        self.conversation.steering.appendleft(prompt)
                 elif prompt is not None:
                     self.append(prompt)
                     self.deliver_steering()  # left queued by an aborted run: after the prompt
@@ -361,6 +380,17 @@ class Run:
         self.emit(RunEnd(result))
         return result
 
+    def abort_waiting(self, reason: str) -> RunResult:
+        """An abort while calls wait for decisions, with no run to stop: this short run answers
+        them and ends ``aborted`` (``run_start`` to ``run_end``); returns its result."""
+        self.signal.set(reason)
+        self.emit(RunStart(None))
+        self.fire(Trigger.ABORT)
+        self.close_turn()
+        result = self.result()
+        self.emit(RunEnd(result))
+        return result
+
     async def _end_after_exception(
         self, reason: str, trigger: str, *, forced: bool = False
     ) -> RunResult:
@@ -391,9 +421,9 @@ class Run:
         self.machine.restore(dest)
         spec = TransitionSpec(trigger, (str(source),), dest, label=trigger)
         self.fired = fired = Fired(trigger, source, dest, trigger, spec, str(dest))
-        if self.agent._subscribers:
+        if self.bus.subscribers:
             self.emit(StateChanged(fired.source, dest, trigger, trigger))
-        if self.agent._pending is not None:  # calls held for decisions: answered, in order
+        if self.conversation.held is not None:  # calls held for decisions: answered, in order
             answer_pending(self)
         return fired
 
@@ -406,7 +436,7 @@ class Run:
         if last is not None and last.stop_reason == StopReason.REFUSAL:
             refusal = dict(last.stop_details or {})
         state = self.machine.state
-        pending = self.agent._pending
+        pending = self.conversation.held
         return RunResult(
             state=state if isinstance(state, State) else State.FAILED,
             pending=() if pending is None else tuple(pending.calls),
@@ -426,14 +456,14 @@ class Run:
 
     def limit_exceeded(self) -> LimitHit | None:
         """The token limit the run's usage is past, if any (`UsageLimits.token_hit`)."""
-        limits = self.agent.limits
+        limits = self.settings.limits
         return None if limits is None else limits.token_hit(self.data.usage)
 
     def _output(self, state: State | str, new: list[Message]) -> Any:
         """The validated final result (``output_type``), or the text answer, once ``done``."""
         if state != State.DONE:
             return None
-        output_type = self.agent.output_type
+        output_type = self.settings.output_type
         if output_type is None:
             return self.final_text if self.final_text is not None else answer_text(new)
         for message in reversed(new):
@@ -448,6 +478,19 @@ class Run:
 
     # -- model requests -----------------------------------------------------------------------
 
+    @property
+    def tools(self) -> dict[str, Tool]:
+        """The tools this run executes by name: the settings' own, and with tool sources the
+        agent's current `ToolTable` (as last listed before a model request)."""
+        table = self.settings.tool_table
+        return self.settings.tools if table is None else table.tools
+
+    @property
+    def tool_definitions(self) -> list[ToolDefinition]:
+        """The tools as the model sees them (see `tools`), in declaration order."""
+        table = self.settings.tool_table
+        return self.settings.tool_definitions if table is None else table.definitions
+
     async def request_model(self) -> str:
         """Do what ``awaiting_model`` does (for a user's state): send the history and take the
         response. Returns the trigger to fire: ``model_replied``, ``abort`` or ``fail``."""
@@ -457,10 +500,12 @@ class Run:
         """Build and send one request (with the engine's retries). Returns the response, or the
         trigger to fire instead (``abort``, ``fail``) with the history and error recorded."""
         self.answer_open_calls()
-        try:  # the tool sources' current tools (MCP servers), before each request
-            await self.agent._collect_tools()
-        except Exception as exc:
-            return self.fail(f"The tools could not be listed: {type(exc).__name__}: {exc}")
+        table = self.settings.tool_table
+        if table is not None:  # the tool sources' current tools (MCP servers)
+            try:
+                await table.refresh()
+            except Exception as exc:
+                return self.fail(f"The tools could not be listed: {type(exc).__name__}: {exc}")
         try:
             request = await self._build_request()
         except InvalidHistoryError as exc:
@@ -494,17 +539,17 @@ class Run:
     ) -> AssistantMessage | RequestAborted | RequestFailed:
         """Send ``request`` to the model with the engine's retries: the one place a run does
         model I/O (a durable run records it as a step)."""
-        agent = self.agent
-        request = without_tool_choice(request, agent.model)
+        settings = self.settings
+        request = without_tool_choice(request, settings.model)
         return await request_response(
-            agent.model,
+            settings.model,
             request,
             signal=self.signal,
-            used_ids=agent._call_ids,
+            used_ids=self.conversation.call_ids,
             emit=self.emit,
-            listening=agent._listening,
-            retries=agent.model_retries,
-            backoff_seconds=agent.retry_backoff_seconds,
+            listening=self.bus.listening,
+            retries=settings.model_retries,
+            backoff_seconds=settings.retry_backoff_seconds,
             on_cancel=self.append,
         )
 
@@ -514,43 +559,44 @@ class Run:
     def batch(self, calls: Sequence[ToolCallBlock], *, approved: bool = False) -> BatchRun:
         """The `BatchRun` that runs ``calls`` (a response's tool calls, or the calls a person
         approved: they skip ``before_tool_call``): the one place a run does tool I/O."""
-        agent = self.agent
+        settings = self.settings
         return self.batch_class(
             calls,
-            agent.tools,
-            mode=agent.tool_execution,
+            self.tools,
+            mode=settings.tool_execution,
             signal=self.signal,
-            abort_grace_seconds=agent.abort_grace_seconds,
+            abort_grace_seconds=settings.abort_grace_seconds,
             emit=self.emit,
-            listening=agent._listening,
-            before=None if approved else agent.before_tool_call,
-            after=agent.after_tool_call,
-            deps=agent.deps,
+            listening=self.bus.listening,
+            before=None if approved else settings.before_tool_call,
+            after=settings.after_tool_call,
+            deps=settings.deps,
             approved=approved,
         )
 
     async def _build_request(self) -> ModelRequest:
-        agent = self.agent
-        if agent.transform_context is not None:
+        config = self.settings
+        if config.transform_context is not None:
             if self._context_takes_signal:
-                returned = agent.transform_context(list(self.messages), self.signal)
+                returned = config.transform_context(list(self.messages), self.signal)
             else:
-                returned = agent.transform_context(list(self.messages))
+                returned = config.transform_context(list(self.messages))
             messages = await resolve(returned)
             projected = project(messages)
             problems = find_violations(projected, request=True)
             if problems:
                 raise InvalidHistoryError([*_dropped_by_projection(messages, projected), *problems])
         else:
-            projected = agent._projector.project(agent._messages, agent._appended)
+            conversation = self.conversation
+            projected = conversation.projector.project(conversation.messages, conversation.appended)
         if self.data.winding_down:  # the final turn: tools disabled, an instruction to answer
             instruction = (
-                agent.final_turn if isinstance(agent.final_turn, str) else FINAL_TURN_PROMPT
+                config.final_turn if isinstance(config.final_turn, str) else FINAL_TURN_PROMPT
             )
-            system = instruction if not agent.system else f"{agent.system}\n\n{instruction}"
-            settings = {**agent.model_settings, "tool_choice": {"type": "none"}}
-            return ModelRequest(projected, system, agent._tool_definitions, settings)
-        return ModelRequest(projected, agent.system, agent._tool_definitions, agent.model_settings)
+            system = instruction if not config.system else f"{config.system}\n\n{instruction}"
+            settings = {**config.model_settings, "tool_choice": {"type": "none"}}
+            return ModelRequest(projected, system, self.tool_definitions, settings)
+        return ModelRequest(projected, config.system, self.tool_definitions, config.model_settings)
 
     def fail(self, error: str) -> str:
         """Record a failed request (an error message in the history); returns ``fail``."""
@@ -601,4 +647,28 @@ def continuation_of(messages: Sequence[Message]) -> UserMessage | None:
         return UserMessage(CONTINUE_PROMPT)
     if last.stop_reason == StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED:
         return UserMessage(CONTINUE_AFTER_WINDOW)
+    return None
+
+
+def continue_refusal(messages: Sequence[Message]) -> str | None:
+    """Why a run without a prompt (and with no queued input or decisions) has nothing to
+    continue from ``messages``, or None when it can continue: the rule `Agent.run` applies
+    (also checked by the CLI before it opens a session log, so a refusal changes no file).
+
+    Args:
+        messages: the history, as a resumed agent would start from it.
+
+    Returns:
+        The `UsageError` message, or None.
+    """
+    last = messages[-1] if messages else None
+    if last is None:
+        return "nothing to continue: the history is empty; pass a prompt"
+    if (
+        isinstance(last, AssistantMessage)
+        and last.stop_reason not in (StopReason.ABORTED, StopReason.ERROR, StopReason.PAUSE_TURN)
+        and not last.tool_calls
+        and continuation_of(messages) is None  # a cut answer is continued
+    ):
+        return "nothing to continue: the history ends with the model's answer; pass a prompt"
     return None

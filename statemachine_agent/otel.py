@@ -336,7 +336,7 @@ class Instrumentation:
 
     def _abort_reason(self, run_id: str) -> str | None:
         """The abort reason of the agent's run ``run_id`` if it was aborted, else None."""
-        run = self._agent._run
+        run = self._agent.current_run
         if run is None or run.id != run_id or not run.signal.aborted:
             return None
         return run.signal.reason or "aborted"

@@ -289,9 +289,9 @@ async def test_an_uninstrumented_agent_builds_no_events() -> None:
 
     agent = Agent(ScriptedModel([text_response("a"), text_response("b")]))
     tracing = instrument(agent)
-    assert agent._listening()
+    assert agent.bus.listening()
     tracing.close()
-    assert not agent._listening()
+    assert not agent.bus.listening()
 
 
 # -- case 3: a graceful last turn --------------------------------------------------------------

@@ -312,7 +312,7 @@ def test_an_async_subscriber_is_refused_with_type_error(callback: Any) -> None:
     agent = Agent(ScriptedModel([text_response("hi")]))
     with pytest.raises(TypeError, match=r"agent\.events\(\)"):
         agent.subscribe(callback)
-    assert agent._subscribers == ()
+    assert agent.bus.subscribers == ()
 
 
 # -- case 5: blocking work off the loop --------------------------------------------------------

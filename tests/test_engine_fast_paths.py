@@ -415,7 +415,7 @@ async def test_a_response_reusing_any_earlier_call_id_is_refused() -> None:
     result = await agent.run("go")
     assert result.state is State.FAILED
     assert result.error is not None and "reuses tool-call id(s) b" in result.error
-    assert agent._call_ids == {"a", "b"}
+    assert agent.conversation.call_ids == {"a", "b"}
 
 
 async def test_an_offline_stream_stays_ended_once_it_has_ended() -> None:
@@ -525,7 +525,7 @@ async def test_a_run_counts_usage_from_the_shared_zero_until_a_response_reports_
 
     async def look() -> str:
         """Look at the run's usage."""
-        run = agent._run
+        run = agent.current_run
         assert run is not None
         seen.append((run._usage, run.data.usage))
         return "ok"

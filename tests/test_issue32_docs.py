@@ -9,16 +9,16 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
+from docs.blocks import documentation_text
 
 from statemachine_agent import Agent, LimitHit, State, UsageError, tool
 from statemachine_agent.models import FunctionModel
 from statemachine_agent.testing.steps import call, tool_response
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+README = documentation_text()  # the README and the site's pages
 
 
 def documented_attributes(cls: type) -> dict[str, str]:

@@ -401,8 +401,8 @@ def test_case6_no_comparison_with_branch_labels_outside_the_table() -> None:
     )
     offenders = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path.name in ("_machine.py", "_diagram.py"):
-            continue
+        if path.name == "_machine.py" or path.relative_to(PACKAGE).parts[0] == "_diagram":
+            continue  # the table itself, and the diagrams drawing its labels
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if pattern.search(line) or re.search(r"\blabel\s*(==|!=|\bin\b)", line):
                 offenders.append(f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}")
@@ -595,7 +595,10 @@ async def test_an_abort_ending_a_scope_entered_during_a_cancellation_keeps_the_c
 
 
 def test_setting_run_usage_replaces_the_usage_added_before() -> None:
-    run = Run(Agent(ScriptedModel([])))
+    from statemachine_agent._settings import RunSettings
+
+    agent = Agent(ScriptedModel([]))
+    run = Run(RunSettings.read(agent), agent.conversation, agent.bus, agent.machine)
     run.add_usage(Usage(input_tokens=5, output_tokens=1))
     run.usage = Usage(input_tokens=100, output_tokens=10)
     assert run.usage == Usage(input_tokens=100, output_tokens=10)

@@ -17,7 +17,7 @@ from .._result import RunResult
 from ..demo import PROJECT, demo_script
 from ..models._offline import ScriptedModel
 from ..workspace import Permissions, Sandbox, SandboxStatus, Workspace, check_sandbox
-from ._run import EXIT_CODES, build_agent, execute
+from ._execute import EXIT_CODES, build_agent, execute
 
 
 def prepare(base: Path) -> tuple[Path, Path]:

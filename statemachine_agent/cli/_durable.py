@@ -88,7 +88,8 @@ def _reports_database_problems(command: Callable[..., None]) -> Callable[..., No
 
 def _workspace_factory(workspace: Path, model_spec: str, yes: bool, deny: bool) -> Any:
     from ..workspace import Permissions, Workspace
-    from ._run import build_agent, load_model
+    from ._execute import build_agent
+    from ._model_option import load_model
 
     ws = Workspace(workspace)
 
@@ -205,7 +206,7 @@ def worker_command(
             raise click.UsageError(
                 "Give --factory MODULE:FUNCTION, or --model for the built-in workspace tools."
             )
-        from ._run import load_model
+        from ._model_option import load_model
 
         load_model(model_spec)  # a bad spec or a missing API key is reported now, not per run
         factory = _workspace_factory(workspace, model_spec, yes, deny_unapproved)
@@ -341,7 +342,7 @@ def status_command(db: str, as_json: bool, run_id: str) -> None:
     elif status.error:
         click.echo(status.error)
     elif status.pending:
-        from ._run import pending_text
+        from ._hints import pending_text
 
         hint = (
             f"Decide from any machine: statemachine-agent decide --db {db} {run_id} "
@@ -458,7 +459,7 @@ def decide_command(
     undecided keep waiting. Exit codes: 0 sent, 1 nothing sent (no such run, it is not awaiting
     approval, or an id is not pending), 2 bad options or a database it cannot use.
     """
-    from ._run import parse_decisions
+    from ._options import parse_decisions
 
     durable = _durable()
     if not approve and not approve_all and not deny:

@@ -2,7 +2,7 @@
 
 A model streams one response per request as `StreamEvent` items and ends with `ResponseComplete`.
 A stream that ends without it is incomplete: the engine never treats it as a finished response.
-Failures are raised as `ModelError` (see `statemachine_agent._errors`).
+Failures are raised as `ModelError` (see `_errors`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`AnthropicModel`: Claude through the official ``anthropic`` SDK (the only module importing it).
+"""`AnthropicModel`: Claude through the official ``anthropic`` SDK (its clients, one per event
+loop, in ``_anthropic_clients``; its errors translated in ``_anthropic_errors``).
 
 Each request is one streamed Messages API call (``messages.create(stream=True)``); its raw events
 are assembled by `StreamAccumulator` and passed on to the engine as they arrive. Errors become the
@@ -16,37 +17,28 @@ library's `ModelError` family:
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import inspect
 import os
 import re
-import threading
 import warnings
-import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, cast
 
 import anthropic
 import httpx2
 
-from .._errors import ModelAuthError, ModelError, ModelRetryableError, UsageError
+from .._errors import ModelError, UsageError
 from .._messages import AssistantMessage, UserMessage
+from ._anthropic_clients import LoopClients, make_client
+from ._anthropic_errors import connection_error, status_error
 from ._anthropic_request import RequestEncoder, same_model, valid_json
-from ._anthropic_response import StreamAccumulator, error_from_body
+from ._anthropic_response import StreamAccumulator
 from ._base import ModelRequest, ResponseComplete, StreamEvent, ToolDefinition
 
 __all__ = ["DEPRECATED_MODELS", "AnthropicModel"]
 
 DEFAULT_MAX_TOKENS = 8192
-NO_KEY = (
-    "No Anthropic API key found: set the ANTHROPIC_API_KEY environment variable, or pass "
-    "AnthropicModel(..., api_key=...) or a ready client=anthropic.AsyncAnthropic(...)."
-)
-# Statuses the SDK itself retries (see anthropic's _base_client._should_retry).
-_SDK_RETRIED = frozenset({408, 409, 429})
 # The Messages API's rule for a tool name (custom and server tools alike).
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 DEPRECATED_MODELS: dict[str, str] = {
@@ -160,15 +152,10 @@ class AnthropicModel:
         self.context_window = context_window or default_context_window(model)
         if client is not None and (api_key is not None or base_url is not None):
             raise UsageError("pass either client= or api_key= / base_url=, not both")
-        self._owns_client = client is None
+        owned = client is None
         if client is None:
-            client = _make_client(api_key, base_url, max_retries, timeout_seconds)
-        self._client = client  # serves the first loop; other loops get copies (_loop_client)
-        self._first_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
-        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._lock = threading.Lock()
+            client = make_client(api_key, base_url, max_retries, timeout_seconds)
+        self._clients = LoopClients(client, owned=owned)
         self._model = model
         self.max_tokens = max_tokens
         self._encoder = RequestEncoder(cache=cache, model=model)
@@ -208,65 +195,7 @@ class AnthropicModel:
     def client(self) -> anthropic.AsyncAnthropic:
         """The SDK client serving the running event loop (outside a loop, or before a request
         on this one: the client built, or passed in, first)."""
-        try:
-            entry = self._loops.get(asyncio.get_running_loop())
-        except RuntimeError:
-            entry = None
-        return self._client if entry is None else entry.client
-
-    async def _loop_client(self) -> anthropic.AsyncAnthropic:
-        """The client of the running loop, built on first use (see the class docstring).
-
-        Raises:
-            UsageError: a ``client`` passed in, already used on another loop.
-        """
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            entry = self._loops.get(loop)
-            if entry is not None:
-                return entry.client
-            dead = self._pop_closed_loops()
-            first = self._first_loop() if self._first_loop is not None else None
-            if self._first_loop is None or (first is loop and not self._client.is_closed()):
-                client = self._client
-            elif not self._owns_client:
-                raise UsageError(
-                    "this AnthropicModel(client=...) already sent requests on another event loop, "
-                    "and an SDK client's connections belong to the loop that opened them: use the "
-                    "model on one event loop, or pass api_key= / base_url= instead of client= "
-                    "(the model then keeps one client per event loop)"
-                )
-            else:
-                client = self._client.copy(
-                    http_client=anthropic.DefaultAsyncHttpxClient(
-                        base_url=self._client.base_url, timeout=self._client.timeout
-                    )
-                )
-            if self._first_loop is None:
-                self._first_loop = weakref.ref(loop)
-            entry = _LoopClient(client)
-            if self._owns_client:
-                entry.closer = _close_at_loop_end(entry, self._forget_loop)
-            self._loops[loop] = entry
-        for gone in dead:
-            gone.abandon()
-        if entry.closer is not None:
-            # Its first step registers it with the loop (asyncgen hooks): the loop's
-            # shutdown_asyncgens (asyncio.run, Runner) then closes it, and with it the client.
-            await entry.closer.__anext__()
-        return client
-
-    def _forget_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        with self._lock:
-            self._loops.pop(loop, None)
-
-    def _pop_closed_loops(self) -> list[_LoopClient]:
-        """Take out the clients of loops closed without shutting down their async generators:
-        their connections cannot be closed any more (no loop runs them). Under ``_lock``."""
-        dead = [(loop, entry) for loop, entry in self._loops.items() if loop.is_closed()]
-        for loop, _ in dead:
-            del self._loops[loop]
-        return [entry for _, entry in dead]
+        return self._clients.current
 
     async def aclose(self) -> None:
         """Close the HTTP clients this model created (a ``client`` passed in is left open): the
@@ -275,21 +204,7 @@ class AnthropicModel:
         Safe to call more than once; the model builds new clients if used again. Without it, a
         loop closed by hand (not by ``asyncio.run``) leaves its client's connections open.
         """
-        if not self._owns_client:
-            return
-        here = asyncio.get_running_loop()
-        with self._lock:
-            entries = list(self._loops.items())
-            self._loops.clear()
-        for loop, entry in entries:
-            if loop is here:
-                await entry.close()
-            elif loop.is_running():
-                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(entry.close(), loop))
-            else:
-                entry.abandon()
-        if self._first_loop is None:
-            await self._client.close()  # built, never used on a loop
+        await self._clients.aclose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -376,7 +291,7 @@ class AnthropicModel:
         """
         body = self.body(request)
         fields = {k: body[k] for k in ("system", "tools", "thinking") if k in body}
-        client = await self._loop_client()
+        client = await self._clients.get()
         try:
             counted = await client.messages.count_tokens(
                 model=body["model"], messages=cast(Any, body["messages"]), extra_body=fields
@@ -391,9 +306,9 @@ class AnthropicModel:
         """The `ModelError` of a request the SDK gave up on. A connection error has been retried
         by the SDK (max_retries) already: the engine must not multiply it."""
         if isinstance(exc, anthropic.APIStatusError):
-            return _status_error(exc)
+            return status_error(exc)
         client = self.client
-        return _connection_error(exc, client.timeout, retried=True, url=str(client.base_url))
+        return connection_error(exc, client.timeout, retried=True, url=str(client.base_url))
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Stream the response to ``request``; the last item is `ResponseComplete`.
@@ -411,7 +326,7 @@ class AnthropicModel:
             body.pop("max_tokens"),
             body.pop("messages"),
         )
-        client = await self._loop_client()
+        client = await self._clients.get()
         try:
             events = await client.messages.create(
                 model=model,
@@ -431,40 +346,12 @@ class AnthropicModel:
                 except StopAsyncIteration:
                     break
                 except anthropic.APIStatusError as exc:
-                    raise _status_error(exc) from None
+                    raise status_error(exc) from None
                 except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
-                    raise _connection_error(exc, client.timeout, url=str(client.base_url)) from None
+                    raise connection_error(exc, client.timeout, url=str(client.base_url)) from None
                 for item in accumulator.feed(event.to_dict(mode="json")):
                     yield item
         yield ResponseComplete(accumulator.message())
-
-
-def _unreachable(exc: Exception, url: str | None, *, retried: bool) -> str:
-    """What a connection error says: which address failed, why, and where it came from."""
-    cause = exc.__cause__ or exc.__context__
-    why = str(cause) if cause is not None and str(cause) else ""
-    if not why or why == str(exc):
-        # No text of its own: the SDK's generic sentence says nothing, the underlying error's
-        # type (ConnectError, ReadError, ...) says what failed.
-        named = type(cause if cause is not None else exc).__name__
-        why = str(exc) if str(exc) and str(exc) != _sdk_connection_text() else named
-    where = (url or "the Anthropic API").rstrip("/")
-    text = (
-        f"could not reach {where} ({why})"
-        if retried
-        else f"the connection to {where} dropped mid-response ({why})"
-    )
-    env = os.environ.get("ANTHROPIC_BASE_URL", "").strip()
-    if env and url is not None and env.rstrip("/") == url.rstrip("/"):
-        text += "; the address comes from the ANTHROPIC_BASE_URL environment variable: check it"
-    return text
-
-
-@functools.cache
-def _sdk_connection_text() -> str:
-    """The SDK's generic text of a connection error ("Connection error." today), which says
-    nothing the message does not: taken from the SDK, so a new wording stays recognised."""
-    return str(anthropic.APIConnectionError(request=httpx2.Request("POST", "http://localhost")))
 
 
 def _server_tool_names(tools: Sequence[dict[str, Any]]) -> frozenset[str]:
@@ -524,74 +411,6 @@ def _stacklevel_outside_package() -> int:
     return level
 
 
-@dataclass(eq=False)
-class _LoopClient:
-    """The SDK client of one event loop, and the async generator that closes it when the loop
-    shuts down its async generators (``asyncio.run``, ``asyncio.Runner``)."""
-
-    client: anthropic.AsyncAnthropic
-    closer: AsyncGenerator[None, None] | None = None
-    abandoned: bool = False
-
-    async def close(self) -> None:
-        """Close the client on its own (running) loop."""
-        if self.closer is not None:
-            await self.closer.aclose()  # runs its finally: closes the client
-        else:
-            await self.client.close()
-
-    def abandon(self) -> None:
-        """Finish the closer without awaiting (its loop is closed: nothing can run there)."""
-        self.abandoned = True
-        if self.closer is not None:
-            step = self.closer.aclose()
-            try:
-                step.send(None)
-            except StopIteration:
-                pass
-            finally:
-                step.close()
-
-
-async def _close_at_loop_end(
-    entry: _LoopClient, forget: Callable[[asyncio.AbstractEventLoop], None]
-) -> AsyncGenerator[None, None]:
-    """Wait at its ``yield`` until closed; then close the client and drop the loop's entry
-    (the finished generator still refers to its loop, which would keep the entry alive)."""
-    try:
-        yield
-    finally:
-        if not entry.abandoned:
-            forget(asyncio.get_running_loop())
-            await entry.client.close()
-
-
-def _make_client(
-    api_key: str | None, base_url: str | None, max_retries: int, timeout_seconds: float | None
-) -> anthropic.AsyncAnthropic:
-    kwargs: dict[str, Any] = {"base_url": base_url, "max_retries": max_retries}
-    if timeout_seconds is not None:
-        kwargs["timeout"] = timeout_seconds
-    key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
-    if key is not None and not key.strip():
-        raise UsageError(NO_KEY)
-    try:
-        client = anthropic.AsyncAnthropic(api_key=key, **kwargs)
-    except anthropic.CredentialsError as exc:  # a profile the SDK looked for is broken
-        raise UsageError(f"{NO_KEY} ({exc})") from None
-    if not (client.api_key or client.auth_token or client.credentials):
-        raise UsageError(NO_KEY)
-    return client
-
-
-def _attempts(exc: anthropic.APIStatusError) -> int:
-    # The SDK numbers its attempts in this header on every request it sends.
-    try:
-        return int(exc.response.request.headers.get("x-stainless-retry-count", "0")) + 1
-    except (ValueError, RuntimeError):
-        return 1
-
-
 _CONTEXT_WINDOWS: tuple[tuple[str, int], ...] = (("claude-", 200_000),)
 """Context windows by model-name prefix (first match wins): every current Claude model has
 200,000 tokens (a larger beta window is opt-in: pass ``context_window=``)."""
@@ -606,64 +425,3 @@ def default_context_window(model: str) -> int:
         if model.startswith(prefix):
             return window
     return DEFAULT_CONTEXT_WINDOW
-
-
-def _status_error(exc: anthropic.APIStatusError) -> ModelError:
-    body: dict[str, Any] = exc.body if isinstance(exc.body, dict) else {}
-    nested = body.get("error")
-    error: dict[str, Any] = nested if isinstance(nested, dict) else {}
-    kind = str(error.get("type") or exc.type or "api_error")
-    message = str(error.get("message") or exc.api_message or exc.message)
-    status = exc.status_code
-    if status < 400:
-        # An `error` event inside a 200 stream: overload and the like are worth retrying.
-        return error_from_body({"error": {"type": kind, "message": message}})
-    attempts = _attempts(exc)
-    if status in (401, 403):
-        return ModelAuthError(
-            f"{message} ({kind}): check the API key (ANTHROPIC_API_KEY) and its permissions.",
-            kind=kind,
-            status_code=status,
-            attempts=attempts,
-        )
-    if status in _SDK_RETRIED or status >= 500:
-        tries = "attempt" if attempts == 1 else "attempts"
-        why = "the SDK's retries spent"
-        if exc.response.headers.get("x-should-retry") == "false":
-            why = "the API said not to retry"
-        return ModelError(
-            f"{message} (gave up after {attempts} {tries}, {why})",
-            kind=kind,
-            status_code=status,
-            attempts=attempts,
-        )
-    return ModelError(message, kind=kind, status_code=status, attempts=attempts)
-
-
-def _connection_error(
-    exc: Exception, limit: object = None, *, retried: bool = False, url: str | None = None
-) -> ModelError:
-    """A dropped connection or a timeout. Before the response started (``retried``), the SDK
-    has already retried it: a plain `ModelError` counting the SDK's attempts. Mid-stream, the SDK
-    cannot retry: a `ModelRetryableError` the engine retries. The message names ``url`` (and
-    ``ANTHROPIC_BASE_URL`` when that is where it came from) and the underlying cause."""
-    if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):
-        # The SDK's own text also covers cancellations; say plainly that the time ran out.
-        seconds = getattr(limit, "read", limit)
-        within = f" within {seconds:g} s" if isinstance(seconds, int | float) else ""
-        kind = "timeout"
-        message = (
-            f"the request timed out: nothing received from the API{within} "
-            "(raise timeout_seconds for slow responses)"
-        )
-    else:
-        kind = "connection_error"
-        message = _unreachable(exc, url, retried=retried)
-    if not retried:
-        return ModelRetryableError(message, kind=kind)
-    request = getattr(exc, "request", None)
-    try:
-        attempts = int(request.headers.get("x-stainless-retry-count", "0")) + 1 if request else 1
-    except (ValueError, RuntimeError, AttributeError):
-        attempts = 1
-    return ModelError(message, kind=kind, attempts=attempts)

@@ -19,7 +19,8 @@ from ._compaction import (
     kept_tokens_start,
     kept_window_start,
 )
-from ._html import page_model, render_html, write_html
+from ._html import render_html, write_html
+from ._html_model import page_model
 from ._log import RECOVERED, SessionLog, attach_session
 from ._read import (
     FORMAT,

@@ -333,7 +333,7 @@ def check_history(agent: Agent) -> list[str]:
     """Invariants 1-4 on the agent's whole history (with a batch awaiting approval, on what it
     holds so far: its results and its waiting calls, in declaration order)."""
     messages: list[Message] = agent.messages
-    held = agent._pending
+    held = agent.conversation.held
     if held is not None:
         messages = with_open_batch(
             messages, list(held.results.values()), {call.id for call in held.calls}

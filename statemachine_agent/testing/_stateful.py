@@ -313,8 +313,8 @@ class AgentStateMachine(RuleBasedStateMachine):
 
     def _resume_in_a_new_agent(self) -> None:
         old = self.agent
-        assert old is not None and old._pending is not None
-        held = old._pending
+        assert old is not None and old.conversation.held is not None
+        held = old.conversation.held
         kit = AgentKit(
             ScriptPlayer(),
             tool_execution=old.tool_execution,

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from statemachine_agent.cli._run import API_STOP_REASONS
+from statemachine_agent.cli._model_option import API_STOP_REASONS
 
 from .test_run import answer, flat, invoke, tool_step, write_script
 

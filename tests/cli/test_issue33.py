@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docs.blocks import documentation_text
 from rich.console import Console
 
 from statemachine_agent._events import StateChanged
-from statemachine_agent.cli._run import PIPE_CLOSED
+from statemachine_agent.cli._execute import PIPE_CLOSED
 from statemachine_agent.cli._view import LiveView
 from statemachine_agent.session import read_session
 from statemachine_agent.workspace import PREVIEW_LINES, Workspace, preview_call
@@ -492,13 +493,13 @@ def test_json_into_a_closed_pipe_aborts_the_run_before_its_next_call(
 
 
 def test_readme_states_run_command_confinement_once_and_truly() -> None:
-    text = " ".join(README.read_text(encoding="utf-8").split())
+    text = " ".join(documentation_text().split())
     assert "is **not** confined to `DIR`" not in text
     assert "sandboxed (the default where `bwrap` works) it writes only inside `DIR`" in text
 
 
 def test_readme_examples_write_session_logs_of_their_own_names() -> None:
-    blocks = re.findall(r"^```python\n(.*?)^```", README.read_text(encoding="utf-8"), re.M | re.S)
+    blocks = re.findall(r"^```python\n(.*?)^```", documentation_text(), re.M | re.S)
     names = [name for block in blocks for name in re.findall(r'session="([^"]+)"', block)]
     assert names and len(names) == len(set(names)), names
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from docs.blocks import documentation_text
 from pydantic import ValidationError, create_model
 
 from statemachine_agent import HISTORY_ADAPTER
@@ -262,8 +263,8 @@ def test_invalid_arguments_error_shows_its_field_errors(folder: Path, tmp_path: 
 
 
 def test_readme_script_example_runs(tmp_path: Path) -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Running the agent on your folder", 1)[1]
+    readme = documentation_text()
+    section = readme.split("# Running the agent on your folder", 1)[1]
     steps = json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])
     folder = tmp_path / "ws"
     folder.mkdir()

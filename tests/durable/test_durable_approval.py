@@ -395,8 +395,9 @@ async def test_calls_before_launch_say_to_launch_first() -> None:
     says what to do (not DBOS's own "No DBOS was created yet")."""
     from statemachine_agent import Approve, UsageError
     from statemachine_agent import durable as d
+    from statemachine_agent.durable._state import process
 
-    assert d._factory is None  # no fixture launched DBOS here
+    assert process.factory is None  # no fixture launched DBOS here
     for call in (
         lambda: d.run("go"),
         lambda: d.pending("run-1"),

@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
+from docs.blocks import documentation_text
 from worker_process import cli, start_worker
 
 from statemachine_agent.durable import Client
@@ -69,7 +70,7 @@ def test_a_factory_without_init_on_a_relative_sqlite_url_and_the_transcript_by_s
 def test_readme_states_the_sqlite_url_forms_the_factory_package_and_the_durable_transcript() -> (
     None
 ):
-    text = " ".join(README.read_text(encoding="utf-8").split())
+    text = " ".join(documentation_text().split())
     assert "`myapp` needs no `__init__.py`" in text
     assert "`sqlite:////abs/path/runs.sqlite` (four slashes: an absolute path)" in text
     assert "`sqlite:///runs.sqlite` (three: relative to the working folder" in text
@@ -78,6 +79,6 @@ def test_readme_states_the_sqlite_url_forms_the_factory_package_and_the_durable_
 
 
 def test_readme_gives_both_exits_of_json_into_head() -> None:
-    text = " ".join(README.read_text(encoding="utf-8").split())
+    text = " ".join(documentation_text().split())
     assert "command exits 141 without a traceback" in text
     assert "before `head` closed it ends as usual, exit code 0" in text

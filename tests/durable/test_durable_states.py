@@ -115,9 +115,10 @@ async def test_abort_sent_to_a_running_run_ends_it_aborted(factory: Factory) -> 
 async def test_tool_step_retries_only_when_the_tool_asks(
     factory: Factory, retries: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import statemachine_agent.durable as durable
+    from statemachine_agent.durable import _steps
 
-    monkeypatch.setattr(durable, "STEP_RETRY_INTERVAL_SECONDS", 0.01)
+    # Patched where the tool step reads it (the module that holds `DurableBatch`).
+    monkeypatch.setattr(_steps, "STEP_RETRY_INTERVAL_SECONDS", 0.01)
     attempts: list[int] = []
 
     def flaky(x: int) -> str:

@@ -54,7 +54,8 @@ async def test_tools_are_listed_with_the_servers_json_schema() -> None:
     model = ScriptedModel([DONE])
     async with Agent(model, tools=[stdio_server()]) as agent:
         await agent.run("hi")
-        assert "add" in agent.tools and "echo" in agent.tools
+        assert agent.tool_table is not None
+        assert {"add", "echo"} <= set(agent.tool_table.tools)
     sent = {t.name: t for t in model.requests[0].tools}
     assert sent["add"].input_schema["required"] == ["a", "b"]
     assert sent["add"].input_schema["properties"]["a"]["type"] == "integer"
@@ -200,7 +201,8 @@ async def test_a_name_clash_without_prefix_names_both_and_a_prefix_avoids_it() -
     assert "MCP server 'demo'" in message and "a tool given to the agent" in message
     assert "'add'" in message and "prefix" in message
     async with Agent(ScriptedModel([DONE]), tools=[add, stdio_server(prefix="demo_")]) as agent:
-        assert {"add", "demo_add"} <= set(agent.tools)
+        assert agent.tool_table is not None
+        assert {"add", "demo_add"} <= set(agent.tool_table.tools)
 
 
 async def test_two_servers_with_the_same_tools_clash_naming_both() -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import Counter
-from pathlib import Path
 from typing import Literal
 
 import pytest
+from docs.blocks import documentation_text
 from hypothesis import HealthCheck, Phase, event, given, seed, settings
 
 from statemachine_agent import Agent, ToolResultMessage, tool
@@ -297,7 +297,7 @@ def test_a_sleeping_job_that_stops_early_on_an_abort_finished_with_its_stopped_r
 
 
 def test_the_readme_oracle_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    readme = documentation_text()
     blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
     ours = [b for b in blocks if "check_scenario" in b or "Declared(" in b]
     assert len(ours) == 2

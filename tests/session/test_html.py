@@ -21,11 +21,18 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from statemachine_agent import Agent, tool
+from statemachine_agent import Agent, GraphvizNotFoundError, tool
 from statemachine_agent.cli import main
 from statemachine_agent.cli._demo import run_demo
 from statemachine_agent.models import ScriptedModel
-from statemachine_agent.session import _html, page_model, read_session, render_html, write_html
+from statemachine_agent.session import (
+    _html,
+    _html_diagram,
+    page_model,
+    read_session,
+    render_html,
+    write_html,
+)
 from statemachine_agent.testing.steps import call, text_response, tool_response
 
 from .killing import run_and_kill
@@ -501,16 +508,16 @@ def test_the_page_works_without_graphviz(
     tmp_path: Path, browser: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def no_dot(*_args: Any, **_kwargs: Any) -> bytes:
-        raise _html.GraphvizNotFoundError("no dot")
+        raise GraphvizNotFoundError("no dot")
 
-    monkeypatch.setattr(_html, "render_image", no_dot)
+    monkeypatch.setattr(_html_diagram, "render_image", no_dot)
     log = parallel_log(tmp_path / "p.jsonl")
     page = write_html(log, tmp_path / "p.html")
     assert 'class="simple"' in page.read_text()
     open_page(browser, page)
     step_to(browser, "awaiting_model → executing_tools")
     assert "current" in classes(browser, "state_executing_tools")
-    edges = _html._page_graph().edges
+    edges = _html_diagram.page_graph().edges
     tool_calls = next(
         i
         for i, e in enumerate(edges)
@@ -522,14 +529,14 @@ def test_the_page_works_without_graphviz(
 def test_every_edge_and_state_has_an_element_in_both_drawings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    edges = len(_html._page_graph().edges)
+    edges = len(_html_diagram.page_graph().edges)
     expected = [f'id="edge_{n}"' for n in range(edges)] + ['id="edge_x0"']
     expected += [f'id="state_{s}"' for s in ("idle", "awaiting_model", "executing_tools", "done")]
     expected += ['id="group_active"', 'id="group_ended"']
     extra = [("executing_tools", "aborted", "resume")]
-    drawings = [_html.simple_svg(_html._with_extra(extra), edges)]
+    drawings = [_html_diagram.simple_svg(_html_diagram._with_extra(extra), edges)]
     if shutil.which("dot"):
-        drawings.append(_html.diagram_svg(extra))
+        drawings.append(_html_diagram.diagram_svg(extra))
     for svg in drawings:
         for element in expected:
             assert element in svg, element

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from statemachine_agent.session import _html, write_html
+from statemachine_agent.session import _html_diagram, write_html
 
 from .test_html import browser, demo_log, open_page  # noqa: F401
 from .test_html_issue34 import NAME_RECTS, window  # noqa: F401
 
 
 def test_without_graphviz_a_merged_edges_label_lines_are_stacked() -> None:
-    svg = _html.simple_svg(_html._page_graph())
+    svg = _html_diagram.simple_svg(_html_diagram.page_graph())
     merged = 0
     for group in re.findall(r'<g id="edge_\d+" class="edge">.*?</g>', svg):
         ys = [float(y) for y in re.findall(r'<text x="[^"]+" y="([^"]+)"', group)]

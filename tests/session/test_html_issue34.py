@@ -15,10 +15,16 @@ from typing import Any
 
 import pytest
 
-from statemachine_agent import Agent, tool
+from statemachine_agent import Agent, GraphvizNotFoundError, tool
 from statemachine_agent._machine import LoopMachine
 from statemachine_agent.models import ScriptedModel
-from statemachine_agent.session import _html, page_model, read_session, write_html
+from statemachine_agent.session import (
+    _html_diagram,
+    _html_model,
+    page_model,
+    read_session,
+    write_html,
+)
 from statemachine_agent.testing.steps import call, text_response, tool_response
 
 from .test_html import browser, demo_log, open_page, press
@@ -106,9 +112,9 @@ def window(browser: Any) -> Iterator[Any]:
 
 def no_graphviz(monkeypatch: pytest.MonkeyPatch) -> None:
     def missing(*_args: Any, **_kwargs: Any) -> bytes:
-        raise _html.GraphvizNotFoundError("no dot")
+        raise GraphvizNotFoundError("no dot")
 
-    monkeypatch.setattr(_html, "render_image", missing)
+    monkeypatch.setattr(_html_diagram, "render_image", missing)
 
 
 def inside(rect: dict[str, float], box: dict[str, float]) -> bool:
@@ -205,11 +211,11 @@ def test_case4_every_branch_of_the_machine_lights_the_overview_edge_that_draws_i
     """For each transition the engine can fire (each spec, from each source state), the edge a
     step lights is the one overview edge of the drawing that lists the branch's label and goes
     from that state, or from a group holding it that the branch was written for, to its dest."""
-    graph = _html._page_graph()
-    svg = _html.diagram_svg()
+    graph = _html_diagram.page_graph()
+    svg = _html_diagram.diagram_svg()
     groups = {g.name: set(g.members) for g in graph.groups}
     assert set(groups) == {"active", "ended"}
-    index = _html._edge_index()
+    index = _html_model._edge_index()
     checked = 0
     for spec in LoopMachine().specs:
         for source in map(str, spec.sources):
@@ -291,7 +297,7 @@ def test_case4_the_page_model_lights_the_composites_edge_for_a_groups_transition
     tmp_path: Path,
 ) -> None:
     model = page_model(read_session(three_runs_log(tmp_path / "runs.jsonl")))
-    graph = _html._page_graph()
+    graph = _html_diagram.page_graph()
     pairs = [
         (graph.edges[int(s["edge"].removeprefix("edge_"))].source, s["dest"])
         for s in model["steps"]

@@ -21,7 +21,7 @@ from statemachine_agent._diagram import (
     to_dot,
 )
 from statemachine_agent.models import ScriptedModel
-from statemachine_agent.session import _html, page_model, read_session
+from statemachine_agent.session import _html, _html_diagram, page_model, read_session
 from statemachine_agent.testing.steps import text_response
 
 NO_DOT = "Graphviz's dot is not installed (CI installs it: apt-get install graphviz)"
@@ -77,7 +77,7 @@ def test_state_element_ids_are_valid_and_unique_for_names_with_a_space_dash_or_q
 def test_both_drawings_give_each_odd_state_one_element_under_its_element_id(drawing: str) -> None:
     graph = graph_with(NAMES)
     if drawing == "simple":
-        svg = _html.simple_svg(graph)
+        svg = _html_diagram.simple_svg(graph)
     elif shutil.which("dot") is None:
         pytest.skip(NO_DOT)
     else:

@@ -17,6 +17,7 @@ from typing import Any
 
 import anthropic
 import pytest
+from docs.blocks import documentation_text, stated_output
 
 from statemachine_agent import (
     Agent,
@@ -326,13 +327,13 @@ def test_wait_for_requests_says_false_when_none_arrives_in_time() -> None:
 
 
 def test_the_readme_example_prints_what_it_says(capsys: pytest.CaptureFixture[str]) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    readme = documentation_text()
     blocks = re.findall(r"^```python\n(.*?)^```", readme, re.M | re.S)
     ours = [b for b in blocks if "FakeMessagesAPI(" in b]
     assert len(ours) == 1
     exec(compile(ours[0], "README.md", "exec"), {"__name__": "readme_example"})
     printed = capsys.readouterr().out.splitlines()
-    expected = [line[2:] for line in ours[0].splitlines() if line.startswith("# ")]
+    expected = stated_output(ours[0])
     assert printed == expected == ["done It is 3. 3", "t1 3"]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from docs.blocks import documentation_text
 
 from statemachine_agent import Agent, State, ToolExecutionStart, ToolResultMessage
 from statemachine_agent.cli import main
@@ -479,7 +480,7 @@ def test_demo_says_commands_are_sandboxed(tmp_path: Path) -> None:
 def test_readme_sandbox_example_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    readme = documentation_text()
     blocks = [b.split("```", 1)[0] for b in readme.split("```python\n")[1:]]
     (example,) = [b for b in blocks if "Sandbox(" in b]
     monkeypatch.chdir(tmp_path)  # its workspace is "."

@@ -1,0 +1,83 @@
+"""`RunSettings`: what a run reads of its agent's configuration, read once when the run is
+claimed (assigning ``agent.max_turns`` or ``agent.limits`` changes later runs, not this one)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Self
+
+from ._compacting import Compaction
+from ._execution import ToolExecution
+from ._hooks import AfterToolCall, BeforeToolCall, ShouldContinue, TransformContext
+from ._limits import UsageLimits
+from ._machine import MaxTokensPolicy
+from ._messages import Message
+from ._sources import ToolTable
+from ._tools import Tool
+from .models._base import Model, ToolDefinition
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+
+class HistoryLog(Protocol):
+    """Where a replaced history is recorded (a session log's ``record_history``)."""
+
+    def record_history(
+        self, messages: Sequence[Message], *, reason: str, summary: str | None = None
+    ) -> None:
+        """Record that the history was replaced by ``messages``."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunSettings:
+    """The configuration one run reads (the fields are `Agent`'s options of the same names).
+
+    Attributes:
+        max_turns: the turn cap of this run (``run(max_turns=N)`` when given, else the agent's).
+        tool_definitions: the tools as the model sees them, in declaration order.
+        tool_table: with tool sources (MCP servers), the agent's `ToolTable`: the run lists
+            the sources' tools into it before each request and reads its tools instead of
+            ``tools`` and ``tool_definitions``; None without sources.
+        session: where a compaction inside the run records the new history, or None.
+    """
+
+    model: Model
+    tools: dict[str, Tool]
+    tool_definitions: list[ToolDefinition]
+    tool_table: ToolTable | None
+    system: str | None
+    max_turns: int
+    tool_execution: ToolExecution
+    max_continuations: int
+    max_tokens_policy: MaxTokensPolicy
+    abort_grace_seconds: float
+    model_retries: int
+    retry_backoff_seconds: float
+    before_tool_call: BeforeToolCall | None
+    after_tool_call: AfterToolCall | None
+    should_continue: ShouldContinue | None
+    transform_context: TransformContext | None
+    deps: Any
+    model_settings: dict[str, Any]
+    limits: UsageLimits | None
+    final_turn: bool | str
+    output_type: type[BaseModel] | None
+    output_retries: int
+    compaction: Compaction | None
+    session: HistoryLog | None
+
+    @classmethod
+    def read(cls, config: object, **given: Any) -> Self:
+        """The settings read from ``config`` (an `Agent`: each field from its attribute of the
+        same name), with the fields in ``given`` taken from there instead.
+
+        Raises:
+            AttributeError: ``config`` lacks one of the fields not given.
+        """
+        values = {
+            f.name: given[f.name] if f.name in given else getattr(config, f.name)
+            for f in dataclasses.fields(cls)
+        }
+        return cls(**values)

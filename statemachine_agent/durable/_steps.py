@@ -1,0 +1,197 @@
+"""The DBOS steps of a durable run: each model request (`DurableRun.send`), each tool call
+(`DurableBatch`, with its ``tool_start`` marker for a tool that is not idempotent), and the
+durable abort check before each request."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol, runtime_checkable
+
+from dbos import DBOS, StepOptions
+from dbos import error as dbos_error
+
+from .._execution import BatchRun, _Slot
+from .._messages import AssistantMessage, ToolResultMessage
+from .._messages import text_result as _text_result
+from .._protocol import NO_RESULT
+from .._responses import RequestAborted, RequestFailed
+from .._run import Run
+from .._tools import Tool
+from ..models._base import ModelRequest
+from ._codec import decode_outcome, dump_message, encode_outcome, load_message
+from ._names import ABORT_TOPIC
+from ._state import process
+
+STEP_RETRY_INTERVAL_SECONDS = 1.0
+"""The first wait before DBOS runs a failed call of a tool with ``step_retries`` again (it
+doubles each time)."""
+
+
+class ToolStepFailed(Exception):
+    """Internal to durable runs: a call of a tool with ``step_retries`` returned an error
+    result, so the workflow engine (DBOS) runs it again. Never reaches the user.
+
+    Args:
+        result: the error result as JSON text.
+    """
+
+    def __init__(self, result: str) -> None:
+        super().__init__(result)
+        self.result = result
+
+
+_POSITION_KEY = "model_position"
+
+
+@runtime_checkable
+class PositionedModel(Protocol):
+    """A model whose next response depends on how many requests it was asked, such as
+    `ScriptedModel` (a script plays step ``n`` for request ``n``).
+
+    A durable run records ``calls`` after each ``model_request`` step; when DBOS replays a
+    recorded step (a restarted or recovering worker), the model is not asked, so the run calls
+    ``seek(calls)`` with the recorded value and the next request plays the step that follows
+    the recorded history. The count is recorded rather than read from the history because one
+    request step may play several steps (an error, then its retries) and a compaction request
+    adds no assistant message. A factory should build such a model per run, as the CLI's
+    ``script:FILE`` worker does: a model shared by runs on one worker moves for all of them.
+
+    Attributes:
+        calls: the requests played so far (over every run that used this model).
+    """
+
+    calls: int
+
+    def seek(self, calls: int) -> None:
+        """Continue as if ``calls`` requests had been asked."""
+
+
+def _current_incarnation() -> str:
+    return process.incarnation
+
+
+class DurableBatch(BatchRun):
+    """A `BatchRun` whose tool executions are DBOS steps, started in declaration order."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._order = {id(slot): i for i, slot in enumerate(self._slots)}
+        self._started: list[asyncio.Future[None]] = []
+
+    async def run(self) -> None:
+        """Run the batch (see `BatchRun.run`)."""
+        loop = asyncio.get_running_loop()
+        self._started = [loop.create_future() for _ in self._slots]
+        await super().run()
+
+    def _release(self, index: int) -> None:
+        # Call ``index`` has started its steps (or will start none): the next call may start its
+        # own once every earlier call has done so too.
+        own = self._started[index]
+        if own.done():
+            return
+        if index == 0 or self._started[index - 1].done():
+            own.set_result(None)
+        else:
+            self._started[index - 1].add_done_callback(
+                lambda _f: None if own.done() else own.set_result(None)
+            )
+
+    async def _process(self, slot: _Slot) -> None:
+        try:
+            await super()._process(slot)
+        finally:
+            self._release(self._order[id(slot)])
+
+    async def _execute(self, slot: _Slot, tool: Tool, kwargs: dict[str, Any]) -> ToolResultMessage:
+        index = self._order[id(slot)]
+        call = slot.call
+        try:
+            if index > 0:
+                await asyncio.shield(self._started[index - 1])
+            marker = process.incarnation
+            if not tool.idempotent:
+                marker = await DBOS.run_step_async(
+                    {"name": f"tool_start:{call.id}"}, _current_incarnation
+                )
+        except BaseException:
+            self._release(index)
+            raise
+        execute = super()._execute
+
+        async def tool_call() -> str:
+            if marker != process.incarnation:
+                # Started by a worker that died before the result was recorded.
+                result = _text_result(call, NO_RESULT, is_error=True)
+            else:
+                result = await execute(slot, tool, kwargs)
+                if tool.step_retries and result.is_error:
+                    raise ToolStepFailed(dump_message(result))
+            return dump_message(result)
+
+        options: StepOptions = {"name": f"tool:{call.id}"}
+        if tool.step_retries:
+            options["retries_allowed"] = True
+            options["max_attempts"] = tool.step_retries + 1
+            options["interval_seconds"] = STEP_RETRY_INTERVAL_SECONDS
+        slot.started = True
+        # The step's position is taken synchronously when it starts: release the next call now.
+        self._release(index)
+        try:
+            text = await DBOS.run_step_async(options, tool_call)
+        except dbos_error.DBOSMaxStepRetriesExceeded as exc:
+            failures = [e for e in exc.errors if isinstance(e, ToolStepFailed)]
+            if not failures:
+                raise
+            text = failures[-1].result
+        result = load_message(text)
+        assert isinstance(result, ToolResultMessage)
+        return result
+
+
+class DurableRun(Run):
+    """A `Run` whose model requests and tool calls are DBOS steps (see the module docstring).
+
+    Only meaningful inside the workflow (`run`, `submit`); outside one, DBOS runs the steps as
+    plain functions.
+    """
+
+    async def send(
+        self, request: ModelRequest
+    ) -> AssistantMessage | RequestAborted | RequestFailed:
+        """Send the request as a ``model_request`` step: on replay, the recorded outcome."""
+        send = super().send
+        model = self.settings.model
+        positioned = model if isinstance(model, PositionedModel) else None
+        asked = False
+
+        async def model_request() -> dict[str, str]:
+            nonlocal asked
+            asked = True
+            try:
+                outcome = await send(request)
+            except Exception as exc:  # a bug in a model: the run fails with it, recorded
+                outcome = RequestFailed(f"The model request failed: {type(exc).__name__}: {exc}")
+            data = encode_outcome(outcome)
+            if positioned is not None:
+                data[_POSITION_KEY] = str(positioned.calls)
+            return data
+
+        data = await DBOS.run_step_async({"name": "model_request"}, model_request)
+        if not asked and positioned is not None and _POSITION_KEY in data:
+            # Replayed from the database: the model was not asked, so its position is where
+            # the recorded step left it (an error and its retries may have played several).
+            positioned.seek(int(data[_POSITION_KEY]))
+        return decode_outcome(data)
+
+    async def _build_request(self) -> ModelRequest:
+        # Before each model request, a durable check for an abort sent from any process: the
+        # message is received (and recorded) here, so a replay sees it at the same place.
+        request = await super()._build_request()
+        if not self.signal.aborted:
+            reason = await DBOS.recv_async(ABORT_TOPIC, timeout_seconds=0)
+            if reason is not None:
+                self.signal.set(str(reason))
+        return request
+
+    batch_class = DurableBatch

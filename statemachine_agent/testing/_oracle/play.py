@@ -1,0 +1,275 @@
+"""Playing a scenario on a real agent through the public API (`play`, `drive_scenario_run`) and
+what it observes (`RunObservation`, `ScenarioObservation`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Public names only (the engine's internals may change under it): the oracle sees the loop as a
+# user does.
+from ... import (
+    Agent,
+    AssistantMessage,
+    Event,
+    Message,
+    MessageEnd,
+    RunEnd,
+    RunResult,
+    ToolExecutionStart,
+    ToolResultMessage,
+    TurnStart,
+    UsageError,
+    UserMessage,
+)
+from .._compaction import CompactionWatch
+from .kinds import Token, classify, tokens_of
+from .scenario import AnchorEvent, Cut, RunSpec, Scenario, scenario_ids
+from .scenario_agent import (
+    ScenarioHooks,
+    ScenarioModel,
+    agent_options,
+    queue_input,
+    rendered_steps,
+    run_decisions,
+    starting_history,
+)
+from .tools import JOURNAL
+
+
+@dataclass
+class RunObservation:
+    """What one run of the engine did, in the oracle's terms: ``ran`` lists the calls whose tool
+    started (in start order), ``finished`` those whose tool and ``after_tool_call`` hook then
+    returned (None when the scenario's hooks were not the agent's: not observed)."""
+
+    started: bool = True
+    state: str = ""
+    cancelled: bool = False
+    turns: int = 0
+    requests: int = 0
+    results: list[tuple[str, str]] = field(default_factory=list)
+    ran: list[str] = field(default_factory=list)
+    finished: list[str] | None = None
+    users: int = 0
+    user_texts: list[str] = field(default_factory=list)
+    texts: dict[str, tuple[str, str]] = field(default_factory=dict)
+    new_messages: list[Message] = field(default_factory=list)
+    compaction_cuts: list[int] = field(default_factory=list)
+    compaction_problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ScenarioObservation:
+    """Every run, plus the history and state right after a resume."""
+
+    runs: list[RunObservation] = field(default_factory=list)
+    resumed: list[Token] | None = None
+    resumed_state: str | None = None
+    log_lines: list[dict[str, Any]] | None = None
+    histories: list[list[Message]] = field(default_factory=list)
+    agent: Agent | None = None
+
+
+async def drive_scenario_run(
+    agent: Agent,
+    model: Any,
+    spec: RunSpec,
+    steps: Sequence[Any],
+    hooks: ScenarioHooks,
+    *,
+    sync: bool = False,
+) -> RunObservation:
+    """Play one run of a scenario on ``agent`` (anchored abort or cancellation and input).
+
+    Args:
+        agent: an agent with the oracle's tools and ``hooks`` installed.
+        model: the agent's model: a `ScenarioModel`, or the kit's `ScriptPlayer`; ``load(steps)``
+            plays the run's steps, ``requests`` counts (or lists) the requests.
+        spec: the run.
+        steps: its rendered steps (`run_steps`).
+        hooks: the scenario's hooks (they learn the agent, for the hook-anchored abort).
+        sync: run it with `Agent.run_sync` in a worker thread (its own event loop), unless it
+            is cancelled at an anchor.
+    """
+    obs = RunObservation()
+    model.load(steps)
+    first_request = request_count(model)
+    journal: list[str] = []
+    token = JOURNAL.set(journal)
+    counters: Counter[str] = Counter()
+    task: asyncio.Future[RunResult] | None = None
+    end: list[RunResult] = []
+    for item in spec.inputs:
+        if item.event is None:
+            queue_input(agent, item.kind, f"queued {item.kind}")
+
+    def on_event(event: Event) -> None:
+        name: AnchorEvent | None = None
+        if isinstance(event, TurnStart):
+            name = "turn_start"
+        elif isinstance(event, MessageEnd) and isinstance(event.message, AssistantMessage):
+            if event.message.stop_reason not in ("aborted", "error"):
+                name = "response"
+        elif isinstance(event, ToolExecutionStart):
+            name = "tool_start"
+        elif isinstance(event, RunEnd):
+            end.append(event.result)
+        if name is None:
+            return
+        counters[name] += 1
+        for item in spec.inputs:
+            if item.event == name and item.k == counters[name]:
+                queue_input(agent, item.kind, f"queued {item.kind}")
+        anchor = spec.abort
+        if anchor is not None and anchor.event == name and anchor.k == counters[name]:
+            if anchor.how == "abort" or task is None:
+                agent.abort("aborted by the oracle scenario")
+            else:
+                task.cancel()
+
+    hooks.agent = agent
+    hooks.finished = []
+    before = len(agent.messages)
+    watch = CompactionWatch(agent)
+    unsubscribe = agent.subscribe(on_event)
+    unwatch = agent.subscribe(watch)
+    try:
+        result: RunResult | None = None
+        prompt = "do the task" if spec.prompt else None
+        decisions = None if spec.decisions is None else run_decisions(spec, hooks)
+        if decisions is not None:
+            result = await agent.run(decisions=decisions)
+        elif sync and (spec.abort is None or spec.abort.how != "cancel"):
+            try:
+                result = await asyncio.to_thread(agent.run_sync, prompt, max_turns=spec.max_turns)
+            except UsageError:  # run_sync claims the agent first: a refusal raises before
+                obs.started = False
+        else:
+            try:  # run() claims the agent when called: a refusal raises here, not when awaited
+                task = asyncio.ensure_future(agent.run(prompt, max_turns=spec.max_turns))
+            except UsageError:
+                obs.started = False
+            else:
+                try:
+                    result = await task
+                except asyncio.CancelledError:
+                    if not task.cancelled():
+                        raise
+                    obs.cancelled = True
+                    result = end[-1] if end else None
+    finally:
+        unwatch()
+        unsubscribe()
+        JOURNAL.reset(token)
+    obs.ran = journal
+    obs.compaction_cuts, obs.compaction_problems = watch.cuts, watch.problems
+    if agent.after_tool_call == hooks.after:
+        obs.finished = [c for c in hooks.finished if c in journal]
+    obs.requests = request_count(model) - first_request
+    if result is not None:
+        obs.state = result.state.value
+        obs.turns = result.turns
+        obs.new_messages = list(result.new_messages)
+    else:
+        obs.new_messages = list(agent.messages[before:])
+    if watch.cuts:  # what the run added, those messages its compactions replaced included
+        obs.new_messages = watch.added_since(before)
+    for message in obs.new_messages:
+        if isinstance(message, ToolResultMessage):
+            kind = classify(message)
+            obs.results.append((message.tool_call_id, kind))
+            obs.texts.setdefault(message.tool_call_id, (kind, message.text))
+        elif isinstance(message, UserMessage):
+            obs.users += 1
+            obs.user_texts.append(message.text)
+    return obs
+
+
+def request_count(model: Any) -> int:
+    requests = model.requests
+    return requests if isinstance(requests, int) else len(requests)
+
+
+async def play(
+    scenario: Scenario,
+    workdir: Path | None = None,
+    *,
+    model: Any = None,
+    sync_runs: bool = False,
+) -> ScenarioObservation:
+    """Play ``scenario`` on a fresh agent (a session log in ``workdir`` when it has a cut).
+
+    Args:
+        scenario: what to play.
+        workdir: where the session log goes (default a temporary folder).
+        model: plays each run's steps (``load(steps)``, ``requests``, as `ScenarioModel`, the
+            default, does); e.g. one that serves them over HTTP to a real SDK.
+        sync_runs: play each run with `Agent.run_sync` in a worker thread (a new event loop per
+            run, as a synchronous caller has), except a run cancelled at an anchor (it needs
+            its task).
+    """
+    model = ScenarioModel() if model is None else model
+    hooks = ScenarioHooks()
+    ids = scenario_ids(scenario)
+    for r, run in enumerate(scenario.runs):
+        for step, call_ids in zip(run.steps, ids[r], strict=True):
+            for call, call_id in zip(step.calls, call_ids, strict=True):
+                hooks.calls[call_id] = call
+    steps = rendered_steps(scenario)
+    obs = ScenarioObservation()
+    tmp: tempfile.TemporaryDirectory[str] | None = None
+    path: Path | None = None
+    if scenario.cut is not None:
+        if workdir is None:
+            tmp = tempfile.TemporaryDirectory(prefix="oracle-")
+            workdir = Path(tmp.name)
+        path = workdir / "session.jsonl"
+        if path.exists():
+            path.unlink()
+    try:
+        agent = Agent(
+            model,
+            messages=starting_history(scenario.history),
+            session=path,
+            **agent_options(scenario, hooks),
+        )
+        for r, run in enumerate(scenario.runs):
+            if r and scenario.cut is not None:
+                assert path is not None and agent.session is not None
+                agent.session.close()
+                obs.log_lines = cut_log(path, scenario.cut)
+                agent = Agent.resume(path, model=model, **agent_options(scenario, hooks))
+                obs.resumed = tokens_of(agent.messages)
+                obs.resumed_state = str(agent.state)
+            obs.runs.append(
+                await drive_scenario_run(agent, model, run, steps[r], hooks, sync=sync_runs)
+            )
+            obs.histories.append(list(agent.messages))
+        obs.agent = agent
+        if agent.session is not None:
+            agent.session.close()
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return obs
+
+
+def cut_log(path: Path, cut: Cut) -> list[dict[str, Any]]:
+    """Cut the log as ``cut`` says; return the complete lines kept, parsed."""
+    raw = path.read_bytes().split(b"\n")
+    lines = [line for line in raw if line]
+    keep = max(1, len(lines) - cut.lines)
+    kept = lines[:keep]
+    data = b"".join(line + b"\n" for line in kept)
+    if cut.torn and keep < len(lines):
+        nxt = lines[keep]
+        data += nxt[: max(1, len(nxt) // 2)]
+    path.write_bytes(data)
+    return [json.loads(line) for line in kept[1:]]

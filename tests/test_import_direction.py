@@ -1,0 +1,167 @@
+"""One import direction (issue 35, item 2): read from the code with `ast`, every import of a
+package module (``from .x import``, ``from statemachine_agent.x import``, ``import
+statemachine_agent.x``), at module level, under ``TYPE_CHECKING`` and inside functions, goes to
+a module of the same layer or one below it; and no module imports another module's underscore
+name except the documented exceptions below."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import statemachine_agent
+
+PACKAGE = Path(statemachine_agent.__file__).parent
+
+# The layers, lowest first: a module imports only from its own layer or those below. A module
+# is matched by its dotted name, or by its package (``session``) when it is not listed itself.
+LAYERS: list[tuple[str, ...]] = [
+    # helpers and the vocabulary: messages, states, events and what they are made of
+    (
+        "_jsonable", "_dataclasses", "_cuts", "_cancel", "_importing", "_errors", "_states", "_messages",
+        "_events", "_accounting", "_context", "_protocol", "_responses", "_hooks", "_tools",
+        "_execution", "_limits", "_output", "_result", "models", "workspace", "_sources",
+    ),
+    ("_conversation", "_bus"),
+    ("_machine", "_diagram"),
+    ("_effects", "_compacting"),
+    ("_settings", "_run"),
+    ("_handles",),
+    ("_agent_base", "_agent"),
+    ("session", "durable", "otel", "testing", "cli", "_worker_registry", "demo", "__init__",
+     "__main__", "mcp"),
+]  # fmt: skip
+
+# Imports against the direction that remain, each with its reason. Nothing else may be added.
+KNOWN_UPWARD: dict[tuple[str, str], str] = {
+    ("_machine", "_effects"): "the built-in table names its effects and actions (to go when the "
+    "table moves above the effects, item 3's split of _machine)",
+    ("_machine", "_compacting"): "the built-in table names the compaction guards and effect",
+    ("_machine", "_run"): "type-only: Effect and Action take a Run (to go with a Run protocol)",
+    ("_effects", "_run"): "type-only: effects take a Run",
+    ("_compacting", "_run"): "type-only: the compaction effect takes a Run; and _takes_signal",
+    ("_errors", "session"): "type-only: SessionCorruptError carries SessionData (it moves to "
+    "session with the durable split)",
+    ("_agent", "session"): "Agent(session=...) and Agent.resume open and attach a SessionLog",
+    ("_agent_base", "session"): "type-only: Agent.session is a SessionLog",
+}
+
+# Underscore names imported from another module, with the reason each is allowed.
+PRIVATE_IMPORTS: dict[tuple[str, str], str] = {
+    ("_events", "_SET_RUN_ID"): "the run stamps events through their slots (hot path)",
+    ("_events", "_SET_SEQ"): "the run stamps events through their slots (hot path)",
+    ("_run", "_takes_signal"): "the compaction summarizer takes the signal by the same rule",
+    ("_execution", "_Slot"): "the durable batch overrides _process/_execute (to go: a public "
+    "per-call hook of BatchRun, after the durable package split)",
+    ("models._offline", "_checked_step"): "the fake API checks steps as the scripted model does",
+}
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    for name in (module, parts[0]):
+        for index, layer in enumerate(LAYERS):
+            if name in layer:
+                return index
+    raise AssertionError(f"module {module!r} has no layer in LAYERS: add it to the table")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).with_suffix("")
+        parts = list(relative.parts)
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _imports(module: str, path: Path) -> list[tuple[str, list[str], int]]:
+    """``(imported module, names, line)`` for every import of a package module in ``path``."""
+    package = module.split(".")[:-1] if path.name != "__init__.py" else module.split(".")
+    if module == "__init__":
+        package = []
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+                target = [*base, *(node.module.split(".") if node.module else [])]
+            elif node.module and node.module.split(".")[0] == "statemachine_agent":
+                target = node.module.split(".")[1:]
+            else:
+                continue
+            names = [alias.name for alias in node.names]
+            if not target:  # from . import x: a module of the package, or a name of __init__
+                modules = _modules()
+                found.extend(
+                    (name, [], node.lineno)
+                    if name in modules
+                    else ("__init__", [name], node.lineno)
+                    for name in names
+                )
+            else:
+                found.append((".".join(target), names, node.lineno))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "statemachine_agent" and len(parts) > 1:
+                    found.append((".".join(parts[1:]), [], node.lineno))
+    return found
+
+
+def _top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_no_module_imports_one_above_it() -> None:
+    problems = []
+    used: set[tuple[str, str]] = set()
+    for module, path in _modules().items():
+        for target, _names, line in _imports(module, path):
+            if _top(target) == _top(module):
+                continue  # inside one package, or the module itself
+            if _layer(target) > _layer(module):
+                key = (module, _top(target))
+                if key in KNOWN_UPWARD:
+                    used.add(key)
+                    continue
+                problems.append(
+                    f"{path.relative_to(PACKAGE.parent)}:{line} imports {target} (layer "
+                    f"{_layer(target)}) from layer {_layer(module)}"
+                )
+    assert problems == []
+    stale = set(KNOWN_UPWARD) - used
+    assert not stale, f"exceptions no longer needed: remove {stale}"
+
+
+def test_no_underscore_name_is_imported_from_another_module() -> None:
+    problems = []
+    for module, path in _modules().items():
+        for target, names, line in _imports(module, path):
+            if _top(target) == _top(module):
+                continue  # a package's own modules share its private names
+            for name in names:
+                if name.startswith("_") and not name.startswith("__"):
+                    if (target, name) in PRIVATE_IMPORTS:
+                        continue
+                    problems.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {target}.{name}")
+    assert problems == []
+
+
+def test_no_agent_private_reads_outside_the_agent() -> None:
+    problems = []
+    for module, path in _modules().items():
+        if module in ("_agent", "_agent_base"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and isinstance(node.value, ast.Name)
+                and node.value.id in ("agent", "old", "new")
+            ):
+                problems.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.attr}")
+    assert problems == []
