@@ -11,6 +11,7 @@ import shlex
 import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -21,7 +22,7 @@ from mcp import Client, MCPError, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from .._errors import AgentError, ToolError
-from .._tools import ToolContext, ToolResult
+from .._tools import ResourceKey, ToolContext, ToolResult
 from ..workspace._sandbox import Sandbox, bwrap_arguments, check_sandbox, sandbox_environment
 from ._convert import MCPTool, mcp_tool, progress_update, to_tool_result
 
@@ -29,6 +30,9 @@ logger = logging.getLogger("statemachine_agent.mcp")
 
 STARTUP_TIMEOUT_SECONDS = 30.0
 """How long a server may take to start and answer its first listing (the default)."""
+
+LAUNCHER = Path(__file__).with_name("_launch.py")
+"""The script a stdio server is started through (it reports the server's process group)."""
 
 STOP_TIMEOUT_SECONDS = 5.0
 """How long closing waits for the client to shut a server down before cancelling it."""
@@ -72,22 +76,33 @@ class MCPServer:
 
     Args:
         name: what errors call it (``MCP server 'NAME'``).
+        connect: makes a new `mcp.Client` for one connection (`stdio` and `http` give it); a
+            stdio server's launcher writes its process group's id to the path it is given.
         prefix: put before each tool's name (e.g. ``"fs_"``); without one, a tool named like
             another is a `ToolDefinitionError` naming both.
         timeout_seconds: each call's timeout (None: none).
         startup_timeout_seconds: how long starting and the first listing may take.
         requires_approval: every call of this server's tools waits for a person's decision.
+        resource: the write queue of each of its tools, as `tool`'s ``resource``: the name of
+            the argument naming what a call changes (calls of one tool on one value run one at
+            a time, in declaration order), or a function of the arguments giving the key (e.g.
+            ``lambda args: "db"``: every call of the server in turn).
+        idempotent: its calls may run again safely: a durable run recovering from a worker
+            killed mid-call runs such a call again; otherwise that call is answered "no result
+            recorded" (the `tool` rule).
     """
 
     def __init__(
         self,
         name: str,
-        connect: Callable[[], Client],
+        connect: Callable[[Path], Client],
         *,
         prefix: str = "",
         timeout_seconds: float | None = None,
         startup_timeout_seconds: float = STARTUP_TIMEOUT_SECONDS,
         requires_approval: bool = False,
+        resource: str | ResourceKey | None = None,
+        idempotent: bool = False,
     ) -> None:
         self.server_name = name
         self.name = f"MCP server {name!r}"
@@ -95,6 +110,8 @@ class MCPServer:
         self.timeout_seconds = timeout_seconds
         self.startup_timeout_seconds = startup_timeout_seconds
         self.requires_approval = requires_approval
+        self.resource = resource
+        self.idempotent = idempotent
         self._connect = connect
         self._connection: _Connection | None = None
         self._tools: list[MCPTool] | None = None
@@ -115,6 +132,8 @@ class MCPServer:
         timeout_seconds: float | None = None,
         startup_timeout_seconds: float = STARTUP_TIMEOUT_SECONDS,
         requires_approval: bool = False,
+        resource: str | ResourceKey | None = None,
+        idempotent: bool = False,
         sandbox: Sandbox | None = None,
     ) -> MCPServer:
         """A server run as a subprocess (in its own process group), talking MCP over its
@@ -129,8 +148,8 @@ class MCPServer:
             sandbox: run it under bubblewrap like ``run_command`` (`Sandbox`): writable only
                 in ``cwd`` and ``sandbox.writable``, network off unless allowed, environment
                 reduced. ``mode="auto"`` without bubblewrap runs it unsandboxed with a warning.
-            prefix, timeout_seconds, startup_timeout_seconds, requires_approval: see
-                `MCPServer`.
+            prefix, timeout_seconds, startup_timeout_seconds, requires_approval, resource,
+                idempotent: see `MCPServer`.
 
         Raises:
             SandboxUnavailableError: ``sandbox.mode == "require"`` and bubblewrap cannot run.
@@ -144,18 +163,19 @@ class MCPServer:
                 exe = shutil.which(command) or command
                 argv = [status.bwrap, *bwrap_arguments(sandbox, root), "--", exe, *args]
                 extra = {**sandbox_environment(sandbox, os.environ), **extra}
-        params = StdioServerParameters(
-            command=argv[0],
-            args=argv[1:],
-            env=extra or None,
-            cwd=None if cwd is None else Path(cwd),
-        )
 
-        def connect() -> Client:
+        def connect(group_file: Path) -> Client:
+            if shutil.which(argv[0]) is None:
+                raise FileNotFoundError(f"no executable {argv[0]!r} (not found, or not on PATH)")
+            # Through the launcher: it reports the server's process group, ended on close.
+            params = StdioServerParameters(
+                command=sys.executable,
+                args=[str(LAUNCHER), str(group_file), *argv],
+                env=extra or None,
+                cwd=None if cwd is None else Path(cwd),
+            )
             transport = stdio_client(params, errlog=_errlog())
             return Client(transport, cache=None, message_handler=server._on_message)
-
-        connect.command = argv[0]  # type: ignore[attr-defined]  # its process group is ours to end
 
         server = cls(
             name or Path(command).name,
@@ -164,6 +184,8 @@ class MCPServer:
             timeout_seconds=timeout_seconds,
             startup_timeout_seconds=startup_timeout_seconds,
             requires_approval=requires_approval,
+            resource=resource,
+            idempotent=idempotent,
         )
         return server
 
@@ -178,18 +200,20 @@ class MCPServer:
         timeout_seconds: float | None = None,
         startup_timeout_seconds: float = STARTUP_TIMEOUT_SECONDS,
         requires_approval: bool = False,
+        resource: str | ResourceKey | None = None,
+        idempotent: bool = False,
     ) -> MCPServer:
         """A server reached over streamable HTTP at ``url`` (e.g. ``http://127.0.0.1:8000/mcp``).
 
         Args:
             headers: sent with every HTTP request (e.g. ``{"Authorization": "Bearer ..."}``).
             name: what errors call it (default: the URL).
-            prefix, timeout_seconds, startup_timeout_seconds, requires_approval: see
-                `MCPServer`.
+            prefix, timeout_seconds, startup_timeout_seconds, requires_approval, resource,
+                idempotent: see `MCPServer`.
         """
         fixed = dict(headers or {})
 
-        def connect() -> Client:
+        def connect(_group_file: Path) -> Client:
             http = httpx2.AsyncClient(headers=fixed, timeout=httpx2.Timeout(30.0, read=300.0))
             transport = streamable_http_client(url, http_client=http)
             return Client(transport, cache=None, message_handler=server._on_message)
@@ -201,6 +225,8 @@ class MCPServer:
             timeout_seconds=timeout_seconds,
             startup_timeout_seconds=startup_timeout_seconds,
             requires_approval=requires_approval,
+            resource=resource,
+            idempotent=idempotent,
         )
         return server
 
@@ -259,9 +285,9 @@ class MCPServer:
                         "server's command and configuration)"
                     )
                 self._tools = [mcp_tool(self, t, self.timeout_seconds) for t in listed]
-                if self.requires_approval:
-                    for t in self._tools:
-                        t.requires_approval = True
+                for t in self._tools:
+                    t.requires_approval = self.requires_approval
+                    t.resource, t.idempotent = self.resource, self.idempotent
             return list(self._tools)
 
     async def aclose(self) -> None:
@@ -288,7 +314,12 @@ class MCPServer:
             self._connection = None
             with contextlib.suppress(Exception):
                 await connection.close()
-        connection = _Connection(self)
+        try:
+            connection = _Connection(self)
+        except Exception as exc:  # no such executable, a bad parameter
+            raise MCPServerError(
+                f"{self.name} could not be started or reached: {_describe(exc)}"
+            ) from exc
         self.connections += 1
         try:
             async with asyncio.timeout(self.startup_timeout_seconds):
@@ -381,22 +412,33 @@ class _Connection:
         self.stop = asyncio.Event()
         self.changed = True
         self.broken = False  # a call saw the connection closed
-        self.groups: set[int] = set()  # a stdio server's process group
-        self.client: Client = server._connect()
+        self.folder = Path(tempfile.mkdtemp(prefix="statemachine-agent-mcp-"))
+        self.group_file = self.folder / "group"
+        try:
+            self.client: Client = server._connect(self.group_file)
+        except BaseException:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
         self.task = asyncio.ensure_future(self._hold())
 
     def alive(self) -> bool:
         return not self.broken and not self.task.done() and self.loop is asyncio.get_running_loop()
 
-    async def _hold(self) -> None:
-        command = getattr(self.server._connect, "command", None)
-        before = _group_leaders(None) if command else set()
+    def _end_group(self) -> None:
+        """SIGKILL the stdio server's process group (what it left running after it stopped),
+        read from the file its launcher wrote; nothing for an HTTP server."""
         try:
-            if command:  # a stdio server: after it exits, what it started goes too
-                self.groups = _group_leaders(command) - before
+            group = int(self.group_file.read_text(encoding="ascii"))
+        except (OSError, ValueError):
+            group = 0  # not launched (HTTP, or it failed before the launcher ran)
+        shutil.rmtree(self.folder, ignore_errors=True)
+        if group > 1:
+            with contextlib.suppress(OSError):  # gone already: every member has exited
+                os.killpg(group, signal.SIGKILL)
+
+    async def _hold(self) -> None:
+        try:
             async with self.client as client:
-                if command:
-                    self.groups = _group_leaders(command) - before
                 listener = None
                 if client.protocol_version >= _MODERN:  # list_changed only through listen
                     listener = asyncio.ensure_future(self._listen(client))
@@ -406,9 +448,9 @@ class _Connection:
                 finally:
                     if listener is not None:
                         await _cancel(listener)
-            _kill_groups(self.groups)
+            self._end_group()
         except BaseException as exc:
-            _kill_groups(self.groups)
+            self._end_group()
             if not self.ready.done():
                 self.ready.set_exception(exc)
                 return
@@ -441,41 +483,6 @@ class _Connection:
             raise
         except Exception:
             pass
-
-
-def _group_leaders(command: str | None) -> set[int]:
-    """This process's children that lead their own session (how the ``mcp`` client starts a
-    stdio server), running ``command`` (None: any). Linux (``/proc``); elsewhere empty."""
-    me = os.getpid()
-    found: set[int] = set()
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-            if int(fields[1]) != me or int(fields[3]) != int(entry):
-                continue
-            if command is not None:
-                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                    if os.fsencode(Path(command).name) not in cmdline.read():
-                        continue
-        except (OSError, IndexError, ValueError):
-            continue
-        found.add(int(entry))
-    return found
-
-
-def _kill_groups(groups: set[int]) -> None:
-    """SIGKILL each process group (a stdio server's children left behind)."""
-    for group in groups:
-        with contextlib.suppress(OSError):
-            os.killpg(group, signal.SIGKILL)
-    groups.clear()
 
 
 async def _cancel(task: asyncio.Future[Any]) -> None:

@@ -18,12 +18,6 @@ def stdio_server(*options: str, **kwargs: Any) -> Any:
     return MCPServer.stdio(sys.executable, [str(SERVER), *options], name="demo", **kwargs)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

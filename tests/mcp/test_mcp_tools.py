@@ -14,9 +14,18 @@ from typing import Any
 import pytest
 from mcp_servers import SERVER, stdio_server
 
-from statemachine_agent import Agent, State, ToolDefinitionError, tool
-from statemachine_agent._events import ToolExecutionUpdate
-from statemachine_agent._messages import ImageBlock, ToolResultMessage
+from statemachine_agent import (
+    AbortSignal,
+    Agent,
+    ImageBlock,
+    State,
+    ToolCallInfo,
+    ToolContext,
+    ToolDefinitionError,
+    ToolExecutionUpdate,
+    ToolResultMessage,
+    tool,
+)
 from statemachine_agent.mcp import MCPServer, MCPServerError
 from statemachine_agent.models import ScriptedModel
 
@@ -155,35 +164,30 @@ async def test_abort_cancels_the_in_flight_mcp_request_and_answers_it_as_aborted
         assert hang.is_error and "nterrupted" in text(hang)
         # The server's handler was cancelled (it answers once its cancellation is recorded).
         (was,) = [t for t in await server.tools() if t.name == "was_cancelled"]
-        from statemachine_agent._cancel import AbortSignal
-        from statemachine_agent._tools import ToolContext
-
         done = await was.call({}, ToolContext("c", "was_cancelled", AbortSignal(), print))
         assert done.content == "cancelled"
 
 
 async def test_list_changed_is_honoured_before_the_next_request() -> None:
     server = stdio_server()
-    model = ScriptedModel([calls(("grow", {})), DONE])
-    seen = asyncio.Event()
-    real = server._changed
+    notified = asyncio.Event()
+    record = server._changed
 
-    def changed() -> None:
-        real()
-        seen.set()
+    def changed() -> None:  # the server's notification arrived (and was recorded)
+        record()
+        notified.set()
 
     server._changed = changed  # type: ignore[method-assign]
-    async with Agent(model, tools=[server]) as agent:
-        before = set(agent.tools)
-        agent.subscribe(lambda e: None)
-        original = model.stream
 
-        def stream(request: Any) -> Any:  # the 2nd request waits for the notification
-            return original(request)
+    async def after(info: ToolCallInfo, result: ToolResultMessage) -> None:
+        if info.tool.name == "grow":  # the run goes on once the notification is in
+            await notified.wait()
 
+    model = ScriptedModel([calls(("grow", {})), DONE])
+    async with Agent(model, tools=[server], after_tool_call=after) as agent:
         result = await agent.run("go")
     assert result.state is State.DONE
-    assert "late" not in before
+    assert "late" not in {t.name for t in model.requests[0].tools}
     assert server.list_changes >= 1
     assert "late" in {t.name for t in model.requests[1].tools}
 
@@ -307,3 +311,41 @@ async def test_cancelling_the_agents_lifetime_kills_the_server_group(tmp_path: A
         await task
     server_pid, child_pid = map(int, pids.read_text().split())
     assert _gone(server_pid) and _gone(child_pid)
+
+
+def _running(pid: int) -> bool:
+    """``pid`` has not exited (its pidfd is not readable yet)."""
+    fd = os.pidfd_open(pid)
+    try:
+        ready, _, _ = select.select([fd], [], [], 0)
+        return not ready
+    finally:
+        os.close(fd)
+
+
+async def test_closing_one_agent_leaves_another_server_of_the_same_command_running(
+    tmp_path: Any,
+) -> None:
+    first_pids, second_pids = tmp_path / "first", tmp_path / "second"
+    first_server, second_server = stdio_server(), stdio_server()  # one command, started at once
+    first = Agent(
+        ScriptedModel([calls(("spawn", {"pid_file": str(first_pids)})), DONE]),
+        tools=[first_server],
+    )
+    second = Agent(
+        ScriptedModel([calls(("spawn", {"pid_file": str(second_pids)})), DONE]),
+        tools=[second_server],
+    )
+    await asyncio.gather(first.__aenter__(), second.__aenter__())
+    try:
+        assert (await first.run("go")).state is State.DONE
+        assert (await second.run("go")).state is State.DONE
+        await first.aclose()
+        first_pid, first_child = map(int, first_pids.read_text().split())
+        assert _gone(first_pid) and _gone(first_child)
+        second_pid, second_child = map(int, second_pids.read_text().split())
+        assert _running(second_pid) and _running(second_child)
+        assert second_server.connections == 1  # still the same server process
+    finally:
+        await second.aclose()
+    assert _gone(second_pid) and _gone(second_child)

@@ -33,6 +33,11 @@ class Point(BaseModel):
     y: int
 
 
+def _append(path: str, text: str) -> None:
+    with open(path, "a") as out:
+        out.write(text)
+
+
 def build(no_tools: bool) -> MCPServer:
     server = MCPServer("demo")
     if no_tools:
@@ -124,10 +129,27 @@ def build(no_tools: bool) -> MCPServer:
         Path(pid_file).write_text(f"{os.getpid()} {child.pid}")
         return "spawned"
 
+    active: dict[str, int] = {}
+
+    @server.tool()
+    async def slow_append(path: str, text: str) -> str:
+        """Appends text and how many calls on this path were in flight at once (it works a
+        while, as a real write would, so calls sent together overlap)."""
+        active[path] = active.get(path, 0) + 1
+        peak = active[path]
+        await asyncio.sleep(0.2)
+        peak = max(peak, active[path])
+        _append(path, f"{text}{peak}")
+        active[path] -= 1
+        return "appended"
+
     @server.tool()
     def write(path: str, text: str) -> str:
         """Writes a file."""
-        Path(path).write_text(text)
+        try:
+            Path(path).write_text(text)
+        except OSError as exc:
+            raise ToolError(str(exc)) from exc
         return "written"
 
     return server
