@@ -144,6 +144,18 @@ def build(no_tools: bool) -> MCPServer:
         return "appended"
 
     @server.tool()
+    async def mark(path: str, text: str) -> str:
+        """Appends a line to path (and to the FIFO DEMO_SIGNAL names, if any); the line "slow"
+        then waits until cancelled when DEMO_HANG=1 (a call in flight when its client dies)."""
+        _append(path, text + "\n")
+        fifo = os.environ.get("DEMO_SIGNAL")
+        if fifo:
+            _append(fifo, text + "\n")
+        if text == "slow" and os.environ.get("DEMO_HANG") == "1":
+            await asyncio.Event().wait()
+        return f"marked {text}"
+
+    @server.tool()
     def write(path: str, text: str) -> str:
         """Writes a file."""
         try:
