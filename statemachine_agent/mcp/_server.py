@@ -148,8 +148,9 @@ class MCPServer:
             sandbox: run it under bubblewrap like ``run_command`` (`Sandbox`): writable only
                 in ``cwd`` and ``sandbox.writable``, network off unless allowed, environment
                 reduced. ``mode="auto"`` without bubblewrap runs it unsandboxed with a warning.
-            prefix, timeout_seconds, startup_timeout_seconds, requires_approval, resource,
-                idempotent: see `MCPServer`.
+            prefix, timeout_seconds, startup_timeout_seconds, requires_approval: see
+                `MCPServer`.
+            resource, idempotent: see `MCPServer`.
 
         Raises:
             SandboxUnavailableError: ``sandbox.mode == "require"`` and bubblewrap cannot run.
@@ -208,8 +209,9 @@ class MCPServer:
         Args:
             headers: sent with every HTTP request (e.g. ``{"Authorization": "Bearer ..."}``).
             name: what errors call it (default: the URL).
-            prefix, timeout_seconds, startup_timeout_seconds, requires_approval, resource,
-                idempotent: see `MCPServer`.
+            prefix, timeout_seconds, startup_timeout_seconds, requires_approval: see
+                `MCPServer`.
+            resource, idempotent: see `MCPServer`.
         """
         fixed = dict(headers or {})
 
