@@ -63,7 +63,8 @@ from ._responses import RequestAborted, RequestFailed, request_response
 from ._result import RunResult, answer_text
 from ._settings import RunSettings
 from ._states import State, Trigger
-from .models._base import ModelRequest, without_tool_choice
+from ._tools import Tool
+from .models._base import ModelRequest, ToolDefinition, without_tool_choice
 
 
 class Run:
@@ -477,6 +478,19 @@ class Run:
 
     # -- model requests -----------------------------------------------------------------------
 
+    @property
+    def tools(self) -> dict[str, Tool]:
+        """The tools this run executes by name: the settings' own, and with tool sources the
+        agent's current `ToolTable` (as last listed before a model request)."""
+        table = self.settings.tool_table
+        return self.settings.tools if table is None else table.tools
+
+    @property
+    def tool_definitions(self) -> list[ToolDefinition]:
+        """The tools as the model sees them (see `tools`), in declaration order."""
+        table = self.settings.tool_table
+        return self.settings.tool_definitions if table is None else table.definitions
+
     async def request_model(self) -> str:
         """Do what ``awaiting_model`` does (for a user's state): send the history and take the
         response. Returns the trigger to fire: ``model_replied``, ``abort`` or ``fail``."""
@@ -486,6 +500,12 @@ class Run:
         """Build and send one request (with the engine's retries). Returns the response, or the
         trigger to fire instead (``abort``, ``fail``) with the history and error recorded."""
         self.answer_open_calls()
+        table = self.settings.tool_table
+        if table is not None:  # the tool sources' current tools (MCP servers)
+            try:
+                await table.refresh()
+            except Exception as exc:
+                return self.fail(f"The tools could not be listed: {type(exc).__name__}: {exc}")
         try:
             request = await self._build_request()
         except InvalidHistoryError as exc:
@@ -542,7 +562,7 @@ class Run:
         settings = self.settings
         return self.batch_class(
             calls,
-            settings.tools,
+            self.tools,
             mode=settings.tool_execution,
             signal=self.signal,
             abort_grace_seconds=settings.abort_grace_seconds,
@@ -575,10 +595,8 @@ class Run:
             )
             system = instruction if not config.system else f"{config.system}\n\n{instruction}"
             settings = {**config.model_settings, "tool_choice": {"type": "none"}}
-            return ModelRequest(projected, system, config.tool_definitions, settings)
-        return ModelRequest(
-            projected, config.system, config.tool_definitions, config.model_settings
-        )
+            return ModelRequest(projected, system, self.tool_definitions, settings)
+        return ModelRequest(projected, config.system, self.tool_definitions, config.model_settings)
 
     def fail(self, error: str) -> str:
         """Record a failed request (an error message in the history); returns ``fail``."""

@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "_jsonable", "_dataclasses", "_cuts", "_cancel", "_importing", "_errors", "_states", "_messages",
         "_events", "_accounting", "_context", "_protocol", "_responses", "_hooks", "_tools",
-        "_execution", "_limits", "_output", "_result", "models", "workspace",
+        "_execution", "_limits", "_output", "_result", "models", "workspace", "_sources",
     ),
     ("_conversation", "_bus"),
     ("_machine", "_diagram"),
@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("_handles",),
     ("_agent_base", "_agent"),
     ("session", "durable", "otel", "testing", "cli", "_worker_registry", "demo", "__init__",
-     "__main__"),
+     "__main__", "mcp"),
 ]  # fmt: skip
 
 # Imports against the direction that remain, each with its reason. Nothing else may be added.
