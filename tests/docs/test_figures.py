@@ -41,6 +41,11 @@ ALLOWED: list[tuple[str, str, str]] = [
         "(SLOW_SUBSCRIBER_SECONDS)",
     ),
     (
+        "docs/guides/mcp.md",
+        "30 s",
+        "the documented default of startup_timeout_seconds (STARTUP_TIMEOUT_SECONDS)",
+    ),
+    (
         "docs/testing/oracle.md",
         "2 ms",
         "a scenario's tool timeout, a value the oracle's strategies choose",
