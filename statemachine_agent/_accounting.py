@@ -49,7 +49,7 @@ def _estimate(message: Message) -> int:
             chars += len(block.text)
         elif isinstance(block, ToolCallBlock):
             arguments = block.raw_arguments
-            # str() of the parsed arguments: about their JSON's length, and several times faster
+            # str() of the parsed arguments: about their JSON's length, and cheaper than encoding
             size = len(arguments) if arguments is not None else len(str(block.input))
             chars += MESSAGE_OVERHEAD_CHARS + len(block.name) + size
         elif isinstance(block, ThinkingBlock):

@@ -112,7 +112,7 @@ class abort_scope:  # named like the function it was: ``with abort_scope(...)``
     so a cancellation by anyone else is never lost. Unlike ``asyncio.timeout`` it has no
     deadline of its own and enters synchronously: every model request and inline tool call
     enters one, and the two ``asyncio.timeout`` steps plus an ``await`` on each side were a
-    tenth of a turn's cost.
+    noticeable part of a turn's cost (benchmarks/README.md).
 
     Args:
         signal: the run's abort signal.

@@ -13,8 +13,9 @@ def fast_init(cls: type[Any]) -> None:
     field through its slot descriptor.
 
     The ``__init__`` ``dataclasses`` generates for a frozen class looks ``__setattr__`` up on
-    ``object`` for every field, about half of what building such an object costs; the engine
-    builds ten events and five stream objects a turn. The instances are the same (fields,
+    ``object`` for every field, a large part of building such an object, and the engine builds
+    several every turn (the figures: benchmarks/README.md, "Why the code is shaped this way").
+    The instances are the same (fields,
     equality, hashing, ``repr``, ``dataclasses.replace``, frozen to their readers).
     """
     params: list[str] = ["self"]

@@ -176,7 +176,7 @@ def check_sandbox(config: Sandbox | None = None, *, warn: bool = True) -> Sandbo
 
     ``mode="auto"`` without it returns an inactive status saying why, and (with ``warn``) logs
     a warning on the logger ``statemachine_agent.workspace``; ``mode="off"`` checks nothing.
-    Whether ``bwrap`` works is found out once per process (running it once, about 10 ms).
+    Whether ``bwrap`` works is found out once per process (it runs ``bwrap`` once).
 
     Raises:
         SandboxUnavailableError: ``mode="require"`` and bubblewrap is missing or fails (the
