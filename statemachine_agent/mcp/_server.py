@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import select
 import shlex
 import shutil
 import signal
@@ -174,6 +175,10 @@ class MCPServer:
                 args=[str(LAUNCHER), str(group_file), *argv],
                 env=extra or None,
                 cwd=None if cwd is None else Path(cwd),
+                # A stray byte that is not UTF-8 on the server's stdout (a log line, a child
+                # process's output) becomes U+FFFD and that line a parse error the session
+                # skips; "strict" (the SDK's default) ends the whole connection instead.
+                encoding_error_handler="replace",
             )
             transport = stdio_client(params, errlog=_errlog())
             return Client(transport, cache=None, message_handler=server._on_message)
@@ -343,6 +348,15 @@ class MCPServer:
         self._tools = None
         return connection
 
+    async def _connected_once(self) -> _Connection:
+        """`_connected` under the server's lock: calls that find the server gone at the same
+        time (a parallel batch) share one restart instead of each starting a server, the
+        others left running unowned."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            return await self._connected()
+
     async def _on_message(self, message: Any) -> None:
         """The client's message handler: a legacy ``tools/list_changed`` notification."""
         if isinstance(message, mt.ToolListChangedNotification):
@@ -356,7 +370,7 @@ class MCPServer:
     async def _call(self, tool: MCPTool, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """One call: sent to the server, answered with its result (see the class docstring)."""
         try:
-            connection = await self._connected()
+            connection = await self._connected_once()
         except MCPServerError as exc:
             raise ToolError(str(exc)) from exc
 
@@ -413,7 +427,8 @@ class _Connection:
         self.ready: asyncio.Future[None] = self.loop.create_future()
         self.stop = asyncio.Event()
         self.changed = True
-        self.broken = False  # a call saw the connection closed
+        self.broken = False  # a call saw the connection closed, or the server process exited
+        self._exit_fd: int | None = None  # a pidfd of the stdio server (`_watch_exit`)
         self.folder = Path(tempfile.mkdtemp(prefix="statemachine-agent-mcp-"))
         self.group_file = self.folder / "group"
         try:
@@ -424,11 +439,34 @@ class _Connection:
         self.task = asyncio.ensure_future(self._hold())
 
     def alive(self) -> bool:
+        if self._exit_fd is not None and select.select([self._exit_fd], [], [], 0)[0]:
+            self._exited()  # the stdio server process has exited (its pidfd is readable)
         return not self.broken and not self.task.done() and self.loop is asyncio.get_running_loop()
+
+    def _watch_exit(self) -> None:
+        """Hold a pidfd of the stdio server process, which `alive` polls: a server that exited
+        between calls (killed, crashed while idle) is started again by the next call or
+        listing instead of being sent a request it cannot answer (Linux; the launcher's
+        process is the server's, it ``exec``s it). Nothing for an HTTP server."""
+        try:
+            pid = int(self.group_file.read_text(encoding="ascii"))
+            self._exit_fd = os.pidfd_open(pid)
+        except (OSError, ValueError, AttributeError):  # HTTP, gone already, or not Linux
+            return
+
+    def _exited(self) -> None:
+        self.broken = True
+        self._unwatch_exit()
+
+    def _unwatch_exit(self) -> None:
+        fd, self._exit_fd = self._exit_fd, None
+        if fd is not None:
+            os.close(fd)
 
     def _end_group(self) -> None:
         """SIGKILL the stdio server's process group (what it left running after it stopped),
         read from the file its launcher wrote; nothing for an HTTP server."""
+        self._unwatch_exit()
         try:
             group = int(self.group_file.read_text(encoding="ascii"))
         except (OSError, ValueError):
@@ -444,6 +482,7 @@ class _Connection:
                 listener = None
                 if client.protocol_version >= _MODERN:  # list_changed only through listen
                     listener = asyncio.ensure_future(self._listen(client))
+                self._watch_exit()
                 self.ready.set_result(None)
                 try:
                     await self.stop.wait()
