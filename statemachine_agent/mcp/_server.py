@@ -221,7 +221,11 @@ class MCPServer:
         fixed = dict(headers or {})
 
         def connect(_group_file: Path) -> Client:
-            http = httpx2.AsyncClient(headers=fixed, timeout=httpx2.Timeout(30.0, read=300.0))
+            http = httpx2.AsyncClient(
+                headers=fixed,
+                timeout=httpx2.Timeout(30.0, read=300.0),
+                event_hooks={"response": [server._on_http_response]},
+            )
             transport = streamable_http_client(url, http_client=http)
             return Client(transport, cache=None, message_handler=server._on_message)
 
@@ -278,7 +282,15 @@ class MCPServer:
                 connection.changed = False
                 try:
                     async with asyncio.timeout(self.startup_timeout_seconds):
-                        listed = await _list_all(connection.client)
+                        try:
+                            listed = await _list_all(connection.client)
+                        except MCPError:
+                            if not connection.session_lost:
+                                raise
+                            # The server forgot the session (restarted): list on a new one.
+                            connection = await self._connected()
+                            connection.changed = False
+                            listed = await _list_all(connection.client)
                 except TimeoutError:
                     raise MCPServerError(
                         f"{self.name} did not list its tools within "
@@ -357,6 +369,22 @@ class MCPServer:
         async with self._lock:
             return await self._connected()
 
+    async def _on_http_response(self, response: httpx2.Response) -> None:
+        """The HTTP client's response hook: a 404 to a request that carried an
+        ``Mcp-Session-Id`` says the server no longer knows the session (it restarted, or
+        expired it). The MCP streamable HTTP transport rule: the client must then start a new
+        session; the connection is marked so (`_Connection.session_lost`), the request that
+        got the 404 (never run by the server) is sent again on a new session, and so are the
+        ones after it."""
+        request = response.request
+        if (
+            response.status_code == 404
+            and request.method != "DELETE"  # closing a session the server already forgot
+            and "mcp-session-id" in request.headers
+            and self._connection is not None
+        ):
+            self._connection.session_lost = True
+
     async def _on_message(self, message: Any) -> None:
         """The client's message handler: a legacy ``tools/list_changed`` notification."""
         if isinstance(message, mt.ToolListChangedNotification):
@@ -367,8 +395,12 @@ class MCPServer:
         if self._connection is not None:
             self._connection.changed = True
 
-    async def _call(self, tool: MCPTool, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        """One call: sent to the server, answered with its result (see the class docstring)."""
+    async def _call(
+        self, tool: MCPTool, arguments: dict[str, Any], ctx: ToolContext, *, resend: bool = True
+    ) -> ToolResult:
+        """One call: sent to the server, answered with its result (see the class docstring).
+        A call the server refused because it no longer knows the session (``resend``) is sent
+        once more on a new session: the server never ran it."""
         try:
             connection = await self._connected_once()
         except MCPServerError as exc:
@@ -393,6 +425,8 @@ class MCPServer:
             try:
                 result = call.result()
             except MCPError as exc:
+                if connection.session_lost and resend:  # refused unrun: again, on a new session
+                    return await self._call(tool, arguments, ctx, resend=False)
                 if exc.code == mt.CONNECTION_CLOSED:  # it died: the next call starts it again
                     connection.broken = True
                     raise ToolError(self._lost(tool)) from exc
@@ -429,6 +463,7 @@ class _Connection:
         self.changed = True
         self.broken = False  # a call saw the connection closed, or the server process exited
         self._exit_fd: int | None = None  # a pidfd of the stdio server (`_watch_exit`)
+        self.session_lost = False  # an HTTP server answered 404 for its session
         self.folder = Path(tempfile.mkdtemp(prefix="statemachine-agent-mcp-"))
         self.group_file = self.folder / "group"
         try:
@@ -441,7 +476,12 @@ class _Connection:
     def alive(self) -> bool:
         if self._exit_fd is not None and select.select([self._exit_fd], [], [], 0)[0]:
             self._exited()  # the stdio server process has exited (its pidfd is readable)
-        return not self.broken and not self.task.done() and self.loop is asyncio.get_running_loop()
+        return (
+            not self.broken
+            and not self.session_lost
+            and not self.task.done()
+            and self.loop is asyncio.get_running_loop()
+        )
 
     def _watch_exit(self) -> None:
         """Hold a pidfd of the stdio server process, which `alive` polls: a server that exited
