@@ -70,7 +70,11 @@ class MCPServer:
     interrupted.
 
     A server that dies (or drops the connection) during a call gives that call an error result;
-    the next listing or call starts (or reconnects to) the server again. A server that does not
+    the next listing or call starts (or reconnects to) the server again, once, calls made at
+    the same time sharing the restart. A stdio server that exited between calls is noticed
+    before the next call, which goes to the new server; an HTTP server that answers 404 for
+    its session (it restarted) gets a new session, and the refused call (never run) is sent
+    again once. Stray output on a stdio server's stdout (not JSON, not UTF-8) is skipped. A server that does not
     start within ``startup_timeout_seconds``, fails to start, or lists no tools raises
     `MCPServerError` naming it (on ``async with agent``; during a run the run ends in ``failed``
     with that message).
