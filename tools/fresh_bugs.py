@@ -1,0 +1,231 @@
+"""Issue 40, item 3: sixteen fresh protocol-breaking bugs, written from the package's code alone.
+
+The list was written by a helper who did not read ``tests/`` nor the older bug lists
+(``tools/plant_bugs.py``'s ``BUGS``, ``tools/mutate.py``'s mutations): each bug is one exact
+search/replace in the package, the kind a maintainer writes by accident (an off-by-one, a wrong
+comparison, a swapped call, a wrong variable, a dropped branch), and each changes what a user
+of the loop sees (a result's text, its order or its call, a stop state, a limit, a resumed
+history). Each was first confirmed by hand, with a throwaway script outside the repository, to
+change such an outcome.
+
+Plant them with ``tools/plant_bugs.py --bugs fresh`` (``tests/property`` alone, profile ``ci``)
+or ``tools/plant_bugs.py --bugs fresh --full`` (the README's whole test command, with ``-x``).
+
+Figures: see the end of this docstring (filled in by the measurement).
+"""
+
+from __future__ import annotations
+
+from plant_bugs import Bug, Edit
+
+
+def _e(file: str, old: str, new: str, why: str) -> tuple[tuple[Edit, ...], str]:
+    return (Edit(file, old, new),), why
+
+
+_FRESH: tuple[tuple[int, str, tuple[tuple[Edit, ...], str]], ...] = (
+    # -- engine -----------------------------------------------------------------------------
+    (
+        1,
+        "follow-up delivered before queued steering",
+        _e(
+            "_effects.py",
+            "    run.deliver_steering() or run.deliver_follow_up()\n",
+            "    run.deliver_follow_up() or run.deliver_steering()\n",
+            "with steering and a follow-up queued together when the model would stop, the "
+            "follow-up is sent first and the steering message a turn later",
+        ),
+    ),
+    (
+        2,
+        "turn cap checked one turn late before a continuation",
+        _e(
+            "_machine.py",
+            "    return data.turns + 1 >= data.max_turns and (\n",
+            "    return data.turns >= data.max_turns and (\n",
+            "a pause_turn / max_tokens continuation or queued input at the last allowed turn "
+            "sends one more request: the run makes max_turns + 1 turns",
+        ),
+    ),
+    # -- execution --------------------------------------------------------------------------
+    (
+        3,
+        "a tool stopping through raise_if_aborted counted as its own cancellation",
+        _e(
+            "_execution.py",
+            "            if self._signal.aborted:  # a tool that stopped on the abort by raising\n"
+            "                return text_result(call, INTERRUPTED, is_error=True)\n",
+            "",
+            "a tool that stops cooperatively (ctx.signal.raise_if_aborted()) is answered "
+            '"CancelledError: the tool raised asyncio.CancelledError itself" and a warning is '
+            'logged, instead of "Interrupted while running"',
+        ),
+    ),
+    (
+        4,
+        "sequential batch goes on after a terminating denial",
+        _e(
+            "_execution.py",
+            "                if self._signal._aborted or self._terminated:\n",
+            "                if self._signal._aborted:\n",
+            "in a sequential batch, the calls after one denied with Deny(terminate=True) still "
+            'run (their results are the tools\' output, not "an earlier call of this batch '
+            'ended the run")',
+        ),
+    ),
+    (
+        5,
+        "a returned result message keeps its own call id",
+        _e(
+            "_execution.py",
+            '                "tool_call_id": call.id,\n                "tool_name": call.name,\n',
+            '                "tool_name": call.name,\n',
+            "a ToolResultMessage returned by a tool or an after_tool_call hook keeps the id it "
+            "was built with: the call is answered under another call's id (or not at all)",
+        ),
+    ),
+    # -- protocol / projection --------------------------------------------------------------
+    (
+        6,
+        "dangling-call repair answers calls that have results",
+        _e(
+            "_protocol.py",
+            "                for call in message.tool_calls\n"
+            "                if call.id not in answered\n",
+            "                for call in message.tool_calls\n",
+            "a run that ends right after a tool batch (max_turns, should_continue False) gets a "
+            "second, error result for every call already answered",
+        ),
+    ),
+    (
+        7,
+        "a pause_turn continuation replaces the paused response in the request",
+        _e(
+            "_context.py",
+            "                previous.stop_reason not in INCOMPLETE_STOP_REASONS\n",
+            "                previous.stop_reason in INCOMPLETE_STOP_REASONS\n",
+            "consecutive responses (a pause_turn and its continuation) are not joined: the "
+            "paused response's content is dropped from every later request",
+        ),
+    ),
+    # -- limits -----------------------------------------------------------------------------
+    (
+        8,
+        "max_tool_calls checked per call instead of per batch",
+        _e(
+            "_limits.py",
+            "tool_calls + wanted > self.max_tool_calls",
+            "tool_calls + 1 > self.max_tool_calls",
+            "a batch that takes the run past max_tool_calls is run in full (the limit only "
+            "stops the next batch)",
+        ),
+    ),
+    (
+        9,
+        "max_requests off by one",
+        _e(
+            "_limits.py",
+            "requests + 1 > self.max_requests",
+            "requests > self.max_requests",
+            "a run with max_requests=N sends N + 1 (paid) requests before it stops in max_turns",
+        ),
+    ),
+    # -- approval ---------------------------------------------------------------------------
+    (
+        10,
+        "decisions applied in the order given, not by call id",
+        _e(
+            "_effects.py",
+            "    for call in pending.calls:\n        decision = decisions.get(call.id)\n",
+            "    for call, decision in zip(pending.calls, decisions.values(), strict=False):\n",
+            "run(decisions={...}) applies the first decision given to the first pending call: "
+            "deciding only the second call (or listing them in another order) approves or "
+            "denies the wrong call",
+        ),
+    ),
+    (
+        11,
+        "a decided batch's results in the order they were held",
+        _e(
+            "_effects.py",
+            "    _append_results(run, [held[c.id] for c in response.tool_calls])\n",
+            "    _append_results(run, list(held.values()))\n",
+            "when an earlier call waited for approval and a later one already ran, the results "
+            "are appended later-call first: out of declaration order",
+        ),
+    ),
+    (
+        12,
+        "an approval's edited arguments ignored",
+        _e(
+            "_effects.py",
+            "call.arguments if decision.arguments is None else decision.arguments",
+            "call.arguments if decision.arguments is None else call.arguments",
+            "Approve(arguments={...}) runs the call with the model's arguments, not the "
+            "person's edit",
+        ),
+    ),
+    # -- compaction -------------------------------------------------------------------------
+    (
+        13,
+        "compaction drops the first kept message",
+        _e(
+            "session/_compaction.py",
+            "UserMessage(SUMMARY_PREFIX + summary), *messages[start:]]",
+            "UserMessage(SUMMARY_PREFIX + summary), *messages[start + 1 :]]",
+            "the first message of the kept window (a prompt, or a response whose results "
+            "follow) is lost: the history loses a message or the compaction fails",
+        ),
+    ),
+    (
+        14,
+        "a run's new messages shifted after a mid-run compaction",
+        _e(
+            "_compacting.py",
+            "    run.start = max(1, run.start - start + 1)\n",
+            "    run.start = max(1, run.start - start)\n",
+            "after automatic compaction, RunResult.new_messages starts one message early (it "
+            "holds a message of an earlier run, or the summary)",
+        ),
+    ),
+    # -- session log / resume ---------------------------------------------------------------
+    (
+        15,
+        "a resumed log loses its batch waiting for decisions",
+        _e(
+            "session/_read.py",
+            "        if waiting and index == len(spine) - 1 and message.tool_calls:\n",
+            "        if waiting and index == len(spine) and message.tool_calls:\n",
+            "Agent.resume of a log that ended in awaiting_approval has no pending calls: they "
+            'are answered "no result recorded" and the decision cannot be given',
+        ),
+    ),
+    (
+        16,
+        "the log writes a deferred call's placeholder, not the results",
+        _e(
+            "session/_log.py",
+            "            if not awaits_decision(finished):\n",
+            "            if awaits_decision(finished):\n",
+            "results are no longer written the moment each call ends (a crash mid-batch loses "
+            'finished results, which a resume then answers "no result recorded"), and a '
+            '"Awaiting approval" placeholder is logged as a deferred call\'s result',
+        ),
+    ),
+)
+
+BUGS: tuple[Bug, ...] = tuple(Bug(n, name, edits) for n, name, (edits, _why) in _FRESH)
+"""The sixteen fresh bugs, in `tools/plant_bugs.py`'s format."""
+
+WHY: dict[int, str] = {n: why for n, _name, (_edits, why) in _FRESH}
+"""What a user would observe, per bug number."""
+
+AREAS: dict[int, str] = {
+    **dict.fromkeys((1, 2), "engine"),
+    **dict.fromkeys((3, 4, 5), "execution"),
+    **dict.fromkeys((6, 7), "protocol/projection"),
+    **dict.fromkeys((8, 9), "limits"),
+    **dict.fromkeys((10, 11, 12), "approval"),
+    **dict.fromkeys((13, 14), "compaction"),
+    **dict.fromkeys((15, 16), "session log/resume"),
+}
