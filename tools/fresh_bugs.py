@@ -69,7 +69,7 @@ _FRESH: tuple[tuple[int, str, tuple[tuple[Edit, ...], str]], ...] = (
             "                if self._signal._aborted or self._terminated:\n",
             "                if self._signal._aborted:\n",
             "in a sequential batch, the calls after one denied with Deny(terminate=True) still "
-            'run (their results are the tools\' output, not "an earlier call of this batch '
+            "run (their results are the tools' output, not \"an earlier call of this batch "
             'ended the run")',
         ),
     ),
