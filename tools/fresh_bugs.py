@@ -8,6 +8,10 @@ of the loop sees (a result's text, its order or its call, a stop state, a limit,
 history). Each was first confirmed by hand, with a throwaway script outside the repository, to
 change such an outcome.
 
+Moved since the list was written (same bug, same place, new spelling): bug 13's
+``compact_history`` now lives in ``_cuts.py`` (it was ``session/_compaction.py``); the other
+fifteen edits apply to main as written (each ``old`` text occurs exactly once).
+
 Plant them with ``tools/plant_bugs.py --bugs fresh`` (``tests/property`` alone, profile ``ci``)
 or ``tools/plant_bugs.py --bugs fresh --full`` (the README's whole test command, with ``-x``).
 
@@ -197,7 +201,7 @@ _FRESH: tuple[tuple[int, str, tuple[tuple[Edit, ...], str]], ...] = (
         13,
         "compaction drops the first kept message",
         _e(
-            "session/_compaction.py",
+            "_cuts.py",  # was session/_compaction.py; compact_history moved into the core
             "UserMessage(SUMMARY_PREFIX + summary), *messages[start:]]",
             "UserMessage(SUMMARY_PREFIX + summary), *messages[start + 1 :]]",
             "the first message of the kept window (a prompt, or a response whose results "
