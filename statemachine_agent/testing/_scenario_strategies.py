@@ -432,6 +432,8 @@ def scenarios(
         steps = (Step("tool_use", tuple(calls)), *draw(oracle_steps(max_steps=2)))
         first = RunSpec(steps, abort=Anchor("tool_start", draw(st.integers(1, 2))))
         grace = "realistic"
+    if family == "reopen":  # queued input is the agent's, not the log's: none left to resume
+        first = replace(first, inputs=())
     compacting = family == "compacting"
     if compacting:
         first = _no_window_stops(first)
