@@ -286,12 +286,13 @@ def agent_options(scenario: Scenario, hooks: ScenarioHooks) -> dict[str, Any]:
 
 def scenario_compaction() -> Compaction:
     """`Scenario.compaction`'s: a tiny threshold (estimated tokens) so that short runs compact,
-    often more than once, with a scripted summary naming how many messages it replaced."""
+    often more than once, keeping the newest two turns (so a cut often falls before the run's
+    own prompt), with a scripted summary naming how many messages it replaced."""
 
     def summarize(old: Sequence[Message]) -> str:
         return f"oracle summary of {len(old)} message(s)"
 
-    return Compaction(threshold=40, keep_recent=30, summarize=summarize)
+    return Compaction(threshold=40, keep_recent_turns=2, summarize=summarize)
 
 
 def rendered_steps(scenario: Scenario) -> list[list[Any]]:
