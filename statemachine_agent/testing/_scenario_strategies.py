@@ -444,7 +444,7 @@ def scenarios(
             first = replace(first, steps=(*paused, *first.steps))
     runs = [first]
     cut = None
-    thens = ("none", "none", "continue", "prompt", "resume", "resume")
+    thens: tuple[str, ...] = ("none", "none", "continue", "prompt", "resume", "resume")
     if limits is not None:
         thens = ("none", "prompt")
     elif family in ("reopen", "compacting"):  # no cut log: reopened whole, or none
