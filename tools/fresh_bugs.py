@@ -15,7 +15,27 @@ fifteen edits apply to main as written (each ``old`` text occurs exactly once).
 Plant them with ``tools/plant_bugs.py --bugs fresh`` (``tests/property`` alone, profile ``ci``)
 or ``tools/plant_bugs.py --bugs fresh --full`` (the README's whole test command, with ``-x``).
 
-Figures (2026-12-02, measured on the package of commit 084e6be, branch w40's base; harness
+Figures AFTER the property suite was made to bite on the survivors' kinds (branch prop40, commit
+c70b32b's package and tests; 2026-12-02, 2 shared cores, load average 6-9): the oracle's new
+scenario classes are ``readdressed_result`` (a tool or an after hook returns a result message
+built for another call id), ``request_after_pause`` (every request of every scenario is compared
+with the oracle's projection of the history it was sent with, ``_oracle/requests.py``),
+``compaction`` (an agent compacting mid-run, keeping two turns: ``RunResult.new_messages``,
+``messages``, ``usage`` checked), ``reopen`` / ``reopen_awaiting_approval`` (the session log
+closed and resumed whole after every run: the same history, state and pending ids).
+
+(a, after) ``tests/property`` alone, profile ``ci``: see AFTER_A below (filled in from
+``/tmp`` output of ``tools/plant_bugs.py --bugs fresh --show``; unplanted: passed in 214.5 s).
+The five survivors of the first measurement, each caught by
+``test_the_engine_matches_the_oracle`` (a run with the copied repository missing ``docs/``,
+since fixed in ``tools/mutate.py``'s ``COPIED``, gave these sizes): 5: 3/2/2, 7: 2/3/0,
+15: 2/2/2, 16: 3/2/2; 14 needed the two-turn compaction (its first run's cut never fell before
+a run's prompt). By hand, each of 5, 7, 14, 15, 16 fails its named test in
+``tests/property/test_oracle_fresh_kinds.py``.
+
+(b) the whole suite (``--full``): not run (the session's time went to (a)).
+
+BEFORE (the first measurement, on the package of commit 084e6be, branch w40's base; harness
 ``tools/plant_bugs.py --bugs fresh --show``, 2 shared cores, load average 6-9).
 
 (a) ``tests/property`` alone, profile ``ci``: 11 of 16 measured caught
