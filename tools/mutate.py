@@ -32,7 +32,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "statemachine_agent"
-COPIED = ("statemachine_agent", "tests", "examples", "diagrams", "pyproject.toml", "README.md")
+COPIED = (
+    "statemachine_agent",
+    "tests",
+    "examples",
+    "diagrams",
+    "docs",  # the documentation pages the tests read (tests/docs/blocks.py)
+    "mkdocs.yml",
+    "pyproject.toml",
+    "README.md",
+)
 
 
 @dataclass(frozen=True)

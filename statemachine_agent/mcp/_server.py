@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import select
 import shlex
 import shutil
 import signal
@@ -69,7 +70,11 @@ class MCPServer:
     interrupted.
 
     A server that dies (or drops the connection) during a call gives that call an error result;
-    the next listing or call starts (or reconnects to) the server again. A server that does not
+    the next listing or call starts (or reconnects to) the server again, once, calls made at
+    the same time sharing the restart. A stdio server that exited between calls is noticed
+    before the next call, which goes to the new server; an HTTP server that answers 404 for
+    its session (it restarted) gets a new session, and the refused call (never run) is sent
+    again once. Stray output on a stdio server's stdout (not JSON, not UTF-8) is skipped. A server that does not
     start within ``startup_timeout_seconds``, fails to start, or lists no tools raises
     `MCPServerError` naming it (on ``async with agent``; during a run the run ends in ``failed``
     with that message).
@@ -174,6 +179,10 @@ class MCPServer:
                 args=[str(LAUNCHER), str(group_file), *argv],
                 env=extra or None,
                 cwd=None if cwd is None else Path(cwd),
+                # A stray byte that is not UTF-8 on the server's stdout (a log line, a child
+                # process's output) becomes U+FFFD and that line a parse error the session
+                # skips; "strict" (the SDK's default) ends the whole connection instead.
+                encoding_error_handler="replace",
             )
             transport = stdio_client(params, errlog=_errlog())
             return Client(transport, cache=None, message_handler=server._on_message)
@@ -216,7 +225,11 @@ class MCPServer:
         fixed = dict(headers or {})
 
         def connect(_group_file: Path) -> Client:
-            http = httpx2.AsyncClient(headers=fixed, timeout=httpx2.Timeout(30.0, read=300.0))
+            http = httpx2.AsyncClient(
+                headers=fixed,
+                timeout=httpx2.Timeout(30.0, read=300.0),
+                event_hooks={"response": [server._on_http_response]},
+            )
             transport = streamable_http_client(url, http_client=http)
             return Client(transport, cache=None, message_handler=server._on_message)
 
@@ -273,7 +286,15 @@ class MCPServer:
                 connection.changed = False
                 try:
                     async with asyncio.timeout(self.startup_timeout_seconds):
-                        listed = await _list_all(connection.client)
+                        try:
+                            listed = await _list_all(connection.client)
+                        except MCPError:
+                            if not connection.session_lost:
+                                raise
+                            # The server forgot the session (restarted): list on a new one.
+                            connection = await self._connected()
+                            connection.changed = False
+                            listed = await _list_all(connection.client)
                 except TimeoutError:
                     raise MCPServerError(
                         f"{self.name} did not list its tools within "
@@ -343,6 +364,31 @@ class MCPServer:
         self._tools = None
         return connection
 
+    async def _connected_once(self) -> _Connection:
+        """`_connected` under the server's lock: calls that find the server gone at the same
+        time (a parallel batch) share one restart instead of each starting a server, the
+        others left running unowned."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            return await self._connected()
+
+    async def _on_http_response(self, response: httpx2.Response) -> None:
+        """The HTTP client's response hook: a 404 to a request that carried an
+        ``Mcp-Session-Id`` says the server no longer knows the session (it restarted, or
+        expired it). The MCP streamable HTTP transport rule: the client must then start a new
+        session; the connection is marked so (`_Connection.session_lost`), the request that
+        got the 404 (never run by the server) is sent again on a new session, and so are the
+        ones after it."""
+        request = response.request
+        if (
+            response.status_code == 404
+            and request.method != "DELETE"  # closing a session the server already forgot
+            and "mcp-session-id" in request.headers
+            and self._connection is not None
+        ):
+            self._connection.session_lost = True
+
     async def _on_message(self, message: Any) -> None:
         """The client's message handler: a legacy ``tools/list_changed`` notification."""
         if isinstance(message, mt.ToolListChangedNotification):
@@ -353,10 +399,14 @@ class MCPServer:
         if self._connection is not None:
             self._connection.changed = True
 
-    async def _call(self, tool: MCPTool, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        """One call: sent to the server, answered with its result (see the class docstring)."""
+    async def _call(
+        self, tool: MCPTool, arguments: dict[str, Any], ctx: ToolContext, *, resend: bool = True
+    ) -> ToolResult:
+        """One call: sent to the server, answered with its result (see the class docstring).
+        A call the server refused because it no longer knows the session (``resend``) is sent
+        once more on a new session: the server never ran it."""
         try:
-            connection = await self._connected()
+            connection = await self._connected_once()
         except MCPServerError as exc:
             raise ToolError(str(exc)) from exc
 
@@ -379,6 +429,8 @@ class MCPServer:
             try:
                 result = call.result()
             except MCPError as exc:
+                if connection.session_lost and resend:  # refused unrun: again, on a new session
+                    return await self._call(tool, arguments, ctx, resend=False)
                 if exc.code == mt.CONNECTION_CLOSED:  # it died: the next call starts it again
                     connection.broken = True
                     raise ToolError(self._lost(tool)) from exc
@@ -413,7 +465,9 @@ class _Connection:
         self.ready: asyncio.Future[None] = self.loop.create_future()
         self.stop = asyncio.Event()
         self.changed = True
-        self.broken = False  # a call saw the connection closed
+        self.broken = False  # a call saw the connection closed, or the server process exited
+        self._exit_fd: int | None = None  # a pidfd of the stdio server (`_watch_exit`)
+        self.session_lost = False  # an HTTP server answered 404 for its session
         self.folder = Path(tempfile.mkdtemp(prefix="statemachine-agent-mcp-"))
         self.group_file = self.folder / "group"
         try:
@@ -424,11 +478,39 @@ class _Connection:
         self.task = asyncio.ensure_future(self._hold())
 
     def alive(self) -> bool:
-        return not self.broken and not self.task.done() and self.loop is asyncio.get_running_loop()
+        if self._exit_fd is not None and select.select([self._exit_fd], [], [], 0)[0]:
+            self._exited()  # the stdio server process has exited (its pidfd is readable)
+        return (
+            not self.broken
+            and not self.session_lost
+            and not self.task.done()
+            and self.loop is asyncio.get_running_loop()
+        )
+
+    def _watch_exit(self) -> None:
+        """Hold a pidfd of the stdio server process, which `alive` polls: a server that exited
+        between calls (killed, crashed while idle) is started again by the next call or
+        listing instead of being sent a request it cannot answer (Linux; the launcher's
+        process is the server's, it ``exec``s it). Nothing for an HTTP server."""
+        try:
+            pid = int(self.group_file.read_text(encoding="ascii"))
+            self._exit_fd = os.pidfd_open(pid)
+        except (OSError, ValueError, AttributeError):  # HTTP, gone already, or not Linux
+            return
+
+    def _exited(self) -> None:
+        self.broken = True
+        self._unwatch_exit()
+
+    def _unwatch_exit(self) -> None:
+        fd, self._exit_fd = self._exit_fd, None
+        if fd is not None:
+            os.close(fd)
 
     def _end_group(self) -> None:
         """SIGKILL the stdio server's process group (what it left running after it stopped),
         read from the file its launcher wrote; nothing for an HTTP server."""
+        self._unwatch_exit()
         try:
             group = int(self.group_file.read_text(encoding="ascii"))
         except (OSError, ValueError):
@@ -444,6 +526,7 @@ class _Connection:
                 listener = None
                 if client.protocol_version >= _MODERN:  # list_changed only through listen
                     listener = asyncio.ensure_future(self._listen(client))
+                self._watch_exit()
                 self.ready.set_result(None)
                 try:
                     await self.stop.wait()
