@@ -5,7 +5,7 @@ its state, queued input, subscriptions, and closing. It holds the agent's `Conve
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from ._accounting import ContextUsage
 from ._bus import EventBus
@@ -21,11 +21,9 @@ from ._limits import RunCounts
 from ._machine import LoopMachine
 from ._messages import Message, ToolResultMessage, Usage, UserMessage
 from ._run import Run
+from ._session_seam import SessionLogLike
 from ._states import State
 from .models._base import Model, ModelRequest, ToolDefinition
-
-if TYPE_CHECKING:
-    from .session import SessionLog
 
 
 class AgentBase:
@@ -46,7 +44,7 @@ class AgentBase:
     model_settings: dict[str, Any]
     tool_definitions: list[ToolDefinition]
     machine: LoopMachine
-    session: SessionLog | None
+    session: SessionLogLike | None
 
     def __init__(
         self,

@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "_jsonable", "_dataclasses", "_cuts", "_cancel", "_importing", "_errors", "_states", "_messages",
         "_events", "_accounting", "_context", "_protocol", "_responses", "_hooks", "_tools",
-        "_execution", "_limits", "_output", "_result", "models", "workspace",
+        "_execution", "_limits", "_output", "_result", "_session_seam", "models", "workspace",
     ),
     ("_conversation", "_bus"),
     ("_machine", "_diagram"),
@@ -40,10 +40,6 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {
     ("_machine", "_run"): "type-only: Effect and Action take a Run (to go with a Run protocol)",
     ("_effects", "_run"): "type-only: effects take a Run",
     ("_compacting", "_run"): "type-only: the compaction effect takes a Run; and _takes_signal",
-    ("_errors", "session"): "type-only: SessionCorruptError carries SessionData (it moves to "
-    "session with the durable split)",
-    ("_agent", "session"): "Agent(session=...) and Agent.resume open and attach a SessionLog",
-    ("_agent_base", "session"): "type-only: Agent.session is a SessionLog",
 }
 
 # Underscore names imported from another module, with the reason each is allowed.
