@@ -191,10 +191,15 @@ class _Slot:
     terminate: str | None = None  # the reason of a terminating denial
     ends_run: bool = False  # the result was marked ``terminate=True``
     deferred: PendingCall | None = None  # waits for a person's decision
+    index: int = 0  # its place in the batch (declaration order)
 
 
 class BatchRun:
     """One tool batch. ``results()`` is complete after `run` returns or raises.
+
+    Two per-call hooks may be overridden (a durable run makes each tool execution a step):
+    `run_call` processes one call from start to end (its events, checks, hooks and execution),
+    and `execute` runs the tool function proper; an override awaits ``super()``'s.
 
     Args:
         calls: the tool calls of the assistant message, in declaration order.
@@ -225,7 +230,7 @@ class BatchRun:
         on_result: Callable[[ToolResultMessage], None] = lambda _result: None,
         approved: bool = False,
     ) -> None:
-        self._slots = [_Slot(call) for call in calls]
+        self._slots = [_Slot(call, index=index) for index, call in enumerate(calls)]
         self._tools = tools
         self._mode = mode
         self._signal = signal
@@ -241,6 +246,17 @@ class BatchRun:
         self._fatal: BaseException | None = None
         self._resource_tails: dict[str, asyncio.Future[None]] = {}
         self._task_slots: dict[asyncio.Future[None], _Slot] = {}
+
+    @property
+    def calls(self) -> list[ToolCallBlock]:
+        """The batch's calls, in declaration order (a call's index is its place here)."""
+        return [slot.call for slot in self._slots]
+
+    def call_started(self, index: int) -> None:
+        """Note that the tool of call ``index`` was invoked: if the call is then interrupted,
+        its result says so (rather than "not run"). `execute` notes it; an override that
+        delays ``super().execute`` (or replays a recorded result) notes it itself."""
+        self._slots[index].started = True
 
     @property
     def terminate_reason(self) -> str | None:
@@ -344,7 +360,7 @@ class BatchRun:
             and self._after is None
         ):
             with abort_scope(self._signal, self._grace):
-                await self._process(slot)
+                await self.run_call(slot.index, slot.call)
             return
         await self._watch([self._start(slot)])
 
@@ -357,10 +373,10 @@ class BatchRun:
         return task
 
     async def _guarded(self, slot: _Slot) -> None:
-        """`_process` in a call's task: a `BaseException` that escapes it (a subscriber's
+        """`run_call` in a call's task: a `BaseException` that escapes it (a subscriber's
         ``KeyboardInterrupt``, say) is kept for `run` to raise, as in the batch's own task."""
         try:
-            await self._process(slot)
+            await self.run_call(slot.index, slot.call)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
@@ -433,8 +449,18 @@ class BatchRun:
             for task in tasks:
                 task.remove_done_callback(one_done)
 
-    async def _process(self, slot: _Slot) -> None:
-        call = slot.call
+    async def run_call(self, index: int, call: ToolCallBlock) -> None:
+        """Process call ``index`` of the batch (``call``) until it has its result: its start
+        event, the check of its name and arguments, the ``before_tool_call`` hook, the wait for
+        its resource, `execute`, the ``after_tool_call`` hook and its end event. Calls of a
+        parallel batch each run in a task of their own; an override awaits ``super().run_call``
+        (a durable batch lets the next call start its steps once this one has).
+
+        Raises:
+            asyncio.CancelledError: the call's task was cancelled (its result is recorded as
+                interrupted or not run first).
+        """
+        slot = self._slots[index]
         # Start and end events go together: a subscriber added mid-call sees neither.
         slot.announced = self._listening()
         if slot.announced:
@@ -549,7 +575,7 @@ class BatchRun:
                     )
         if previous is not None:
             await asyncio.shield(previous)
-        result = await self._execute(slot, tool, kwargs)
+        result = await self.execute(slot.index, tool, kwargs)
         if self._after is not None:
             info = ToolCallInfo(call, tool, _copied(kwargs), self._deps, self._signal)
             try:
@@ -620,7 +646,18 @@ class BatchRun:
 
         return ToolContext(call.id, call.name, self._signal, progress, self._deps)
 
-    async def _execute(self, slot: _Slot, tool: Tool, kwargs: dict[str, Any]) -> ToolResultMessage:
+    async def execute(self, index: int, tool: Tool, kwargs: dict[str, Any]) -> ToolResultMessage:
+        """Run the tool function of call ``index`` with its validated ``kwargs`` (after the
+        permission hook and the resource queue) and return its result: a failure, a timeout
+        (``tool.timeout_seconds``) or an abort before it started becomes an error result.
+
+        Raises:
+            asyncio.CancelledError: the run's task was cancelled (or an abort's grace period ran
+                out); a tool's own cancellation is its failure.
+            KeyboardInterrupt: raised by the tool (or `SystemExit`): recorded as the result and
+                the run aborted, then re-raised once every call has its result (see `run`).
+        """
+        slot = self._slots[index]
         call = slot.call
         if self._signal._aborted:
             return text_result(call, NOT_RUN, is_error=True)

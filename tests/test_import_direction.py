@@ -47,8 +47,6 @@ PRIVATE_IMPORTS: dict[tuple[str, str], str] = {
     ("_events", "_SET_RUN_ID"): "the run stamps events through their slots (hot path)",
     ("_events", "_SET_SEQ"): "the run stamps events through their slots (hot path)",
     ("_run", "_takes_signal"): "the compaction summarizer takes the signal by the same rule",
-    ("_execution", "_Slot"): "the durable batch overrides _process/_execute (to go: a public "
-    "per-call hook of BatchRun, after the durable package split)",
     ("models._offline", "_checked_step"): "the fake API checks steps as the scripted model does",
 }
 
