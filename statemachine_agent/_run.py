@@ -10,15 +10,15 @@ decided here. A bug escaping an effect, or a cancelled task, still ends the run 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._accounting import ContextUsage
+from ._bindings import BUILTIN_STEPS
 from ._bus import EventBus
-from ._cancel import AbortSignal, is_run_cancellation
+from ._cancel import AbortSignal, is_run_cancellation, takes_signal
 from ._compacting import CONTINUE_AFTER_WINDOW, context_window, overflowed
 from ._context import project
 from ._conversation import Conversation
@@ -38,7 +38,7 @@ from ._events import (
 from ._execution import BatchRun, resolve
 from ._hooks import INTERRUPTS, record_interrupt
 from ._limits import FINAL_TURN_PROMPT, LimitHit, RunCounts
-from ._machine import CallbackFailed, Fired, LoopData, LoopMachine, TransitionSpec
+from ._machine import CallbackFailed, Fired, LoopData, LoopMachine, TransitionSpec, bind_steps
 from ._messages import (
     CONTINUE_PROMPT,
     NO_USAGE,
@@ -64,6 +64,8 @@ from ._result import RunResult, answer_text
 from ._settings import RunSettings
 from ._states import State, Trigger
 from .models._base import ModelRequest, without_tool_choice
+
+bind_steps(BUILTIN_STEPS)  # the table names its effects and actions; here they get their functions
 
 
 class Run:
@@ -138,7 +140,7 @@ class Run:
         # The provider's "prompt is too long" message that led to the pending compaction.
         self.overflow: str | None = None
         context_hook = settings.transform_context
-        self._context_takes_signal = context_hook is not None and _takes_signal(context_hook)
+        self._context_takes_signal = context_hook is not None and takes_signal(context_hook)
 
     @property
     def counts(self) -> RunCounts:
@@ -356,12 +358,12 @@ class Run:
             trigger: str | None = first
             while trigger is not None:
                 fired = self.fire(trigger)
-                state = self.machine._definition.states[fired.dest]
-                assert state.effect is not None  # validated: only idle has none
-                trigger = await state.effect(self)
-                if trigger is None and not (state.terminal or state.stops_run):
+                effect = fired.effect
+                assert effect is not None  # validated: only idle has none
+                trigger = await effect(self)
+                if trigger is None and not fired.stops:
                     raise MachineDefinitionError(
-                        f"the effect of state {state.name!r} returned no trigger"
+                        f"the effect of state {str(fired.dest)!r} returned no trigger"
                     )
         except asyncio.CancelledError:
             await self._end_after_exception("the task running the agent was cancelled", "abort")
@@ -404,7 +406,7 @@ class Run:
                 fired: Fired | None = self.fire(trigger)
             except (MachineDefinitionError, CallbackFailed):
                 fired = self._forced_end(trigger) if forced else None  # else: still idle
-            effect = None if fired is None else self.machine.states[fired.dest].effect
+            effect = None if fired is None else self.machine.effect_of(fired.dest)
             if effect is not None:
                 await effect(self)
         self.close_turn()
@@ -585,18 +587,6 @@ class Run:
         self.append(AssistantMessage(content=[], stop_reason=StopReason.ERROR, error=error))
         self.error = error
         return Trigger.FAIL
-
-
-def _takes_signal(hook: object) -> bool:
-    """``transform_context`` takes a second positional parameter (the run's abort signal)."""
-    try:
-        parameters = list(inspect.signature(hook).parameters.values())  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
-    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
-        return True
-    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 2
 
 
 def _dropped_by_projection(returned: Sequence[Message], projected: Sequence[Message]) -> list[str]:

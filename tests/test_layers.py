@@ -15,8 +15,8 @@ import statemachine_agent
 from statemachine_agent import AbortSignal, Agent, AgentError, Tool, tool
 from statemachine_agent._execution import BatchRun
 from statemachine_agent._messages import ToolCallBlock, ToolResultMessage
-from statemachine_agent.session import SessionCorruptError, SessionLog
 from statemachine_agent.models import ScriptedModel
+from statemachine_agent.session import SessionCorruptError, SessionLog
 
 
 @tool
