@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
         "_jsonable", "_dataclasses", "_cuts", "_cancel", "_importing", "_errors", "_states", "_messages",
         "_events", "_accounting", "_context", "_protocol", "_responses", "_hooks", "_tools",
         "_execution", "_limits", "_output", "_result", "_session_seam", "_guards",
-        "_compaction_config", "models", "workspace",
+        "_compaction_config", "_tool_calls", "_call_results", "_call_context", "models", "workspace",
     ),
     ("_conversation", "_bus", "_settings"),
     ("_definition", "_run_protocol", "_machine", "_diagram"),

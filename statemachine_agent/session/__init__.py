@@ -8,7 +8,7 @@ resuming a session".
 
 from __future__ import annotations
 
-from .._session_seam import SessionSupport, provide_sessions
+from .._session_seam import SessionLogLike, SessionSupport, provide_sessions
 from ._check import check_session
 from ._compaction import (
     SUMMARY_PREFIX,
@@ -46,6 +46,7 @@ __all__ = [
     "SessionCorruptError",
     "SessionData",
     "SessionLog",
+    "SessionLogLike",
     "SessionTrace",
     "Summarize",
     "attach_session",
