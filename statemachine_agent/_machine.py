@@ -18,6 +18,7 @@ from typing import Any, cast
 
 from transitions import Machine, MachineError
 
+from ._checked import CallbackFailed, callable_name, checked, checked_callback, checked_guard
 from ._definition import (
     ACTIVE,
     ENDED,
@@ -38,7 +39,6 @@ from ._definition import (
 )
 from ._errors import MachineDefinitionError
 from ._guards import Guard, LoopData, MaxTokensPolicy
-from ._hooks import INTERRUPTS
 from ._states import TERMINAL_STATES, State, Trigger
 
 __all__ = [  # re-exported for the modules that use them
@@ -49,6 +49,7 @@ __all__ = [  # re-exported for the modules that use them
     "TERMINAL_STATES",
     "TRANSITIONS",
     "Action",
+    "CallbackFailed",
     "Effect",
     "Fired",
     "Guard",
@@ -179,8 +180,8 @@ class _Definition:
         # Checked once, used by both engines: (exit callbacks, enter callbacks) by state.
         self.checked_callbacks = {
             name: (
-                tuple(_checked_callback(c, "on_exit", name) for c in exit_),
-                tuple(_checked_callback(c, "on_enter", name) for c in enter),
+                tuple(checked_callback(c, "on_exit", name) for c in exit_),
+                tuple(checked_callback(c, "on_enter", name) for c in enter),
             )
             for name, (enter, exit_) in self.callbacks.items()
         }
@@ -198,7 +199,7 @@ class _Definition:
                     str(spec.trigger),
                     str(source),
                     str(spec.dest),
-                    conditions=[_checked_guard(guard, spec) for guard in spec.guards],
+                    conditions=[checked_guard(guard, spec) for guard in spec.guards],
                     after=[note],
                 )
         for name, (exits, enters) in self.checked_callbacks.items():
@@ -514,47 +515,6 @@ class LoopMachine:
         return list(enter), list(exit_)
 
 
-class CallbackFailed(Exception):
-    """A user's guard, transition action or enter/exit callback raised: the run ends ``failed``
-    with this text (naming it and the exception) as its error, as for a raising hook."""
-
-
-_OWN_GUARDS = frozenset(g for s in TRANSITIONS for g in s.guards)
-"""The built-in guards: a bug in one propagates (as from an effect); a user's is checked
-(`CallbackFailed`). The built-in actions are the bound names (`_STEPS`)."""
-
-
-def _where(function: Callable[..., Any]) -> str:
-    return str(getattr(function, "__qualname__", None) or getattr(function, "__name__", function))
-
-
-def _checked(function: Callable[..., Any], where: str) -> Callable[..., Any]:
-    """``function`` raising `CallbackFailed` for an exception, noting ``where`` an interrupt
-    came from (on the `LoopData` or `Run` it gets, for `record_interrupt`)."""
-
-    def checked(arg: Any, *args: Any) -> Any:
-        try:
-            return function(arg, *args)
-        except Exception as exc:
-            raise CallbackFailed(f"The {where} failed: {type(exc).__name__}: {exc}") from exc
-        except INTERRUPTS:
-            data = getattr(arg, "data", arg)  # a guard's LoopData, an action's Run
-            if isinstance(data, LoopData):
-                data._raised_in = f"the {where}"
-            raise
-
-    checked.__name__ = getattr(function, "__name__", "checked")
-    checked.__qualname__ = _where(function)
-    return checked
-
-
-def _checked_guard(guard: Guard, spec: TransitionSpec) -> Guard:
-    if guard in _OWN_GUARDS:
-        return guard
-    where = f"guard {_where(guard)!r} of transition {spec.name!r} ({spec.trigger})"
-    return _checked(guard, where)
-
-
 def _bound_action(spec: TransitionSpec) -> Action | None:
     """``spec``'s action: a name's bound function, or a user's function checked as a guard is
     (`CallbackFailed`)."""
@@ -565,13 +525,9 @@ def _bound_action(spec: TransitionSpec) -> Action | None:
         return cast(Action, _STEPS[action])
     if action in _STEPS.values():
         return action
-    return _checked(
-        action, f"action {_where(action)!r} of transition {spec.name!r} ({spec.trigger})"
+    return checked(
+        action, f"action {callable_name(action)!r} of transition {spec.name!r} ({spec.trigger})"
     )
-
-
-def _checked_callback(callback: Any, which: str, state: str) -> Any:
-    return _checked(callback, f"{which} callback {_where(callback)!r} of state {state!r}")
 
 
 def _noter(spec: TransitionSpec) -> Callable[..., None]:

@@ -19,8 +19,9 @@ from ._accounting import ContextUsage
 from ._bindings import BUILTIN_STEPS
 from ._bus import EventBus
 from ._cancel import AbortSignal, is_run_cancellation, takes_signal
-from ._compacting import CONTINUE_AFTER_WINDOW, context_window, overflowed
-from ._context import project
+from ._compacting import context_window, overflowed
+from ._context import dropped_by_projection, project
+from ._continuing import continuation_of, continue_refusal
 from ._conversation import Conversation
 from ._effects import answer_pending, request_model
 from ._errors import InvalidHistoryError, MachineDefinitionError
@@ -40,7 +41,6 @@ from ._hooks import INTERRUPTS, record_interrupt
 from ._limits import FINAL_TURN_PROMPT, LimitHit, RunCounts
 from ._machine import CallbackFailed, Fired, LoopData, LoopMachine, TransitionSpec, bind_steps
 from ._messages import (
-    CONTINUE_PROMPT,
     NO_USAGE,
     AssistantMessage,
     Message,
@@ -64,6 +64,8 @@ from ._result import RunResult, answer_text
 from ._settings import RunSettings
 from ._states import State, Trigger
 from .models._base import ModelRequest, without_tool_choice
+
+__all__ = ["Run", "continuation_of", "continue_refusal"]
 
 bind_steps(BUILTIN_STEPS)  # the table names its effects and actions; here they get their functions
 
@@ -567,7 +569,7 @@ class Run:
             projected = project(messages)
             problems = find_violations(projected, request=True)
             if problems:
-                raise InvalidHistoryError([*_dropped_by_projection(messages, projected), *problems])
+                raise InvalidHistoryError([*dropped_by_projection(messages, projected), *problems])
         else:
             conversation = self.conversation
             projected = conversation.projector.project(conversation.messages, conversation.appended)
@@ -587,60 +589,3 @@ class Run:
         self.append(AssistantMessage(content=[], stop_reason=StopReason.ERROR, error=error))
         self.error = error
         return Trigger.FAIL
-
-
-def _dropped_by_projection(returned: Sequence[Message], projected: Sequence[Message]) -> list[str]:
-    """What the projection of the ``transform_context`` hook's output dropped that made the
-    request invalid: tool results whose calls are not in the output (each result must follow
-    the assistant message holding its call). Empty when it dropped none."""
-    kept = {c.id for m in projected if isinstance(m, AssistantMessage) for c in m.tool_calls}
-    orphans = [
-        m.tool_call_id
-        for m in returned
-        if isinstance(m, ToolResultMessage) and m.tool_call_id not in kept
-    ]
-    if not orphans:
-        return []
-    only = "only " if len(orphans) == len(returned) else ""
-    return [
-        f"the transform_context hook returned {only}{len(orphans)} tool result(s) whose calls "
-        f"were missing ({', '.join(orphans)}), dropped from the request: keep each tool result "
-        "with the assistant message holding its call, after a user message"
-    ]
-
-
-def continuation_of(messages: Sequence[Message]) -> UserMessage | None:
-    """The user message that continues a history ending with a response cut by the output
-    token limit or the context window (no tool call), or None when it does not end so."""
-    last = messages[-1] if messages else None
-    if not isinstance(last, AssistantMessage) or last.tool_calls:
-        return None
-    if last.stop_reason == StopReason.MAX_TOKENS:
-        return UserMessage(CONTINUE_PROMPT)
-    if last.stop_reason == StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED:
-        return UserMessage(CONTINUE_AFTER_WINDOW)
-    return None
-
-
-def continue_refusal(messages: Sequence[Message]) -> str | None:
-    """Why a run without a prompt (and with no queued input or decisions) has nothing to
-    continue from ``messages``, or None when it can continue: the rule `Agent.run` applies
-    (also checked by the CLI before it opens a session log, so a refusal changes no file).
-
-    Args:
-        messages: the history, as a resumed agent would start from it.
-
-    Returns:
-        The `UsageError` message, or None.
-    """
-    last = messages[-1] if messages else None
-    if last is None:
-        return "nothing to continue: the history is empty; pass a prompt"
-    if (
-        isinstance(last, AssistantMessage)
-        and last.stop_reason not in (StopReason.ABORTED, StopReason.ERROR, StopReason.PAUSE_TURN)
-        and not last.tool_calls
-        and continuation_of(messages) is None  # a cut answer is continued
-    ):
-        return "nothing to continue: the history ends with the model's answer; pass a prompt"
-    return None
