@@ -13,7 +13,7 @@ import asyncio
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._accounting import ContextUsage
 from ._bindings import BUILTIN_STEPS
@@ -589,3 +589,10 @@ class Run:
         self.append(AssistantMessage(content=[], stop_reason=StopReason.ERROR, error=error))
         self.error = error
         return Trigger.FAIL
+
+
+if TYPE_CHECKING:
+    from ._run_protocol import RunLike
+
+    def _run_is_runlike(run: Run) -> RunLike:
+        return run  # mypy checks that `Run` has everything the effects use of a run

@@ -131,3 +131,65 @@ def test_agent_session_and_resume_reach_the_session_package_through_its_register
     assert isinstance(resumed.session, SessionLog)
     assert [m.role for m in resumed.messages] == ["user", "assistant"]
     resumed.close()
+
+
+def test_the_table_names_its_effects_and_actions_and_the_run_layer_binds_each_name() -> None:
+    from statemachine_agent import _compacting, _effects
+    from statemachine_agent._definition import (
+        STATES,
+        TRANSITIONS,
+        ActionName,
+        EffectName,
+    )
+    from statemachine_agent._machine import LoopMachine
+
+    assert {s.effect for s in STATES if s.effect is not None} == set(EffectName)
+    assert {t.action for t in TRANSITIONS if t.action is not None} == set(ActionName)
+    machine = LoopMachine()
+    assert machine.effect_of("awaiting_model") is _effects.request_model
+    assert machine.effect_of("compacting") is _compacting.compact_context
+    assert machine.effect_of("idle") is None
+    machine.fire("start", statemachine_agent.LoopData())
+    fired = machine.fire("model_replied", statemachine_agent.LoopData())
+    assert (fired.label, fired.action) == ("final_answer", _effects.note_final_answer)
+    assert (fired.effect, fired.stops) == (_effects.settle, True)
+
+
+def test_a_transition_naming_an_unbound_action_is_refused_when_its_definition_is_built() -> None:
+    from statemachine_agent._machine import LoopMachine
+
+    machine = LoopMachine()
+    spec = statemachine_agent.TransitionSpec(
+        "model_replied",
+        ("awaiting_model",),
+        "done",
+        guards=(lambda data: False,),
+        label="mine",
+        action="no_such_action",
+    )
+    with pytest.raises(statemachine_agent.MachineDefinitionError, match="no_such_action"):
+        machine.add_transition(spec)
+    assert machine.shared  # unchanged
+    named = statemachine_agent.TransitionSpec(
+        "model_replied",
+        ("awaiting_model",),
+        "done",
+        guards=(lambda data: False,),
+        label="mine",
+        action="note_final_answer",
+    )
+    machine.add_transition(named)  # a built-in action's name is bound like the table's
+    assert machine.fire("start", statemachine_agent.LoopData()).label == "start"
+
+
+def test_binding_the_table_refuses_a_missing_or_unknown_name() -> None:
+    from statemachine_agent._bindings import BUILTIN_STEPS
+    from statemachine_agent._machine import bind_steps
+
+    missing = {k: v for k, v in BUILTIN_STEPS.items() if k != "settle"}
+    with pytest.raises(statemachine_agent.MachineDefinitionError, match="'settle' is not bound"):
+        bind_steps(missing)
+    with pytest.raises(statemachine_agent.MachineDefinitionError, match="'extra' is not a name"):
+        bind_steps({**BUILTIN_STEPS, "extra": print})
+    bind_steps(BUILTIN_STEPS)  # what the run layer did: unchanged
+    assert statemachine_agent.LoopMachine().effect_of("done") is BUILTIN_STEPS["settle"]
