@@ -37,6 +37,7 @@ from ._result import RunResult
 from ._run import Run, continue_refusal
 from ._session_seam import SessionLogLike, session_support
 from ._settings import RunSettings
+from ._sources import ToolSource, ToolTable
 from ._states import Trigger
 from ._tools import Tool, ToolFunction, tool_from_function
 from .models._base import Model, ToolDefinition
@@ -49,7 +50,10 @@ class Agent(AgentBase):
 
     Args:
         model: the provider (`AnthropicModel`, `ScriptedModel`, `FunctionModel`, or any `Model`).
-        tools: `Tool` objects or typed functions (wrapped with `tool`).
+        tools: `Tool` objects, typed functions (wrapped with `tool`) or tool sources
+            (`ToolSource`, e.g. `statemachine_agent.mcp.MCPServer`): a source's tools are
+            listed on ``async with agent`` and before each model request (``tool_table``);
+            `aclose` closes the sources.
         system: the system prompt.
         max_turns: the turn cap of a run (a turn is one model response plus its tool batch);
             reaching it ends the run in ``max_turns``. A run continued without a prompt
@@ -112,7 +116,7 @@ class Agent(AgentBase):
         self,
         model: Model,
         *,
-        tools: Iterable[Tool | ToolFunction] = (),
+        tools: Iterable[Tool | ToolFunction | ToolSource] = (),
         system: str | None = None,
         max_turns: int = 50,
         tool_execution: ToolExecution = "parallel",
@@ -144,7 +148,11 @@ class Agent(AgentBase):
         self.model = model
         self.owns_model = owns_model
         self.tools: dict[str, Tool] = {}
+        sources: list[ToolSource] = []
         for item in tools:
+            if isinstance(item, ToolSource) and not isinstance(item, Tool):
+                sources.append(item)
+                continue
             if not isinstance(item, Tool) and not callable(item):
                 raise ToolDefinitionError(
                     f"tools must be Tool objects or typed functions, got {item!r}"
@@ -185,6 +193,8 @@ class Agent(AgentBase):
         check_tools = getattr(model, "check_tools", None)
         if check_tools is not None:  # the provider's rules on tool names, before any request
             check_tools(self.tool_definitions)
+        self.tool_table = ToolTable(self.tools, sources, check_tools) if sources else None
+        """With tool sources: their tools and the agent's, as last listed (`ToolTable`)."""
         self.session: SessionLogLike | None = None
         if session is not None:  # the session package registered how (`_session_seam`)
             self.session = session_support().attach(self, session)
@@ -195,7 +205,7 @@ class Agent(AgentBase):
         path: str | os.PathLike[str],
         *,
         model: Model,
-        tools: Iterable[Tool | ToolFunction] = (),
+        tools: Iterable[Tool | ToolFunction | ToolSource] = (),
         strict: bool = True,
         fsync: bool = False,
         **kwargs: Any,

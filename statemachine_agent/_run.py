@@ -13,7 +13,7 @@ import asyncio
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._accounting import ContextUsage
 from ._bindings import BUILTIN_STEPS
@@ -51,7 +51,7 @@ from ._messages import (
     UserMessage,
     text_result,
 )
-from ._output import OUTPUT_TOOL_NAME
+from ._output import final_output
 from ._protocol import (
     INCOMPLETE_STOP_REASONS,
     NO_RESULT,
@@ -60,10 +60,11 @@ from ._protocol import (
     find_violations,
 )
 from ._responses import RequestAborted, RequestFailed, request_response
-from ._result import RunResult, answer_text
+from ._result import RunResult
 from ._settings import RunSettings
 from ._states import State, Trigger
-from .models._base import ModelRequest, without_tool_choice
+from ._tools import Tool
+from .models._base import ModelRequest, ToolDefinition, without_tool_choice
 
 __all__ = ["Run", "continuation_of", "continue_refusal"]
 
@@ -440,6 +441,7 @@ class Run:
             refusal = dict(last.stop_details or {})
         state = self.machine.state
         pending = self.conversation.held
+        output_type = self.settings.output_type
         return RunResult(
             state=state if isinstance(state, State) else State.FAILED,
             pending=() if pending is None else tuple(pending.calls),
@@ -452,7 +454,7 @@ class Run:
             refusal=refusal,
             final_text=self.final_text,
             run_id=self.id,
-            output=self._output(state, new),
+            output=None if state != State.DONE else final_output(new, output_type, self.final_text),
             counts=self.counts,
             limit_exceeded=self.limit_exceeded(),
         )
@@ -462,24 +464,20 @@ class Run:
         limits = self.settings.limits
         return None if limits is None else limits.token_hit(self.data.usage)
 
-    def _output(self, state: State | str, new: list[Message]) -> Any:
-        """The validated final result (``output_type``), or the text answer, once ``done``."""
-        if state != State.DONE:
-            return None
-        output_type = self.settings.output_type
-        if output_type is None:
-            return self.final_text if self.final_text is not None else answer_text(new)
-        for message in reversed(new):
-            if (
-                isinstance(message, ToolResultMessage)
-                and message.tool_name == OUTPUT_TOOL_NAME
-                and not message.is_error
-                and message.details is not None
-            ):
-                return output_type.model_validate(message.details)
-        return None
-
     # -- model requests -----------------------------------------------------------------------
+
+    @property
+    def tools(self) -> dict[str, Tool]:
+        """The tools this run executes by name: the settings' own, and with tool sources the
+        agent's current `ToolTable` (as last listed before a model request)."""
+        table = self.settings.tool_table
+        return self.settings.tools if table is None else table.tools
+
+    @property
+    def tool_definitions(self) -> list[ToolDefinition]:
+        """The tools as the model sees them (see `tools`), in declaration order."""
+        table = self.settings.tool_table
+        return self.settings.tool_definitions if table is None else table.definitions
 
     async def request_model(self) -> str:
         """Do what ``awaiting_model`` does (for a user's state): send the history and take the
@@ -490,6 +488,12 @@ class Run:
         """Build and send one request (with the engine's retries). Returns the response, or the
         trigger to fire instead (``abort``, ``fail``) with the history and error recorded."""
         self.answer_open_calls()
+        table = self.settings.tool_table
+        if table is not None:  # the tool sources' current tools (MCP servers)
+            try:
+                await table.refresh()
+            except Exception as exc:
+                return self.fail(f"The tools could not be listed: {type(exc).__name__}: {exc}")
         try:
             request = await self._build_request()
         except InvalidHistoryError as exc:
@@ -546,7 +550,7 @@ class Run:
         settings = self.settings
         return self.batch_class(
             calls,
-            settings.tools,
+            self.tools,
             mode=settings.tool_execution,
             signal=self.signal,
             abort_grace_seconds=settings.abort_grace_seconds,
@@ -579,10 +583,8 @@ class Run:
             )
             system = instruction if not config.system else f"{config.system}\n\n{instruction}"
             settings = {**config.model_settings, "tool_choice": {"type": "none"}}
-            return ModelRequest(projected, system, config.tool_definitions, settings)
-        return ModelRequest(
-            projected, config.system, config.tool_definitions, config.model_settings
-        )
+            return ModelRequest(projected, system, self.tool_definitions, settings)
+        return ModelRequest(projected, config.system, self.tool_definitions, config.model_settings)
 
     def fail(self, error: str) -> str:
         """Record a failed request (an error message in the history); returns ``fail``."""

@@ -22,7 +22,8 @@ LAYERS: list[tuple[str, ...]] = [
         "_jsonable", "_dataclasses", "_cuts", "_cancel", "_importing", "_errors", "_states", "_messages",
         "_events", "_accounting", "_context", "_protocol", "_responses", "_hooks", "_tools",
         "_execution", "_limits", "_output", "_result", "_session_seam", "_guards",
-        "_compaction_config", "_tool_calls", "_call_results", "_call_context", "_continuing", "models", "workspace",
+        "_compaction_config", "_tool_calls", "_call_results", "_call_context", "_continuing",
+        "_sources", "models", "workspace",
     ),
     ("_conversation", "_bus", "_settings"),
     ("_definition", "_checked", "_run_protocol", "_machine", "_diagram"),
@@ -31,7 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("_handles",),
     ("_agent_base", "_agent"),
     ("session", "durable", "otel", "testing", "cli", "_worker_registry", "demo", "__init__",
-     "__main__"),
+     "__main__", "mcp"),
 ]  # fmt: skip
 
 # Imports against the direction that remain, each with its reason. Nothing else may be added.

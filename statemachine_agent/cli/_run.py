@@ -26,11 +26,13 @@ from .._errors import AgentError, UsageError
 from .._hooks import Decision
 from .._machine import State
 from .._result import RunResult
+from .._sources import ToolSource
 from ..models._base import Model
 from ..session import SessionCorruptError
 from ..workspace import Permissions, SandboxStatus, Workspace
 from ._execute import EXIT_CODES, build_agent, execute, interactive_terminal
 from ._hints import continue_command, pending_text
+from ._mcp import mcp_option, mcp_servers, mcp_url_option
 from ._model_option import load_model
 from ._options import check_prompt, parse_decisions, resolve_sandbox
 from ._session import continue_refusal_of, corrupt_advice, repair_session, repaired_line
@@ -130,6 +132,8 @@ class RunOptions:
 )
 # Tool sources besides the built-in workspace tools (e.g. MCP servers: --mcp NAME=CMD, --mcp-url
 # URL) go here, as RunOptions fields turned into tools in build_agent's call in `_agent_for`.
+@mcp_option
+@mcp_url_option
 @click.option(
     "--approve",
     "approve",
@@ -169,6 +173,8 @@ def run_command(
     deny: Sequence[str],
     json_lines: bool,
     repair: bool = False,
+    mcp_specs: Sequence[str] = (),
+    mcp_urls: Sequence[str] = (),
 ) -> None:
     """Run an agent on PROMPT in a workspace folder, showing the state machine as it goes.
 
@@ -211,9 +217,10 @@ def run_command(
         deny=deny,
         json_lines=json_lines,
     )
+    tool_sources = mcp_servers(mcp_specs, mcp_urls, workspace)  # checked; started by the run
     if repair:
         _repair(options.session, console)
-    agent = _agent_for(options)
+    agent = _agent_for(options, tool_sources)
     result = _run_and_show(agent, options, console)
     _end(result, options, console)
 
@@ -318,9 +325,9 @@ def _repair(session: Path | None, console: Console) -> None:
         console.print(repaired_line(session, moved, side), soft_wrap=True, markup=False)
 
 
-def _agent_for(options: RunOptions) -> Agent:
-    """The agent of the run: the workspace tools, the permission hook, the session log (a
-    continued run may make ``--max-turns`` more turns).
+def _agent_for(options: RunOptions, tool_sources: Sequence[ToolSource] = ()) -> Agent:
+    """The agent of the run: the workspace tools (and ``tool_sources``: the ``--mcp`` servers),
+    the permission hook, the session log (a continued run may make ``--max-turns`` more turns).
 
     Raises:
         click.UsageError: the agent's configuration is refused.
@@ -336,6 +343,7 @@ def _agent_for(options: RunOptions) -> Agent:
             max_turns=options.max_turns,
             session=options.session,
             sandbox=options.sandbox,
+            tool_sources=tool_sources,
         )
     except UsageError as exc:
         raise click.UsageError(str(exc)) from exc

@@ -88,11 +88,11 @@ def read_file(path: str) -> str:
     return f"contents of {path}"
 
 
-def test_no_result_text_is_the_issues() -> None:
+def test_the_repair_result_text_is_the_documented_one() -> None:
     assert NO_RESULT_RECORDED == ISSUE_TEXT
 
 
-async def test_case1_dangling_call_is_answered_first_after_its_assistant_message(
+async def test_a_dangling_call_is_answered_first_after_its_assistant_message(
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "s.jsonl"
@@ -126,7 +126,7 @@ async def test_case1_dangling_call_is_answered_first_after_its_assistant_message
     assert results_in_log(log, "toolu_cfg") == 1
 
 
-def test_case1_variant_result_goes_before_a_later_user_message(tmp_path: Path) -> None:
+def test_a_repaired_result_goes_before_a_later_user_message(tmp_path: Path) -> None:
     log = tmp_path / "s.jsonl"
     hello = UserMessage("hello?")
     write_log(log, [INSPECT, READING, hello])
@@ -143,7 +143,9 @@ def test_case1_variant_result_goes_before_a_later_user_message(tmp_path: Path) -
     assert results_in_log(log, "toolu_cfg") == 1
 
 
-async def test_case1_live_agent_dies_during_the_call(tmp_path: Path) -> None:
+async def test_a_process_dying_during_a_call_leaves_the_call_answered_on_resume(
+    tmp_path: Path,
+) -> None:
     """The same case produced by a real agent whose process dies while read_file runs."""
     log = tmp_path / "s.jsonl"
     started = asyncio.Event()
@@ -176,7 +178,7 @@ async def test_case1_live_agent_dies_during_the_call(tmp_path: Path) -> None:
     assert results_in_log(log, "toolu_cfg") == 1
 
 
-def test_case2_parallel_batch_keeps_finished_results_and_repairs_only_the_hung_call(
+def test_a_killed_parallel_batch_keeps_finished_results_and_repairs_only_the_hung_call(
     tmp_path: Path,
 ) -> None:
     """Case 2 with a real kill: hang_child.py runs the batch in a subprocess, which is SIGKILLed
@@ -218,7 +220,7 @@ def test_case2_parallel_batch_keeps_finished_results_and_repairs_only_the_hung_c
     assert [results_in_log(log, c) for c in ("c1", "c2", "c3")] == [1, 1, 1]
 
 
-async def test_case2_in_process_variant_logs_results_in_completion_order(tmp_path: Path) -> None:
+async def test_a_cancelled_parallel_batch_logs_results_in_completion_order(tmp_path: Path) -> None:
     """Case 2 simulated in one process (the log closed, then the run cancelled), observed through
     the agent's events rather than a marker file."""
     log = tmp_path / "s.jsonl"
@@ -282,7 +284,7 @@ async def test_case2_in_process_variant_logs_results_in_completion_order(tmp_pat
     assert read_session(log).repairs == []
 
 
-def test_case3_compaction_window_moves_to_a_turn_boundary(tmp_path: Path) -> None:
+def test_the_compaction_window_moves_to_a_turn_boundary(tmp_path: Path) -> None:
     t1 = ToolCallBlock(id="t1", name="t", input={})
     t2 = ToolCallBlock(id="t2", name="t", input={})
     history: list[Message] = [

@@ -210,7 +210,7 @@ def chromium_screenshot(page: str, out: Path, home: Path) -> bytes:
 # -- case 4: the page as a person sees it ------------------------------------------------------
 
 
-def test_case4_a_headless_chromium_screenshot_at_load_shows_the_page(
+def test_a_headless_chromium_screenshot_at_load_shows_the_page(
     tmp_path: Path, browser: Any
 ) -> None:
     page = write_html(demo_log(tmp_path / "demo"), tmp_path / "run.html")
@@ -231,7 +231,7 @@ def test_case4_a_headless_chromium_screenshot_at_load_shows_the_page(
     )
 
 
-def test_case4_the_urls_step_opens_that_step_painted(tmp_path: Path, browser: Any) -> None:
+def test_the_urls_step_opens_that_step_painted(tmp_path: Path, browser: Any) -> None:
     page = write_html(demo_log(tmp_path / "demo"), tmp_path / "run.html")
     url = page.resolve().as_uri() + "#step=12"
     shot = chromium_screenshot(url, tmp_path / "shot.png", tmp_path / "home")
@@ -258,7 +258,7 @@ def test_case4_the_urls_step_opens_that_step_painted(tmp_path: Path, browser: An
     assert browser.execute_script("return location.hash") == "#step=1"
 
 
-def test_case4_the_urls_step_in_the_middle_opens_that_step_not_the_next(
+def test_the_urls_step_in_the_middle_opens_that_step_not_the_next(
     tmp_path: Path, browser: Any
 ) -> None:
     # #step=N counts from 1 as the page's "step N / 12" does. The last step (#step=12) cannot
@@ -287,7 +287,7 @@ def test_case4_the_urls_step_in_the_middle_opens_that_step_not_the_next(
     assert lit[1].startswith("assistantturn 2 ·") and "A pricing module" in lit[1], lit
 
 
-def test_case4_time_waiting_at_a_yn_prompt_is_drawn_apart_from_running_time(
+def test_time_waiting_at_a_yn_prompt_is_drawn_apart_from_running_time(
     tmp_path: Path, browser: Any
 ) -> None:
     log = prompted_log(tmp_path / "prompt.jsonl", answer=True)
@@ -329,7 +329,7 @@ def test_case4_time_waiting_at_a_yn_prompt_is_drawn_apart_from_running_time(
     assert decision.text == "✔ approved write_file"
 
 
-def test_case4_a_declined_prompt_is_a_wait_and_a_denial(tmp_path: Path) -> None:
+def test_a_declined_prompt_is_a_wait_and_a_denial(tmp_path: Path) -> None:
     log = prompted_log(tmp_path / "no.jsonl", answer=False)
     (decided,) = line_numbers(log, "decision", call_id="w1", decision="deny")
     body = json.loads(log.read_text().splitlines()[decided])
@@ -339,7 +339,7 @@ def test_case4_a_declined_prompt_is_a_wait_and_a_denial(tmp_path: Path) -> None:
     assert entry["wait"]["to"] == entry["run"] <= entry["end"]
 
 
-def test_case4_the_cli_records_when_the_person_answered_a_yn_prompt(tmp_path: Path) -> None:
+def test_the_cli_records_when_the_person_answered_a_yn_prompt(tmp_path: Path) -> None:
     pexpect = pytest.importorskip(
         "pexpect", reason="pexpect is not installed (a dev dependency: pip install -e '.[dev]')"
     )
@@ -378,7 +378,7 @@ def test_case4_the_cli_records_when_the_person_answered_a_yn_prompt(tmp_path: Pa
     assert entry["wait"]["to"] == pytest.approx(decided_at - origin, abs=1e-6)
 
 
-def test_case4_a_call_awaiting_approval_is_labelled_waiting_for_approval(
+def test_a_call_awaiting_approval_is_labelled_waiting_for_approval(
     tmp_path: Path, browser: Any
 ) -> None:
     log = deferred_log(tmp_path / "deferred.jsonl", decide=False)
@@ -400,7 +400,7 @@ def test_case4_a_call_awaiting_approval_is_labelled_waiting_for_approval(
     assert bar_of(browser, "a1").get_attribute("title").startswith("look ")
 
 
-def test_case4_an_approved_deferred_call_ran_after_its_wait(tmp_path: Path, browser: Any) -> None:
+def test_an_approved_deferred_call_ran_after_its_wait(tmp_path: Path, browser: Any) -> None:
     log = deferred_log(tmp_path / "approved.jsonl", decide=True)
     started = line_numbers(log, "tool_start", call_id="e1")
     (decided,) = line_numbers(log, "decision", call_id="e1", decision="approve")
@@ -429,7 +429,7 @@ def test_case4_an_approved_deferred_call_ran_after_its_wait(tmp_path: Path, brow
     assert decision.text == "✔ approved edit_file"
 
 
-def test_case4_write_html_on_a_missing_log_raises_the_error_replay_prints(tmp_path: Path) -> None:
+def test_write_html_on_a_missing_log_raises_the_error_replay_prints(tmp_path: Path) -> None:
     missing = tmp_path / "nope.jsonl"
     out = tmp_path / "page.html"
     with pytest.raises(UsageError) as raised:
@@ -479,7 +479,7 @@ def surrogate_log(base: Path) -> Path:
     return log
 
 
-def test_case5_a_lone_surrogate_is_shown_as_a_replacement_by_replay_html(
+def test_a_lone_surrogate_is_shown_as_a_replacement_by_replay_html(
     tmp_path: Path, browser: Any
 ) -> None:
     log = surrogate_log(tmp_path)
@@ -505,7 +505,7 @@ def test_case5_a_lone_surrogate_is_shown_as_a_replacement_by_replay_html(
     assert "<title>session run\ufffd.jsonl</title>" in text and "caf\ufffd.txt" in text
 
 
-def test_case5_a_lone_high_surrogate_in_a_tool_result_is_shown_as_a_replacement(
+def test_a_lone_high_surrogate_in_a_tool_result_is_shown_as_a_replacement(
     tmp_path: Path,
 ) -> None:
     # Not only surrogateescape's range (U+DC80-DCFF): half of an emoji's pair (U+D83D), as a
@@ -547,7 +547,7 @@ def test_case5_a_lone_high_surrogate_in_a_tool_result_is_shown_as_a_replacement(
         assert "← ✓ cut smile \ufffd!" in printed.stdout.decode("utf-8")  # strict
 
 
-def test_case5_a_render_that_fails_leaves_the_earlier_page_byte_identical(
+def test_a_render_that_fails_leaves_the_earlier_page_byte_identical(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = deferred_log(tmp_path / "good.jsonl", decide=True)
@@ -591,7 +591,7 @@ def test_case5_a_render_that_fails_leaves_the_earlier_page_byte_identical(
 
 
 @pytest.mark.parametrize("relative", [False, True], ids=["absolute_path", "relative_path"])
-def test_case5_the_temporary_page_is_made_beside_the_output_not_in_tmpdir(
+def test_the_temporary_page_is_made_beside_the_output_not_in_tmpdir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, relative: bool
 ) -> None:
     # os.replace cannot rename across filesystems: a temporary file in $TMPDIR would make the
@@ -617,7 +617,7 @@ def test_case5_the_temporary_page_is_made_beside_the_output_not_in_tmpdir(
     assert sorted(os.listdir(out.parent)) == ["run.html"]  # the temporary file was renamed
 
 
-def test_case5_a_new_page_gets_the_usual_file_permissions(tmp_path: Path) -> None:
+def test_a_new_page_gets_the_usual_file_permissions(tmp_path: Path) -> None:
     log = deferred_log(tmp_path / "p.jsonl", decide=False)
     umask = os.umask(0o022)
     try:
@@ -634,7 +634,7 @@ def test_case5_a_new_page_gets_the_usual_file_permissions(tmp_path: Path) -> Non
 # -- issue 40: text from the log is never HTML ---------------------------------------------------
 
 
-def test_issue40_markup_in_a_tool_name_and_an_error_text_is_shown_as_text(
+def test_markup_in_a_tool_name_and_an_error_text_is_shown_as_text(
     tmp_path: Path, browser: Any
 ) -> None:
     @tool

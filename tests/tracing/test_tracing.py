@@ -1,6 +1,6 @@
-"""Issue 32, cases 7 and 8: traces of paused and resumed runs, and spans a tool can nest under.
-
-Spans go to the OpenTelemetry SDK's in-memory exporter."""
+"""OpenTelemetry tracing (``statemachine_agent.otel``): spans of paused and resumed runs (also in
+another process, from the session log), spans nested under a tool's or a request's span, spans
+ended when instrumentation closes or a run is aborted."""
 
 from __future__ import annotations
 
@@ -29,6 +29,12 @@ from statemachine_agent.testing.steps import call, text_response, tool_response
 
 pytest.importorskip("opentelemetry.sdk", reason="the [otel] extra is not installed")
 
+import contextlib
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -37,9 +43,20 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 )
 from opentelemetry.trace import StatusCode
 
+from statemachine_agent import (
+    Event,
+    Message,
+    ToolContext,
+    ToolResultMessage,
+)
 from statemachine_agent.otel import instrument
+from statemachine_agent.testing import (
+    assert_valid_history,
+)
 
 CHILD = Path(__file__).with_name("otel_child.py")
+
+
 SAFETY_SECONDS = 60.0  # only ends a hung child; nothing is asserted about time
 
 
@@ -76,10 +93,7 @@ SCRIPT = [
 ]
 
 
-# -- case 7: traces of paused and resumed runs ---------------------------------------------------
-
-
-async def test_case7_a_deferred_call_has_an_execute_tool_span_only_where_it_runs(
+async def test_a_deferred_call_has_an_execute_tool_span_only_where_it_runs(
     exporter: Any,
 ) -> None:
     ran: list[str] = []
@@ -113,7 +127,7 @@ async def test_case7_a_deferred_call_has_an_execute_tool_span_only_where_it_runs
     assert tracing.paused is None  # linked once
 
 
-async def test_case7_a_run_resumed_in_another_process_links_to_the_paused_run(
+async def test_a_run_resumed_in_another_process_links_to_the_paused_run(
     exporter: Any, tmp_path: Path
 ) -> None:
     """Across processes the paused run's span context and the conversation id are handed over
@@ -160,7 +174,7 @@ def _child(mode: str, log: Path, out: Path) -> dict[str, Any]:
     return data
 
 
-def test_case7_a_run_resumed_from_the_session_log_in_another_process_links_to_the_paused_run(
+def test_a_run_resumed_from_the_session_log_in_another_process_links_to_the_paused_run(
     tmp_path: Path,
 ) -> None:
     """Process 1 runs to ``awaiting_approval``; process 2 resumes the session log and approves.
@@ -190,7 +204,7 @@ def test_case7_a_run_resumed_from_the_session_log_in_another_process_links_to_th
     assert data.trace.paused is None
 
 
-async def test_case7_a_session_log_without_a_trace_line_still_resumes_traced(
+async def test_a_session_log_without_a_trace_line_still_resumes_traced(
     exporter: Any, tmp_path: Path
 ) -> None:
     """A log written untraced (or before the ``trace`` line existed) loads as before: the
@@ -215,9 +229,7 @@ async def test_case7_a_session_log_without_a_trace_line_still_resumes_traced(
     assert len(named(spans, "execute_tool deploy")) == 1 and ran == ["prod"]
 
 
-async def test_case7_a_pause_decided_since_is_not_linked_again(
-    exporter: Any, tmp_path: Path
-) -> None:
+async def test_a_pause_decided_since_is_not_linked_again(exporter: Any, tmp_path: Path) -> None:
     """The log's paused span is linked only by the run that decides its calls: resumed again
     after an untraced process decided them, the next run links to nothing (it keeps the
     conversation id); ``conversation_id=`` still overrides the log's."""
@@ -249,7 +261,7 @@ async def test_case7_a_pause_decided_since_is_not_linked_again(
     again.close()
 
 
-async def test_case7_a_pause_a_later_untraced_run_left_waiting_is_not_linked(
+async def test_a_pause_a_later_untraced_run_left_waiting_is_not_linked(
     exporter: Any, tmp_path: Path
 ) -> None:
     """In one process: a traced run pauses on t1 and t2; tracing stops; an untraced run decides
@@ -278,9 +290,7 @@ async def test_case7_a_pause_a_later_untraced_run_left_waiting_is_not_linked(
     agent.close()
 
 
-async def test_case7_a_resumed_session_keeps_its_conversation_id(
-    exporter: Any, tmp_path: Path
-) -> None:
+async def test_a_resumed_session_keeps_its_conversation_id(exporter: Any, tmp_path: Path) -> None:
     """A session is one conversation: resumed in a new agent and traced, its runs' spans carry
     the id the log records (written once, not per run)."""
     path = tmp_path / "run.jsonl"
@@ -300,7 +310,7 @@ async def test_case7_a_resumed_session_keeps_its_conversation_id(
     assert [r.type for r in read_session(path).records].count("trace") == 1
 
 
-def test_case7_a_hand_edited_trace_line_that_breaks_its_fields_is_unreadable(
+def test_a_hand_edited_trace_line_that_breaks_its_fields_is_unreadable(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "run.jsonl"
@@ -317,11 +327,8 @@ def test_case7_a_hand_edited_trace_line_that_breaks_its_fields_is_unreadable(
     assert data.trace == SessionTrace("c1")  # the readable line is kept
 
 
-# -- case 8: spans a tool can nest under ---------------------------------------------------------
-
-
 @pytest.mark.parametrize("calls", [1, 2], ids=["one_call", "a_batch_of_two"])
-async def test_case8_a_tools_own_spans_nest_under_its_execute_tool_span(
+async def test_a_tools_own_spans_nest_under_its_execute_tool_span(
     exporter: Any, calls: int
 ) -> None:
     """An async tool (run in the batch's task) and a sync one (run in a worker thread) each open
@@ -374,7 +381,7 @@ async def test_case8_a_tools_own_spans_nest_under_its_execute_tool_span(
         assert chat.parent is not None and chat.parent.span_id == run.context.span_id
 
 
-async def test_case8_chat_spans_carry_the_request_settings_of_the_genai_conventions(
+async def test_chat_spans_carry_the_request_settings_of_the_genai_conventions(
     exporter: Any,
 ) -> None:
     settings = {"max_tokens": 512, "temperature": 0.2, "top_p": 0.9, "stop_sequences": ["END"]}
@@ -390,9 +397,6 @@ async def test_case8_chat_spans_carry_the_request_settings_of_the_genai_conventi
     assert tuple(attributes["gen_ai.request.stop_sequences"]) == ("END",)
     assert attributes["gen_ai.conversation.id"] == tracing.conversation_id
     assert "gen_ai.response.id" not in attributes  # a scripted response has no id
-
-
-# -- follow-up: the chat span is current while its request runs -------------------------------
 
 
 async def test_a_span_opened_in_a_models_stream_nests_under_its_chat_span(exporter: Any) -> None:
@@ -487,3 +491,213 @@ async def test_a_refused_requests_chat_span_is_not_current_while_the_run_compact
     [summary] = named(spans, "summarize")
     assert summary.parent is None or summary.parent.span_id != refused.context.span_id
     assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+class Spans:
+    """Every span started and ended under one tracer provider (a span processor's view)."""
+
+    def __init__(self) -> None:
+        otel_sdk = pytest.importorskip(
+            "opentelemetry.sdk.trace", reason="the [otel] extra is not installed"
+        )
+
+        spans = self
+
+        class Recorder(otel_sdk.SpanProcessor):  # type: ignore[name-defined,misc]
+            def on_start(self, span: Any, parent_context: Any = None) -> None:
+                spans.started.append(span)
+
+            def on_end(self, span: Any) -> None:
+                spans.ended.append(span)
+
+        self.started: list[Any] = []
+        self.ended: list[Any] = []
+        self.provider = otel_sdk.TracerProvider()
+        self.provider.add_span_processor(Recorder())
+
+    def unended(self) -> list[str]:
+        ended = {s.context.span_id for s in self.ended}  # on_end gets a copy: match by id
+        return [s.name for s in self.started if s.context.span_id not in ended]
+
+
+@tool
+async def reports(ctx: ToolContext) -> str:
+    """A tool that sends progress."""
+    ctx.progress("half way")
+    return "reported"
+
+
+@tool
+def looks_up(key: str) -> str:
+    """A sync tool."""
+    return f"value of {key}"
+
+
+def traced_script() -> list[dict[str, Any]]:
+    return [
+        tool_response(call("reports", id="r1"), call("looks_up", {"key": "k"}, id="l1")),
+        tool_response(call("looks_up", {"key": "j"}, id="l2")),
+        text_response("done"),
+    ]
+
+
+async def traced_run(close_at: int | None) -> tuple[Spans, int, Agent]:
+    from statemachine_agent.otel import instrument
+
+    spans = Spans()
+    agent = Agent(ScriptedModel(traced_script(), name="m"), tools=[reports, looks_up])
+    tracing = instrument(agent, tracer_provider=spans.provider)
+    seen = 0
+
+    def count(event: Event) -> None:
+        nonlocal seen
+        seen += 1
+        if seen == close_at:
+            tracing.close()
+
+    agent.subscribe(count)
+    result = await agent.run("go")
+    assert result.state is State.DONE
+    return spans, seen, agent
+
+
+async def test_instrumentation_closed_at_any_event_of_a_run_leaves_no_span_unended() -> None:
+    full, events, _ = await traced_run(None)
+    assert full.unended() == [] and len(full.started) == 7  # the run, 3 chats, 3 tool calls
+    for close_at in range(1, events + 1):
+        spans, _, _ = await traced_run(close_at)
+        assert spans.unended() == [], f"closed at event {close_at}"
+        assert len(spans.started) <= len(full.started)
+
+
+async def test_instrumentation_closed_while_a_tool_runs_ends_its_spans_with_an_error() -> None:
+    from opentelemetry.trace import StatusCode
+
+    from statemachine_agent.otel import instrument
+
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def slow() -> str:
+        """Wait until the test lets it finish."""
+        started.set()
+        await release.wait()
+        return "finished"
+
+    spans = Spans()
+    script = [tool_response(call("slow", id="s1")), text_response("done")]
+    agent = Agent(ScriptedModel(script, name="m"), tools=[slow])
+    tracing = instrument(agent, tracer_provider=spans.provider)
+    run = asyncio.ensure_future(agent.run("go"))
+    await started.wait()
+    assert sorted(s.name for s in spans.started) == ["chat m", "execute_tool slow", "invoke_agent"]
+    tracing.close()
+    assert spans.unended() == []
+    release.set()
+    result = await run
+    assert result.state is State.DONE
+    assert spans.unended() == [] and len(spans.started) == 3  # nothing traced after close
+    open_then = [s for s in spans.ended if s.name in ("execute_tool slow", "invoke_agent")]
+    assert [(s.status.status_code, s.status.description) for s in open_then] == [
+        (StatusCode.ERROR, "tracing was stopped")
+    ] * 2
+
+
+def result_ids(messages: Sequence[Message]) -> list[str]:
+    return [m.tool_call_id for m in messages if isinstance(m, ToolResultMessage)]
+
+
+GRACE = 0.2
+
+
+IGNORES_FOR = 6.0
+"""How long the stubborn tools go on after the abort (they stop by themselves then)."""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_an_abort_ends_the_runs_spans_even_when_a_tool_ignores_it(kind: str) -> None:
+    """mastra-ai/mastra#21325: ``run.cancel()`` aborts the controller, but when a step does not
+    honour ``abortSignal`` the step keeps running, ``execute()`` never returns and no span of
+    the run is ever ended (exporters that act on span end see nothing). Here: two parallel
+    calls of a tool that ignores the abort (a sync tool that does not read the signal; an async
+    one that swallows its cancellation), ``abort_grace_seconds=0.2``. Expected: the run ends
+    ``aborted`` within the grace period plus a margin, and by then its ``invoke_agent`` span
+    and both ``execute_tool`` spans have ended with an error status; the calls are answered."""
+    pytest.importorskip("opentelemetry.sdk", reason="the [otel] extra is not installed")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import StatusCode
+
+    from statemachine_agent.otel import instrument
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    entered = threading.Event()
+    release = threading.Event()
+
+    @tool
+    def stubborn_sync(part: str) -> str:
+        """Copy a part (does not read the abort signal).
+
+        Args:
+            part: the part.
+        """
+        entered.set()
+        release.wait(IGNORES_FOR)
+        return f"copied {part}"
+
+    @tool
+    async def stubborn_async(part: str) -> str:
+        """Copy a part (swallows its cancellation).
+
+        Args:
+            part: the part.
+        """
+        entered.set()
+        deadline = time.monotonic() + IGNORES_FOR
+        while time.monotonic() < deadline and not release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):  # ignores the abort, as the
+                await asyncio.sleep(0.02)  # report's step does
+        return f"copied {part}"
+
+    name = f"stubborn_{kind}"
+    model = ScriptedModel(
+        [tool_response(call(name, {"part": "1"}, id="p1"), call(name, {"part": "2"}, id="p2"))]
+    )
+    agent = Agent(
+        model, tools=[stubborn_sync, stubborn_async], abort_grace_seconds=GRACE, max_turns=3
+    )
+    instrument(agent, tracer_provider=provider)
+    handle = agent.start("Copy both parts.")
+    waiter = asyncio.ensure_future(_result_of(handle))
+    try:
+        assert await asyncio.to_thread(entered.wait, 10)  # a failure guard, not a timing one
+        aborted_at = time.monotonic()
+        agent.abort("the user pressed stop")
+        done, _ = await asyncio.wait({waiter}, timeout=GRACE + 1.5)
+        took = time.monotonic() - aborted_at
+        spans = exporter.get_finished_spans()
+        runs = [s for s in spans if s.name == "invoke_agent"]
+        tools = [s for s in spans if s.name.startswith("execute_tool")]
+        assert done, (
+            f"the run had not ended {took:.1f} s after the abort (grace {GRACE} s); finished "
+            f"spans: {[s.name for s in spans]}"
+        )
+        assert len(runs) == 1 and runs[0].status.status_code is StatusCode.ERROR
+        assert len(tools) == 2
+        assert all(s.status.status_code is StatusCode.ERROR for s in tools)
+        result = waiter.result()
+        assert result.state is State.ABORTED
+        assert result.error == "the user pressed stop"
+        assert sorted(result_ids(agent.messages)) == ["p1", "p2"]  # every call answered
+        assert_valid_history(agent.messages)
+    finally:
+        release.set()
+        await asyncio.wait_for(waiter, IGNORES_FOR + 5)
+
+
+async def _result_of(handle: Any) -> Any:
+    return await handle

@@ -28,7 +28,7 @@ from statemachine_agent.session import (
 from statemachine_agent.testing.steps import call, text_response, tool_response
 
 from .test_html import browser, demo_log, open_page, press
-from .test_html_issue33 import png_colours
+from .test_html_replay_page import png_colours
 
 __all__ = ["browser"]  # the module-scoped headless Chromium of test_html.py
 
@@ -158,7 +158,7 @@ def walk(driver: Any) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("drawing", ["graphviz", "without_graphviz"])
-def test_case4_at_1400x1000_names_are_11px_and_every_step_shows_its_lit_state_and_edge(
+def test_at_1400x1000_names_are_11px_and_every_step_shows_its_lit_state_and_edge(
     tmp_path: Path, window: Any, monkeypatch: pytest.MonkeyPatch, drawing: str
 ) -> None:
     if drawing == "without_graphviz":
@@ -177,7 +177,7 @@ def test_case4_at_1400x1000_names_are_11px_and_every_step_shows_its_lit_state_an
     assert seen[-1]["label"] == ["refusal", "unknown_stop_reason", "context_window", "final_answer"]
 
 
-def test_case4_a_groups_transition_lights_the_edge_drawn_from_its_composite(
+def test_a_groups_transition_lights_the_edge_drawn_from_its_composite(
     tmp_path: Path, window: Any
 ) -> None:
     page = write_html(three_runs_log(tmp_path / "runs.jsonl"), tmp_path / "runs.html")
@@ -207,7 +207,7 @@ def test_case4_a_groups_transition_lights_the_edge_drawn_from_its_composite(
     ]
 
 
-def test_case4_every_branch_of_the_machine_lights_the_overview_edge_that_draws_it() -> None:
+def test_every_branch_of_the_machine_lights_the_overview_edge_that_draws_it() -> None:
     """For each transition the engine can fire (each spec, from each source state), the edge a
     step lights is the one overview edge of the drawing that lists the branch's label and goes
     from that state, or from a group holding it that the branch was written for, to its dest."""
@@ -232,7 +232,7 @@ def test_case4_every_branch_of_the_machine_lights_the_overview_edge_that_draws_i
     assert checked > len(graph.edges) == 22
 
 
-def test_case4_wheel_zooms_drag_pans_buttons_zoom_and_fit_shows_the_whole_diagram(
+def test_wheel_zooms_drag_pans_buttons_zoom_and_fit_shows_the_whole_diagram(
     tmp_path: Path, window: Any
 ) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
@@ -293,7 +293,7 @@ def test_case4_wheel_zooms_drag_pans_buttons_zoom_and_fit_shows_the_whole_diagra
     assert window.execute_script("return [scrollX, scrollY]") == [0, 0]
 
 
-def test_case4_the_page_model_lights_the_composites_edge_for_a_groups_transition(
+def test_the_page_model_lights_the_composites_edge_for_a_groups_transition(
     tmp_path: Path,
 ) -> None:
     model = page_model(read_session(three_runs_log(tmp_path / "runs.jsonl")))
@@ -307,7 +307,7 @@ def test_case4_the_page_model_lights_the_composites_edge_for_a_groups_transition
     assert model["extra_edges"] == []
 
 
-def test_case4_docs_replay_png_is_a_real_render_of_the_page() -> None:
+def test_docs_replay_png_is_a_real_render_of_the_page() -> None:
     """``docs/replay.png`` (made by ``tools/render_replay_png.py``): a 1400 x 1000 screenshot
     with hundreds of colours (a blank or failed render has a handful)."""
     data = (ROOT / "docs" / "replay.png").read_bytes()

@@ -12,7 +12,7 @@ import pytest
 from statemachine_agent.session import _html_diagram, write_html
 
 from .test_html import browser, demo_log, open_page  # noqa: F401
-from .test_html_issue34 import NAME_RECTS, window  # noqa: F401
+from .test_html_diagram import NAME_RECTS, window  # noqa: F401
 
 
 def test_without_graphviz_a_merged_edges_label_lines_are_stacked() -> None:

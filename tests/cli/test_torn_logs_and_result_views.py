@@ -12,7 +12,7 @@ import pytest
 
 from statemachine_agent.session import read_session
 
-from .test_issue33 import ANSI, CODE, call, cli, script
+from .test_cli_as_a_process import ANSI, CODE, call, cli, script
 
 pexpect = pytest.importorskip(
     "pexpect", reason="pexpect is not installed (a dev dependency: pip install -e '.[dev]')"
