@@ -22,12 +22,13 @@ import click
 from rich.console import Console
 
 from .._agent import Agent
-from .._errors import AgentError, SessionCorruptError, UsageError
+from .._errors import AgentError, UsageError
 from .._hooks import Decision
 from .._machine import State
 from .._result import RunResult
 from .._sources import ToolSource
 from ..models._base import Model
+from ..session import SessionCorruptError
 from ..workspace import Permissions, SandboxStatus, Workspace
 from ._execute import EXIT_CODES, build_agent, execute, interactive_terminal
 from ._hints import continue_command, pending_text
