@@ -182,14 +182,14 @@ def run_command(
     Without PROMPT, --session FILE must name an existing log: its run continues where it stopped
     (after max_turns or an abort), for up to --max-turns more turns.
 
-    Reading and listing files is always allowed. Commands and writes ask for confirmation in an
-    interactive terminal; --yes or --allow permit them up front; without a terminal (or with
+    Reading and listing files is always allowed. Commands, writes and MCP tool calls (--mcp,
+    --mcp-url) ask for confirmation in an interactive terminal; --yes or --allow permit them up front; without a terminal (or with
     --json) they are otherwise denied, and the model is told why. Ctrl-C aborts the run cleanly.
 
     Commands run in a bubblewrap sandbox where bwrap works: the workspace (and --writable paths)
     and a private /tmp are writable, the rest read-only; no network (--allow-network); ~/.ssh,
     ~/.aws, ~/.config/gcloud, ~/.netrc (and --hide paths) hidden; a short environment
-    allow-list. Where bwrap is missing, commands run unsandboxed with a warning
+    allow-list; --mcp servers run in the same sandbox. Where bwrap is missing, commands run unsandboxed with a warning
     (--sandbox=require refuses instead); --no-sandbox turns it off.
 
     With --session and no terminal, a command or write that no rule allows is not denied: the
