@@ -329,7 +329,7 @@ class MCPServer:
             connection = _Connection(self)
         except Exception as exc:  # no such executable, a bad parameter
             raise MCPServerError(
-                f"{self.name}{self.origin} could not be started or reached: {_describe(exc)}"
+                f"{self.name} could not be started or reached{self.origin}: {_describe(exc)}"
             ) from exc
         self.connections += 1
         try:
@@ -350,7 +350,7 @@ class MCPServer:
                     else ""
                 )
                 raise MCPServerError(
-                    f"{self.name}{self.origin} could not be started or reached: "
+                    f"{self.name} could not be started or reached{self.origin}: "
                     f"{_describe(exc)}{hint}"
                 ) from exc
             raise
