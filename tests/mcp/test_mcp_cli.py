@@ -5,6 +5,7 @@ the ``--sandbox`` settings."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -202,3 +203,45 @@ def test_cli_without_a_sandbox_lets_an_mcp_server_write_anywhere(tmp_path: Path)
     done = run_cli(tmp_path, write_script(tmp_path, outside), "--yes", "--no-sandbox")
     assert done.returncode == 0, done.stderr
     assert outside.read_text() == "hi"
+
+
+def test_cli_asks_at_a_terminal_before_an_mcp_call_and_runs_it_after_yes(tmp_path: Path) -> None:
+    pexpect = pytest.importorskip(
+        "pexpect", reason="pexpect is not installed (a dev dependency: pip install -e '.[dev]')"
+    )
+    target = tmp_path / "ws" / "new.txt"
+    script = write_script(tmp_path, target)
+    (tmp_path / "ws").mkdir()
+    args = ["run", "-w", str(tmp_path / "ws"), "-m", f"script:{script}", "--mcp", SPEC, "go"]
+    code = "from statemachine_agent.cli import main; main()"
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}
+    child = pexpect.spawn(
+        sys.executable, ["-c", code, *args], env=env, encoding="utf-8", timeout=60
+    )
+    child.expect("Allow the agent to call demo_write with")
+    assert not target.exists()  # asked before the call reached the server
+    child.sendline("y")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert target.read_text() == "hi"
+
+
+def test_cli_mcp_url_with_a_name_prefixes_the_http_servers_tools(
+    tmp_path: Path, http_url: str
+) -> None:
+    script = tmp_path / "script.json"
+    call = {"type": "tool_use", "id": "toolu_h", "name": "web_add", "input": {"a": 1, "b": 2}}
+    steps = [
+        {"content": [call], "stop_reason": "tool_use"},
+        {"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"},
+    ]
+    script.write_text(json.dumps({"steps": steps}))
+    command = [sys.executable, "-m", "statemachine_agent", "run", "--json", "-w", str(tmp_path)]
+    command += ["-m", f"script:{script}", "--mcp-url", f"web={http_url}", "--allow", "web_add"]
+    done = subprocess.run(
+        [*command, "go"], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    (end,) = tool_results(done)
+    assert (end["result"]["is_error"], end["result"]["content"][0]["text"]) == (False, "3")
