@@ -131,6 +131,9 @@ async def run_tools(run: RunLike) -> str:
 async def _run_decided(run: RunLike, pending: PendingBatch) -> str:
     """The decided calls of a held batch: approved ones run (without the before hook: a person
     approved them), denied ones are answered; undecided ones stay pending."""
+    failed = await run.refresh_tools()  # a resumed agent's tool sources: listed first
+    if failed is not None:
+        return failed
     data = run.data
     response = data.response = pending.response
     decisions, pending.decisions = pending.decisions, {}

@@ -484,16 +484,27 @@ class Run:
         response. Returns the trigger to fire: ``model_replied``, ``abort`` or ``fail``."""
         return await request_model(self)
 
+    async def refresh_tools(self) -> str | None:
+        """List the tool sources' current tools (MCP servers) into the agent's `ToolTable`:
+        before each model request, and before decided calls run (a resumed agent's table holds
+        only its own tools until listed). Returns None, or the trigger ``fail`` (the run failed,
+        naming the source) when they cannot be listed."""
+        table = self.settings.tool_table
+        if table is None:
+            return None
+        try:
+            await table.refresh()
+        except Exception as exc:
+            return self.fail(f"The tools could not be listed: {type(exc).__name__}: {exc}")
+        return None
+
     async def request(self) -> AssistantMessage | str:
         """Build and send one request (with the engine's retries). Returns the response, or the
         trigger to fire instead (``abort``, ``fail``) with the history and error recorded."""
         self.answer_open_calls()
-        table = self.settings.tool_table
-        if table is not None:  # the tool sources' current tools (MCP servers)
-            try:
-                await table.refresh()
-            except Exception as exc:
-                return self.fail(f"The tools could not be listed: {type(exc).__name__}: {exc}")
+        failed = await self.refresh_tools()
+        if failed is not None:
+            return failed
         try:
             request = await self._build_request()
         except InvalidHistoryError as exc:
