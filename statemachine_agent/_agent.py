@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from pydantic import BaseModel
 
@@ -35,14 +35,12 @@ from ._messages import Message, UserMessage
 from ._output import output_tool
 from ._result import RunResult
 from ._run import Run, continue_refusal
+from ._session_seam import SessionLogLike, session_support
 from ._settings import RunSettings
 from ._sources import ToolSource, ToolTable
 from ._states import Trigger
 from ._tools import Tool, ToolFunction, tool_from_function
 from .models._base import Model, ToolDefinition
-
-if TYPE_CHECKING:
-    from .session import SessionLog
 
 __all__ = ["Agent", "DeliveryMode", "continue_refusal"]
 
@@ -134,7 +132,7 @@ class Agent(AgentBase):
         deps: Any = None,
         messages: Sequence[Message] = (),
         model_settings: dict[str, Any] | None = None,
-        session: str | os.PathLike[str] | SessionLog | None = None,
+        session: str | os.PathLike[str] | SessionLogLike | None = None,
         owns_model: bool = False,
         steering_mode: DeliveryMode = "all",
         follow_up_mode: DeliveryMode = "one_at_a_time",
@@ -197,11 +195,9 @@ class Agent(AgentBase):
             check_tools(self.tool_definitions)
         self.tool_table = ToolTable(self.tools, sources, check_tools) if sources else None
         """With tool sources: their tools and the agent's, as last listed (`ToolTable`)."""
-        self.session: SessionLog | None = None
-        if session is not None:
-            from .session import attach_session  # the session package builds on the core
-
-            self.session = attach_session(self, session)
+        self.session: SessionLogLike | None = None
+        if session is not None:  # the session package registered how (`_session_seam`)
+            self.session = session_support().attach(self, session)
 
     @classmethod
     def resume(
@@ -229,9 +225,7 @@ class Agent(AgentBase):
             AgentError: the file is not a session log.
             UsageError: another agent holds the log open.
         """
-        from .session import SessionLog  # the session package builds on the core
-
-        log = SessionLog.open(path, fsync=fsync, strict=strict)
+        log = session_support().open(path, fsync=fsync, strict=strict)
         try:
             return cls(model, tools=tools, session=log, **kwargs)
         except BaseException:

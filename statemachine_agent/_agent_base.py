@@ -5,7 +5,7 @@ its state, queued input, subscriptions, and closing. It holds the agent's `Conve
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from ._accounting import ContextUsage
 from ._bus import EventBus
@@ -21,12 +21,10 @@ from ._limits import RunCounts
 from ._machine import LoopMachine
 from ._messages import Message, ToolResultMessage, Usage, UserMessage
 from ._run import Run
+from ._session_seam import SessionLogLike
 from ._sources import ToolTable
 from ._states import State
 from .models._base import Model, ModelRequest, ToolDefinition
-
-if TYPE_CHECKING:
-    from .session import SessionLog
 
 
 class AgentBase:
@@ -48,7 +46,7 @@ class AgentBase:
     tool_definitions: list[ToolDefinition]
     tool_table: ToolTable | None
     machine: LoopMachine
-    session: SessionLog | None
+    session: SessionLogLike | None
 
     def __init__(
         self,

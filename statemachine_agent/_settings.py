@@ -7,11 +7,11 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
-from ._compacting import Compaction
+from ._compaction_config import Compaction
 from ._execution import ToolExecution
+from ._guards import MaxTokensPolicy
 from ._hooks import AfterToolCall, BeforeToolCall, ShouldContinue, TransformContext
 from ._limits import UsageLimits
-from ._machine import MaxTokensPolicy
 from ._messages import Message
 from ._sources import ToolTable
 from ._tools import Tool

@@ -110,9 +110,17 @@ def mcp_tool(server: MCPServer, listed: mt.Tool, timeout_seconds: float | None) 
             server=server,
             remote_name=listed.name,
             schema=dict(listed.input_schema),
+            idempotent=_hinted_idempotent(listed),
         )
     except ToolDefinitionError as exc:
         raise ToolDefinitionError(f"{server.name}: {exc}") from exc
+
+
+def _hinted_idempotent(listed: mt.Tool) -> bool:
+    """The server's annotations say a repeated call changes nothing: ``idempotentHint`` or
+    ``readOnlyHint`` is true (both default to false in the MCP schema)."""
+    hints = listed.annotations
+    return hints is not None and bool(hints.idempotent_hint or hints.read_only_hint)
 
 
 async def _never_called(**arguments: Any) -> None:  # `MCPTool.call` replaces it

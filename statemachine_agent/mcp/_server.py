@@ -94,7 +94,11 @@ class MCPServer:
             ``lambda args: "db"``: every call of the server in turn).
         idempotent: its calls may run again safely: a durable run recovering from a worker
             killed mid-call runs such a call again; otherwise that call is answered "no result
-            recorded" (the `tool` rule).
+            recorded" (the `tool` rule). None (default): each tool as the server annotates it:
+            idempotent when its ``idempotentHint`` or ``readOnlyHint`` is true (MCP tool
+            annotations: the server's description of its own tool; a wrong hint costs at most
+            one repeated call after a crash). True or False overrides the hints for every tool
+            of the server. The permission rules never read the hints.
     """
 
     def __init__(
@@ -107,7 +111,7 @@ class MCPServer:
         startup_timeout_seconds: float = STARTUP_TIMEOUT_SECONDS,
         requires_approval: bool = False,
         resource: str | ResourceKey | None = None,
-        idempotent: bool = False,
+        idempotent: bool | None = None,
     ) -> None:
         self.server_name = name
         self.name = f"MCP server {name!r}"
@@ -118,6 +122,7 @@ class MCPServer:
         self.resource = resource
         self.idempotent = idempotent
         self._connect = connect
+        self.origin = ""  # how it is started, for errors (a stdio server's command and folder)
         self._connection: _Connection | None = None
         self._tools: list[MCPTool] | None = None
         self._lock: asyncio.Lock | None = None
@@ -138,7 +143,7 @@ class MCPServer:
         startup_timeout_seconds: float = STARTUP_TIMEOUT_SECONDS,
         requires_approval: bool = False,
         resource: str | ResourceKey | None = None,
-        idempotent: bool = False,
+        idempotent: bool | None = None,
         sandbox: Sandbox | None = None,
     ) -> MCPServer:
         """A server run as a subprocess (in its own process group), talking MCP over its
@@ -197,6 +202,8 @@ class MCPServer:
             resource=resource,
             idempotent=idempotent,
         )
+        folder = Path(cwd) if cwd is not None else Path.cwd()
+        server.origin = f" ({shlex.join([command, *args])}, started in {folder})"
         return server
 
     @classmethod
@@ -211,7 +218,7 @@ class MCPServer:
         startup_timeout_seconds: float = STARTUP_TIMEOUT_SECONDS,
         requires_approval: bool = False,
         resource: str | ResourceKey | None = None,
-        idempotent: bool = False,
+        idempotent: bool | None = None,
     ) -> MCPServer:
         """A server reached over streamable HTTP at ``url`` (e.g. ``http://127.0.0.1:8000/mcp``).
 
@@ -310,7 +317,9 @@ class MCPServer:
                 self._tools = [mcp_tool(self, t, self.timeout_seconds) for t in listed]
                 for t in self._tools:
                     t.requires_approval = self.requires_approval
-                    t.resource, t.idempotent = self.resource, self.idempotent
+                    t.resource = self.resource
+                    if self.idempotent is not None:  # the server option overrides the hints
+                        t.idempotent = self.idempotent
             return list(self._tools)
 
     async def aclose(self) -> None:
@@ -341,7 +350,7 @@ class MCPServer:
             connection = _Connection(self)
         except Exception as exc:  # no such executable, a bad parameter
             raise MCPServerError(
-                f"{self.name} could not be started or reached: {_describe(exc)}"
+                f"{self.name} could not be started or reached{self.origin}: {_describe(exc)}"
             ) from exc
         self.connections += 1
         try:
@@ -356,8 +365,14 @@ class MCPServer:
         except BaseException as exc:
             await connection.close()
             if isinstance(exc, Exception):
+                hint = (
+                    " (the server exited before answering: its error output, above, says why)"
+                    if self.origin
+                    else ""
+                )
                 raise MCPServerError(
-                    f"{self.name} could not be started or reached: {_describe(exc)}"
+                    f"{self.name} could not be started or reached{self.origin}: "
+                    f"{_describe(exc)}{hint}"
                 ) from exc
             raise
         self._connection = connection

@@ -2,7 +2,8 @@
 flight (a real stdio server, tests/mcp/servers/demo_server.py), then relaunched. The recovered
 run follows the idempotency rule: the completed MCP call is not sent again (its recorded step
 is replayed); the call in flight is answered "no result recorded..." unless the server was
-declared ``idempotent=True``, when it is sent again.
+declared ``idempotent=True``, or its tool is annotated ``idempotentHint`` by the server (and the
+server option does not say ``idempotent=False``), when it is sent again.
 
 ``python test_durable_mcp.py DB RUN_ID`` is the worker process of the test."""
 
@@ -54,13 +55,14 @@ def mcp_agent() -> Agent:
     recorded before the second starts)."""
     from statemachine_agent.mcp import MCPServer
 
-    passed = {k: os.environ[k] for k in ("DEMO_HANG", "DEMO_SIGNAL") if k in os.environ}
+    names = ("DEMO_HANG", "DEMO_SIGNAL", "DEMO_IDEMPOTENT_HINT")
+    passed = {k: os.environ[k] for k in names if k in os.environ}
     server = MCPServer.stdio(
         sys.executable,
         [str(SERVER)],
         name="demo",
         env=passed,
-        idempotent=os.environ.get("SMA_MCP_IDEMPOTENT") == "1",
+        idempotent={"1": True, "0": False}.get(os.environ.get("SMA_MCP_IDEMPOTENT", "0")),
     )
     return Agent(FunctionModel(_model), tools=[server], tool_execution="sequential")
 
@@ -76,10 +78,15 @@ async def _worker(db: str, run_id: str) -> None:
         shutdown()
 
 
-def _env(side: Path, *, idempotent: bool, fifo: Path | None) -> dict[str, str]:
+def _env(
+    side: Path, *, idempotent: bool | None, fifo: Path | None, hint: bool = False
+) -> dict[str, str]:
+    """The worker's environment; ``idempotent`` None leaves the server option unset (the
+    server's ``idempotentHint`` decides), ``hint`` makes the server annotate ``mark`` so."""
     env = dict(os.environ)
     env["SMA_SIDE_FILE"] = str(side)
-    env["SMA_MCP_IDEMPOTENT"] = "1" if idempotent else "0"
+    env["SMA_MCP_IDEMPOTENT"] = {True: "1", False: "0", None: "hint"}[idempotent]
+    env["DEMO_IDEMPOTENT_HINT"] = "1" if hint else "0"
     env["DEMO_HANG"] = "1" if fifo is not None else "0"
     env.pop("DEMO_SIGNAL", None)
     if fifo is not None:
@@ -97,17 +104,18 @@ def _read_line(fd: int) -> str:
     return line.decode().strip()
 
 
-@pytest.mark.parametrize("idempotent", [False, True], ids=["not-idempotent", "idempotent"])
-def test_a_durable_mcp_call_in_flight_when_the_worker_is_killed_is_recovered_by_the_rule(
-    tmp_path: Path, idempotent: bool
-) -> None:
+def _kill_and_recover(
+    tmp_path: Path, idempotent: bool | None, hint: bool = False
+) -> tuple[list[str], ToolResultMessage]:
+    """Kill the worker while ``slow``'s MCP call is in flight, relaunch it; the side file's
+    lines and ``slow``'s answer (after checking what holds in every case)."""
     db = f"sqlite:///{tmp_path / 'runs.sqlite'}"
     side, fifo = tmp_path / "marks.txt", tmp_path / "marks.fifo"
     os.mkfifo(fifo)
     listen = os.open(fifo, os.O_RDWR)  # open both ways: neither side blocks on opening it
     worker = subprocess.Popen(
         [sys.executable, str(HERE), db, "mcp-run"],
-        env=_env(side, idempotent=idempotent, fifo=fifo),
+        env=_env(side, idempotent=idempotent, fifo=fifo, hint=hint),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -123,7 +131,7 @@ def test_a_durable_mcp_call_in_flight_when_the_worker_is_killed_is_recovered_by_
 
     relaunch = subprocess.run(
         [sys.executable, str(HERE), db, "mcp-run"],
-        env=_env(side, idempotent=idempotent, fifo=None),
+        env=_env(side, idempotent=idempotent, fifo=None, hint=hint),
         capture_output=True,
         text=True,
         timeout=SAFETY_SECONDS,
@@ -136,6 +144,15 @@ def test_a_durable_mcp_call_in_flight_when_the_worker_is_killed_is_recovered_by_
     assert (fast.is_error, fast.content[0].text) == (False, "marked fast")  # type: ignore[union-attr]
     lines = side.read_text().splitlines()
     assert lines.count("fast") == 1  # the completed MCP call was not sent again
+    assert_valid_history(result.messages)
+    return lines, slow
+
+
+@pytest.mark.parametrize("idempotent", [False, True], ids=["not-idempotent", "idempotent"])
+def test_a_durable_mcp_call_in_flight_when_the_worker_is_killed_is_recovered_by_the_rule(
+    tmp_path: Path, idempotent: bool
+) -> None:
+    lines, slow = _kill_and_recover(tmp_path, idempotent)
     if idempotent:
         assert lines == ["fast", "slow", "slow"]
         assert (slow.is_error, slow.content[0].text) == (False, "marked slow")  # type: ignore[union-attr]
@@ -143,7 +160,20 @@ def test_a_durable_mcp_call_in_flight_when_the_worker_is_killed_is_recovered_by_
         assert lines == ["fast", "slow"]
         assert slow.is_error
         assert slow.content[0].text.startswith(NO_RESULT_START)  # type: ignore[union-attr]
-    assert_valid_history(result.messages)
+
+
+@pytest.mark.parametrize("option", [None, False], ids=["hint-decides", "option-overrides"])
+def test_a_tool_the_server_hints_idempotent_is_sent_again_on_recovery_unless_the_option_says_no(
+    tmp_path: Path, option: bool | None
+) -> None:
+    lines, slow = _kill_and_recover(tmp_path, option, hint=True)
+    if option is None:  # the server's idempotentHint: the call in flight is sent again
+        assert lines == ["fast", "slow", "slow"]
+        assert (slow.is_error, slow.content[0].text) == (False, "marked slow")  # type: ignore[union-attr]
+    else:  # idempotent=False on the server overrides the hint
+        assert lines == ["fast", "slow"]
+        assert slow.is_error
+        assert slow.content[0].text.startswith(NO_RESULT_START)  # type: ignore[union-attr]
 
 
 if __name__ == "__main__":

@@ -139,6 +139,28 @@ async def test_the_session_log_holds_mcp_calls_and_results_and_a_resumed_agent_c
     ]
 
 
+async def test_a_resumed_agent_runs_an_approved_mcp_call_held_in_its_session_log(
+    tmp_path: Path,
+) -> None:
+    log, target = tmp_path / "session.jsonl", tmp_path / "approved.txt"
+    first = ScriptedModel([calls(("write", {"path": str(target), "text": "ok"}))])
+    async with Agent(first, tools=[stdio_server(requires_approval=True)], session=log) as agent:
+        waiting = await agent.run("go")
+    assert waiting.state is State.AWAITING_APPROVAL
+    (pending,) = waiting.pending
+    # A new process's agent: not entered (`async with`), so its server's tools are not listed
+    # yet when the decided call runs; the run lists them first.
+    resumed = Agent.resume(log, model=ScriptedModel([answer()]), tools=[stdio_server()])
+    try:
+        result = await resumed.run(decisions={pending.id: Approve()})
+    finally:
+        await resumed.aclose()
+    assert result.state is State.DONE
+    (write,) = results(result)
+    assert (write.is_error, text(write)) == (False, "written")
+    assert target.read_text() == "ok"
+
+
 @pytest.mark.skipif(
     check_sandbox(Sandbox(mode="auto"), warn=False).bwrap is None,
     reason="bubblewrap cannot run here (not installed or no user namespaces)",

@@ -349,3 +349,30 @@ async def test_closing_one_agent_leaves_another_server_of_the_same_command_runni
     finally:
         await second.aclose()
     assert _gone(second_pid) and _gone(second_child)
+
+
+@pytest.mark.parametrize(
+    "option", [None, True, False], ids=["hints", "option-true", "option-false"]
+)
+async def test_idempotent_and_read_only_hints_make_a_tool_idempotent_unless_the_option_overrides(
+    option: bool | None,
+) -> None:
+    async with stdio_server(idempotent=option) as server:
+        tools = {t.name: t for t in await server.tools()}
+    flags = {name: tools[name].idempotent for name in ("lookup", "peek", "mark")}
+    if option is None:  # the server's annotations: idempotentHint, readOnlyHint, none
+        assert flags == {"lookup": True, "peek": True, "mark": False}
+    else:
+        assert flags == dict.fromkeys(flags, option)
+
+
+async def test_a_read_only_hint_does_not_free_an_mcp_tool_from_the_cli_permission_rules() -> None:
+    from statemachine_agent.workspace import Permissions
+
+    async with stdio_server(prefix="demo_") as server:
+        names = {t.name for t in await server.tools()}
+    rules = Permissions(guard_other_tools=True, allow=["demo_add"])
+    assert {"demo_peek", "demo_lookup", "demo_write"} <= names
+    assert rules.guards("demo_peek") and not rules.allows("demo_peek", {"key": "k"})
+    assert rules.allows("demo_add", {"a": 1, "b": 2})
+    assert not rules.guards("read_file") and not rules.guards("list_files")

@@ -25,8 +25,7 @@ from statemachine_agent import (
     tool,
 )
 from statemachine_agent._errors import ToolDefinitionError, UsageError
-from statemachine_agent._execution import TRUNCATED
-from statemachine_agent._protocol import STOPPED_NOT_RUN
+from statemachine_agent._protocol import STOPPED_NOT_RUN, TRUNCATED
 from statemachine_agent.models import AnthropicModel, ModelRequest, ToolDefinition
 from statemachine_agent.models import anthropic as anthropic_module
 from statemachine_agent.session import read_session

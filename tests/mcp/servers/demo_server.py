@@ -143,10 +143,13 @@ def build(no_tools: bool) -> MCPServer:
         active[path] -= 1
         return "appended"
 
-    @server.tool()
+    hinted = os.environ.get("DEMO_IDEMPOTENT_HINT") == "1"
+
+    @server.tool(annotations=mt.ToolAnnotations(idempotent_hint=True) if hinted else None)
     async def mark(path: str, text: str) -> str:
         """Appends a line to path (and to the FIFO DEMO_SIGNAL names, if any); the line "slow"
-        then waits until cancelled when DEMO_HANG=1 (a call in flight when its client dies)."""
+        then waits until cancelled when DEMO_HANG=1 (a call in flight when its client dies).
+        With DEMO_IDEMPOTENT_HINT=1 the server annotates it ``idempotentHint``."""
         _append(path, text + "\n")
         fifo = os.environ.get("DEMO_SIGNAL")
         if fifo:
@@ -154,6 +157,16 @@ def build(no_tools: bool) -> MCPServer:
         if text == "slow" and os.environ.get("DEMO_HANG") == "1":
             await asyncio.Event().wait()
         return f"marked {text}"
+
+    @server.tool(annotations=mt.ToolAnnotations(idempotent_hint=True))
+    def lookup(key: str) -> str:
+        """Annotated idempotent by the server."""
+        return key
+
+    @server.tool(annotations=mt.ToolAnnotations(read_only_hint=True))
+    def peek(key: str) -> str:
+        """Annotated read-only by the server."""
+        return key
 
     @server.tool()
     def write(path: str, text: str) -> str:
