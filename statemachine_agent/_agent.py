@@ -72,8 +72,13 @@ class Agent(AgentBase):
             are cancelled.
         model_retries: retries of a retryable model failure (overload, a dropped stream).
         retry_backoff_seconds: the first retry delay; it doubles each retry.
-        before_tool_call, after_tool_call, should_continue, transform_context: hooks (see
-            `statemachine_agent._hooks`).
+        before_tool_call: the permission hook, called before each tool call: allow, rewrite,
+            deny or defer it (`BeforeToolCall` in `statemachine_agent._hooks`).
+        after_tool_call: called with each call's result; may replace it (`AfterToolCall`).
+        should_continue: asked after each turn; False ends the run in ``max_turns``
+            (`ShouldContinue`).
+        transform_context: rewrites the history each request sends; the stored history is
+            unchanged (`TransformContext`).
         deps: any object; tools and hooks receive it.
         messages: a history to start from.
         model_settings: provider options sent with each request.
@@ -215,7 +220,9 @@ class Agent(AgentBase):
 
         Args:
             path: the JSONL session log (a missing or empty file starts a new one).
-            model, tools, kwargs: as for `Agent` (the log holds no model client or key).
+            model: as for `Agent` (the log holds no model client or key).
+            tools: as for `Agent`.
+            **kwargs: the other options of `Agent`.
             strict: see `read_session`; False skips unreadable lines with a warning.
             fsync: see `SessionLog`.
 
@@ -272,7 +279,8 @@ class Agent(AgentBase):
         the run, and holds the result once it has ended.
 
         Args:
-            prompt, max_turns: as for `run`.
+            prompt: as for `run`.
+            max_turns: as for `run`.
 
         Raises:
             UsageError: no event loop is running (use `run_sync`), or nothing to continue.
@@ -356,7 +364,8 @@ class Agent(AgentBase):
                 the checks `run` describes. ``decided`` checks ``decisions``; ``abort`` with
                 ``abort_reason`` ends a run waiting for decisions.
             prompt: the user input (a ``start`` with one begins a new run's count).
-            decisions, max_turns: as for `run`.
+            decisions: as for `run`.
+            max_turns: as for `run`.
             run_class: the `Run` subclass to drive.
             abort_reason: the run is aborted with this reason before its first step.
 

@@ -357,8 +357,8 @@ class LoopMachine:
         The transition is picked from a table compiled from the `transitions` machine when the
         definition was built (the same branches in the same order, the same guards, the same
         callbacks in the library's order; the machine's state is set as its own ``trigger``
-        would): `transitions`' per-trigger bookkeeping and debug logging cost more than the
-        rest of a turn. One engine runs every definition, with callbacks or without.
+        would): `transitions`' per-trigger bookkeeping and debug logging were the larger part
+        of a turn's cost (benchmarks/README.md). One engine runs every definition, with callbacks or without.
 
         Raises:
             MachineDefinitionError: no transition of ``trigger`` leaves the current state, or none of
@@ -562,7 +562,7 @@ def _picker(branches: _Branches) -> _Pick:
     """One function that tries ``branches`` in order: each one's guards in order, ``and``-ed
     (the first false one ends the branch, as `transitions` evaluates conditions), returning the
     first branch's `Fired` whose guards all pass, or None. The same steps as a loop over the
-    branches, without the loop's own cost (nineteen guards a turn)."""
+    branches, without the loop's own cost (the guards run on every turn)."""
     namespace: dict[str, Any] = {}
     lines = ["def pick(data):"]
     for i, (guards, fired) in enumerate(branches):

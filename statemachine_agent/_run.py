@@ -190,7 +190,7 @@ class Run:
         """Stamp ``event`` with the run's id and its next sequence number and send it to the
         agent's subscribers (`EventBus.publish`)."""
         self._seq = seq = self._seq + 1
-        _SET_RUN_ID(event, self.id)  # through the slots: ten events a turn
+        _SET_RUN_ID(event, self.id)  # through the slots: several events every turn
         _SET_SEQ(event, seq)
         self.bus.publish(event)
 
