@@ -158,9 +158,12 @@ class MCPServer:
             sandbox: run it under bubblewrap like ``run_command`` (`Sandbox`): writable only
                 in ``cwd`` and ``sandbox.writable``, network off unless allowed, environment
                 reduced. ``mode="auto"`` without bubblewrap runs it unsandboxed with a warning.
-            prefix, timeout_seconds, startup_timeout_seconds, requires_approval: see
-                `MCPServer`.
-            resource, idempotent: see `MCPServer`.
+            prefix: see `MCPServer`.
+            timeout_seconds: see `MCPServer`.
+            startup_timeout_seconds: see `MCPServer`.
+            requires_approval: see `MCPServer`.
+            resource: see `MCPServer`.
+            idempotent: see `MCPServer`.
 
         Raises:
             SandboxUnavailableError: ``sandbox.mode == "require"`` and bubblewrap cannot run.
@@ -223,11 +226,15 @@ class MCPServer:
         """A server reached over streamable HTTP at ``url`` (e.g. ``http://127.0.0.1:8000/mcp``).
 
         Args:
+            url: the server's streamable HTTP endpoint.
             headers: sent with every HTTP request (e.g. ``{"Authorization": "Bearer ..."}``).
             name: what errors call it (default: the URL).
-            prefix, timeout_seconds, startup_timeout_seconds, requires_approval: see
-                `MCPServer`.
-            resource, idempotent: see `MCPServer`.
+            prefix: see `MCPServer`.
+            timeout_seconds: see `MCPServer`.
+            startup_timeout_seconds: see `MCPServer`.
+            requires_approval: see `MCPServer`.
+            resource: see `MCPServer`.
+            idempotent: see `MCPServer`.
         """
         fixed = dict(headers or {})
 

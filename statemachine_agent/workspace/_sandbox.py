@@ -78,9 +78,10 @@ _MIN_SECRET_CHARS = 8
 
 
 class Sandbox(BaseModel):
-    """How ``run_command`` is sandboxed (configuration only; see `check_sandbox`).
+    """How ``run_command`` is sandboxed (configuration only; see `check_sandbox`). Its fields
+    are given by keyword: ``Sandbox(mode="require", writable=("~/.cache",))``.
 
-    Args:
+    Attributes:
         mode: ``auto`` (default: bubblewrap where it works, else unsandboxed with a warning),
             ``require`` (`check_sandbox` raises `SandboxUnavailableError` without it) or ``off``.
         allow_network: keep the host's network (default: a new, empty network namespace).

@@ -17,7 +17,10 @@ class Oracle(RunRules):
     """The reference model. ``Oracle(...).predict(scenario)``, or `predict_run` run by run.
 
     Args:
-        max_turns, max_continuations, max_tokens_policy, mode: the agent's options.
+        max_turns: the agent's ``max_turns``.
+        max_continuations: the agent's ``max_continuations``.
+        max_tokens_policy: the agent's ``max_tokens_policy``.
+        mode: the agent's ``tool_execution``.
         model_retries: retries of a retryable model failure (the kit uses 1).
         declared: the user's hooks (`Declared`), for kit runs.
     """
