@@ -90,6 +90,9 @@ class RunLike(Protocol):
     async def request(self) -> AssistantMessage | str:
         """Build and send one request; the response or the trigger to fire instead."""
 
+    async def refresh_tools(self) -> str | None:
+        """List the tool sources' current tools; None, or ``fail`` when they cannot be listed."""
+
     async def send(
         self, request: ModelRequest
     ) -> AssistantMessage | RequestAborted | RequestFailed:
