@@ -26,8 +26,8 @@ from ._conversation import Conversation
 from ._effects import answer_pending, request_model
 from ._errors import InvalidHistoryError, MachineDefinitionError
 from ._events import (
-    _SET_RUN_ID,
-    _SET_SEQ,
+    SET_RUN_ID,
+    SET_SEQ,
     Event,
     MessageEnd,
     RunEnd,
@@ -182,8 +182,8 @@ class Run:
         """Stamp ``event`` with the run's id and its next sequence number and send it to the
         agent's subscribers (`EventBus.publish`)."""
         self._seq = seq = self._seq + 1
-        _SET_RUN_ID(event, self.id)  # through the slots: ten events a turn
-        _SET_SEQ(event, seq)
+        SET_RUN_ID(event, self.id)  # through the slots: ten events a turn
+        SET_SEQ(event, seq)
         self.bus.publish(event)
 
     def append(self, message: Message) -> None:
