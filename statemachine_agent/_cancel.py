@@ -36,8 +36,7 @@ class AbortSignal:
 
     @property
     def aborted(self) -> bool:
-        """True once the run has been aborted (the engine reads ``_aborted`` itself on its hot
-        path: a property is a call)."""
+        """True once the run has been aborted."""
         return self._aborted
 
     def set(self, reason: str | None = None) -> None:

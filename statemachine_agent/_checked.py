@@ -40,7 +40,7 @@ def checked(function: Callable[..., Any], where: str) -> Callable[..., Any]:
         except INTERRUPTS:
             data = getattr(arg, "data", arg)  # a guard's LoopData, an action's Run
             if isinstance(data, LoopData):
-                data._raised_in = f"the {where}"
+                data.raised_in = f"the {where}"
             raise
 
     wrapped.__name__ = getattr(function, "__name__", "checked")

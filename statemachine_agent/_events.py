@@ -40,8 +40,8 @@ class EventBase:
 
 
 # `Run.emit` stamps each event through its slots: frozen for subscribers, not for its emitter.
-_SET_RUN_ID = EventBase.__dict__["run_id"].__set__
-_SET_SEQ = EventBase.__dict__["seq"].__set__
+SET_RUN_ID = EventBase.__dict__["run_id"].__set__
+SET_SEQ = EventBase.__dict__["seq"].__set__
 
 
 @dataclass(frozen=True, slots=True)

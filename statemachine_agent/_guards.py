@@ -93,8 +93,8 @@ class LoopData:
     compaction_reason: str | None = None
     # The spec `LoopMachine.fire_library` saw fire (a `TransitionSpec`), and where a user's
     # callable raised an interrupt (for `record_interrupt`).
-    _fired: Any = field(default=None, init=False, repr=False, compare=False)
-    _raised_in: str | None = field(default=None, init=False, repr=False, compare=False)
+    fired: Any = field(default=None, init=False, repr=False, compare=False)
+    raised_in: str | None = field(default=None, init=False, repr=False, compare=False)
 
 
 Guard = Callable[[LoopData], bool]

@@ -393,7 +393,7 @@ class LoopMachine:
         event = self._definition.machine.events.get(str(trigger))
         if event is None:
             raise MachineDefinitionError(f"unknown trigger {trigger!r}")
-        data._fired = None
+        data.fired = None
         try:
             moved = event.trigger(self._holder, data)
         except MachineError as exc:
@@ -404,7 +404,7 @@ class LoopMachine:
             # A guard or an enter/exit callback raised: the transition did not happen.
             self._holder.state = source
             raise
-        spec, data._fired = data._fired, None
+        spec, data.fired = data.fired, None
         if not moved or spec is None:
             raise MachineDefinitionError(
                 f"no guard of trigger {trigger!r} passed in state {source!r}"
@@ -534,7 +534,7 @@ def _noter(spec: TransitionSpec) -> Callable[..., None]:
     """The ``after`` callback that tells `LoopMachine.fire_library` which spec fired."""
 
     def note(data: LoopData, *_args: Any) -> None:
-        data._fired = spec
+        data.fired = spec
 
     note.spec = spec  # type: ignore[attr-defined]  # read by `_compile`
     return note

@@ -26,8 +26,8 @@ from ._conversation import Conversation
 from ._effects import answer_pending, request_model
 from ._errors import InvalidHistoryError, MachineDefinitionError
 from ._events import (
-    _SET_RUN_ID,
-    _SET_SEQ,
+    SET_RUN_ID,
+    SET_SEQ,
     Event,
     MessageEnd,
     RunEnd,
@@ -151,8 +151,6 @@ class Run:
         data = self.data
         return RunCounts(data.turns, data.requests, data.tool_calls, data.usage)
 
-    # -- history and events -------------------------------------------------------------------
-
     @property
     def messages(self) -> list[Message]:
         """The agent's history (this run appends to it)."""
@@ -168,13 +166,7 @@ class Run:
         """Tokens of this run's responses (and of a summarizer's requests), summed when read."""
         parts = self._usage_parts
         if parts:
-            parts.append(self._usage)
-            self._usage = Usage(
-                input_tokens=sum(u.input_tokens for u in parts),
-                output_tokens=sum(u.output_tokens for u in parts),
-                cache_write_tokens=sum(u.cache_write_tokens for u in parts),
-                cache_read_tokens=sum(u.cache_read_tokens for u in parts),
-            )
+            self._usage = sum(parts, self._usage)
             parts.clear()
         return self._usage
 
@@ -190,8 +182,8 @@ class Run:
         """Stamp ``event`` with the run's id and its next sequence number and send it to the
         agent's subscribers (`EventBus.publish`)."""
         self._seq = seq = self._seq + 1
-        _SET_RUN_ID(event, self.id)  # through the slots: several events every turn
-        _SET_SEQ(event, seq)
+        SET_RUN_ID(event, self.id)  # through the slots: several events every turn
+        SET_SEQ(event, seq)
         self.bus.publish(event)
 
     def append(self, message: Message) -> None:
@@ -317,8 +309,8 @@ class Run:
             if fired.action is not None:
                 fired.action(self)
         except INTERRUPTS as exc:
-            if data._raised_in is not None:  # a user's guard, action or callback
-                record_interrupt(self.signal, exc, data._raised_in)
+            if data.raised_in is not None:  # a user's guard, action or callback
+                record_interrupt(self.signal, exc, data.raised_in)
             raise
         return fired
 
@@ -374,7 +366,7 @@ class Run:
         except CallbackFailed as exc:  # an expected ending: a result, as for a raising hook
             return await self._end_after_exception(str(exc), "fail", forced=True)
         except INTERRUPTS as exc:  # KeyboardInterrupt or SystemExit: the process is stopping
-            forced = self.data._raised_in is not None
+            forced = self.data.raised_in is not None
             await self._end_after_exception(type(exc).__name__, "abort", forced=forced)
             raise
         except BaseException as exc:
@@ -485,17 +477,13 @@ class Run:
         return await request_model(self)
 
     async def refresh_tools(self) -> str | None:
-        """List the tool sources' current tools (MCP servers) into the agent's `ToolTable`:
-        before each model request, and before decided calls run (a resumed agent's table holds
-        only its own tools until listed). Returns None, or the trigger ``fail`` (the run failed,
-        naming the source) when they cannot be listed."""
-        table = self.settings.tool_table
-        if table is None:
-            return None
-        try:
-            await table.refresh()
-        except Exception as exc:
-            return self.fail(f"The tools could not be listed: {type(exc).__name__}: {exc}")
+        """List the tool sources' tools (MCP servers) before each request and before decided
+        calls run; None, or ``fail`` (naming the source) when they cannot be listed."""
+        if (table := self.settings.tool_table) is not None:
+            try:
+                await table.refresh()
+            except Exception as exc:
+                return self.fail(f"The tools could not be listed: {type(exc).__name__}: {exc}")
         return None
 
     async def request(self) -> AssistantMessage | str:
@@ -519,7 +507,7 @@ class Run:
         except INTERRUPTS as exc:
             record_interrupt(self.signal, exc, "the transform_context hook")
             raise  # the run ends aborted (`drive`), then it propagates
-        if self.signal._aborted:  # aborted while the request was built: do not send it
+        if self.signal.aborted:  # aborted while the request was built: do not send it
             return Trigger.ABORT
         if not self.data.winding_down:  # the final turn does not count against the limits
             self.data.requests += 1

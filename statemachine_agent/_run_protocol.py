@@ -87,11 +87,11 @@ class RunLike(Protocol):
     def limit_exceeded(self) -> LimitHit | None:
         """The token limit the run's usage is past, if any."""
 
-    async def refresh_tools(self) -> str | None:
-        """List the tool sources' current tools; None, or the trigger ``fail``."""
-
     async def request(self) -> AssistantMessage | str:
         """Build and send one request; the response or the trigger to fire instead."""
+
+    async def refresh_tools(self) -> str | None:
+        """List the tool sources' current tools; None, or ``fail`` when they cannot be listed."""
 
     async def send(
         self, request: ModelRequest

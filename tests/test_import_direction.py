@@ -39,11 +39,7 @@ LAYERS: list[tuple[str, ...]] = [
 KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 
 # Underscore names imported from another module, with the reason each is allowed.
-PRIVATE_IMPORTS: dict[tuple[str, str], str] = {
-    ("_events", "_SET_RUN_ID"): "the run stamps events through their slots (hot path)",
-    ("_events", "_SET_SEQ"): "the run stamps events through their slots (hot path)",
-    ("models._offline", "_checked_step"): "the fake API checks steps as the scripted model does",
-}
+PRIVATE_IMPORTS: dict[tuple[str, str], str] = {}
 
 
 def _layer(module: str) -> int:

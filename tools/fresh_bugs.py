@@ -110,7 +110,7 @@ _FRESH: tuple[tuple[int, str, tuple[tuple[Edit, ...], str]], ...] = (
         2,
         "turn cap checked one turn late before a continuation",
         _e(
-            "_machine.py",
+            "_guards.py",  # was _machine.py (issue 35 split the guards out)
             "    return data.turns + 1 >= data.max_turns and (\n",
             "    return data.turns >= data.max_turns and (\n",
             "a pause_turn / max_tokens continuation or queued input at the last allowed turn "
@@ -136,8 +136,8 @@ _FRESH: tuple[tuple[int, str, tuple[tuple[Edit, ...], str]], ...] = (
         "sequential batch goes on after a terminating denial",
         _e(
             "_execution.py",
-            "                if self._signal._aborted or self._terminated:\n",
-            "                if self._signal._aborted:\n",
+            "                if self._signal.aborted or self._terminated:\n",
+            "                if self._signal.aborted:\n",
             "in a sequential batch, the calls after one denied with Deny(terminate=True) still "
             "run (their results are the tools' output, not \"an earlier call of this batch "
             'ended the run")',
@@ -147,7 +147,7 @@ _FRESH: tuple[tuple[int, str, tuple[tuple[Edit, ...], str]], ...] = (
         5,
         "a returned result message keeps its own call id",
         _e(
-            "_execution.py",
+            "_call_results.py",  # was _execution.py (issue 35 split the result conversions out)
             '                "tool_call_id": call.id,\n                "tool_name": call.name,\n',
             '                "tool_name": call.name,\n',
             "a ToolResultMessage returned by a tool or an after_tool_call hook keeps the id it "

@@ -123,7 +123,7 @@ class ScriptedModel:
     ) -> None:
         self.context_window = context_window
         self._steps = [
-            _checked_step(number, step)
+            checked_step(number, step)
             for number, step in enumerate(script_steps(steps, "ScriptedModel"), 1)
         ]
         self._name = name
@@ -299,7 +299,7 @@ def script_steps(script: Any, owner: str) -> list[Any]:
     return list(script)
 
 
-def _checked_step(
+def checked_step(
     number: int, step: Step, owner: str = "ScriptedModel", wire_keys: Sequence[str] = ()
 ) -> tuple[float, AssistantMessage | dict[str, Any]]:
     """``(delay_seconds, response or error body)`` for one step, or a UsageError naming it (and

@@ -26,7 +26,7 @@ from .._messages import (
     ThinkingBlock,
     ToolCallBlock,
 )
-from ..models._offline import Step, _checked_step, script_steps
+from ..models._offline import Step, checked_step, script_steps
 
 if TYPE_CHECKING:
     from ..models.anthropic import AnthropicModel
@@ -245,7 +245,7 @@ def _plan(number: int, step: Step) -> _Planned:
     if isinstance(step, dict):
         wire = {k: step[k] for k in _WIRE_KEYS if k in step}
         step = {k: v for k, v in step.items() if k not in _WIRE_KEYS}
-    delay, outcome = _checked_step(number, step, "FakeMessagesAPI", _WIRE_KEYS)
+    delay, outcome = checked_step(number, step, "FakeMessagesAPI", _WIRE_KEYS)
     headers = wire.get("headers", {})
     if not isinstance(headers, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
