@@ -20,6 +20,8 @@ Usage (from the repository root, with the dev venv)::
     .venv/bin/python tools/plant_bugs.py 11 14        # only these numbers
     .venv/bin/python tools/plant_bugs.py --list
     .venv/bin/python tools/plant_bugs.py --all-tests  # every failing test, not only the first
+    .venv/bin/python tools/plant_bugs.py --bugs mcp   # issue 36's MCP bugs (tools/mutants_mcp.py)
+                                                      # against tests/mcp + the durable MCP test
 """
 
 from __future__ import annotations
@@ -275,7 +277,9 @@ def example_size(text: str) -> str:
     return f"{runs}/{responses}/{calls}{history}"
 
 
-def run_property_suite(repo: Path, timeout: float, stop: bool) -> tuple[str, float, str]:
+def run_property_suite(
+    repo: Path, timeout: float, stop: bool, tests: tuple[str, ...] = ("tests/property",)
+) -> tuple[str, float, str]:
     env = {
         **os.environ,
         "PYTHONPATH": str(repo),
@@ -283,7 +287,7 @@ def run_property_suite(repo: Path, timeout: float, stop: bool) -> tuple[str, flo
         "HYPOTHESIS_PROFILE": "ci",
     }
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf"]
-    command += ["--durations=0", "--durations-min=0.5", "tests/property"]
+    command += ["--durations=0", "--durations-min=0.5", *tests]
     if stop:
         command.insert(3, "-x")
     started = time.monotonic()
@@ -299,7 +303,9 @@ def run_property_suite(repo: Path, timeout: float, stop: bool) -> tuple[str, flo
     return status, wall, output
 
 
-def measure(repo: Path, bug: Bug, timeout: float, stop: bool) -> Outcome:
+def measure(
+    repo: Path, bug: Bug, timeout: float, stop: bool, tests: tuple[str, ...] = ("tests/property",)
+) -> Outcome:
     originals: dict[Path, str] = {}
     for edit in bug.edits:
         target = repo / PACKAGE / edit.file
@@ -311,7 +317,7 @@ def measure(repo: Path, bug: Bug, timeout: float, stop: bool) -> Outcome:
             return Outcome("not applicable", tail=f"{edit.file}: {edit.old[:60]!r}")
         target.write_text(current.replace(edit.old, edit.new))
     try:
-        status, wall, output = run_property_suite(repo, timeout, stop)
+        status, wall, output = run_property_suite(repo, timeout, stop, tests)
     finally:
         for path, original in originals.items():
             path.write_text(original)
@@ -341,8 +347,16 @@ def main() -> int:
     parser.add_argument("--no-baseline", action="store_true", help="skip the unplanted run")
     parser.add_argument("--show", action="store_true", help="print each falsifying example")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per bug")
+    parser.add_argument(
+        "--bugs", choices=("property", "mcp"), default="property", help="which list of bugs"
+    )
     args = parser.parse_args()
-    chosen = [b for b in BUGS if not args.numbers or b.number in args.numbers]
+    bugs, tests = BUGS, ("tests/property",)
+    if args.bugs == "mcp":  # issue 36: tools/mutants_mcp.py against the MCP tests
+        import mutants_mcp
+
+        bugs, tests = mutants_mcp.BUGS, mutants_mcp.TESTS
+    chosen = [b for b in bugs if not args.numbers or b.number in args.numbers]
     if args.list:
         for bug in chosen:
             files = ", ".join(sorted({e.file for e in bug.edits}))
@@ -355,14 +369,14 @@ def main() -> int:
         repo = copy_repo(Path(tmp))
         check_import(repo)
         if not args.no_baseline:
-            status, wall, output = run_property_suite(repo, args.timeout, True)
-            print(f"unplanted: tests/property {status} in {wall:.1f} s", flush=True)
+            status, wall, output = run_property_suite(repo, args.timeout, True, tests)
+            print(f"unplanted: {' '.join(tests)} {status} in {wall:.1f} s", flush=True)
             if status != "passed":
                 print("\n".join(output.strip().splitlines()[-10:]))
                 return 2
         print(f"{'#':>2}  {'outcome':8}  {'wall s':>6}  {'test s':>6}  {'size':14}  test / bug")
         for bug in chosen:
-            o = measure(repo, bug, args.timeout, not args.all_tests)
+            o = measure(repo, bug, args.timeout, not args.all_tests, tests)
             own = f"{o.test_seconds:6.1f}" if o.test_seconds is not None else "     -"
             print(
                 f"{bug.number:2}  {o.status:8}  {o.wall:6.1f}  {own}  {o.size:14}  "
