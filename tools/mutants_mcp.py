@@ -5,6 +5,10 @@
 The bugs are exact search/replace edits (`Edit`, paths relative to the package) against the MCP
 code: content conversion (``mcp/_convert.py``), the server and its connection
 (``mcp/_server.py``), the tool table of the loop (``_sources.py``) and the CLI (``cli/_mcp.py``).
+
+Run ``tools/plant_bugs.py --bugs mcp --copy-in ..``: the copy must not be under /tmp, which the
+bubblewrap sandbox of ``test_a_sandboxed_stdio_server_runs...`` replaces (its server script would
+be missing).
 """
 
 from __future__ import annotations

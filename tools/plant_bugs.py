@@ -20,8 +20,9 @@ Usage (from the repository root, with the dev venv)::
     .venv/bin/python tools/plant_bugs.py 11 14        # only these numbers
     .venv/bin/python tools/plant_bugs.py --list
     .venv/bin/python tools/plant_bugs.py --all-tests  # every failing test, not only the first
-    .venv/bin/python tools/plant_bugs.py --bugs mcp   # issue 36's MCP bugs (tools/mutants_mcp.py)
-                                                      # against tests/mcp + the durable MCP test
+    .venv/bin/python tools/plant_bugs.py --bugs mcp --copy-in ..  # issue 36's MCP bugs
+        # (tools/mutants_mcp.py) against tests/mcp + the durable MCP test; the copy outside /tmp,
+        # which a sandboxed server's bubblewrap hides
 """
 
 from __future__ import annotations
@@ -350,6 +351,9 @@ def main() -> int:
     parser.add_argument(
         "--bugs", choices=("property", "mcp"), default="property", help="which list of bugs"
     )
+    parser.add_argument(
+        "--copy-in", type=Path, default=None, help="make the copy in this folder (default: temp)"
+    )
     args = parser.parse_args()
     bugs, tests = BUGS, ("tests/property",)
     if args.bugs == "mcp":  # issue 36: tools/mutants_mcp.py against the MCP tests
@@ -365,7 +369,7 @@ def main() -> int:
     with open("/proc/loadavg") as f:
         print(f"load average: {' '.join(f.read().split()[:3])} ({os.cpu_count()} cores)")
     bad = 0
-    with tempfile.TemporaryDirectory(prefix="plant-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="plant-", dir=args.copy_in) as tmp:
         repo = copy_repo(Path(tmp))
         check_import(repo)
         if not args.no_baseline:
