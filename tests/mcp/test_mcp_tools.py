@@ -349,3 +349,10 @@ async def test_closing_one_agent_leaves_another_server_of_the_same_command_runni
     finally:
         await second.aclose()
     assert _gone(second_pid) and _gone(second_child)
+
+
+async def test_an_http_servers_headers_are_sent_with_its_requests(http_url: str) -> None:
+    server = MCPServer.http(http_url, name="demo", headers={"X-Team": "blue"})
+    result, _ = await run_calls(server, ("header", {"name": "X-Team"}))
+    (answer,) = results(result)
+    assert (answer.is_error, text(answer)) == (False, "blue")
