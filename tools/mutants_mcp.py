@@ -9,6 +9,10 @@ code: content conversion (``mcp/_convert.py``), the server and its connection
 Run ``tools/plant_bugs.py --bugs mcp --copy-in ..``: the copy must not be under /tmp, which the
 bubblewrap sandbox of ``test_a_sandboxed_stdio_server_runs...`` replaces (its server script would
 be missing).
+
+Measured (issue 36's tests as merged): 10 caught, 4 survived (2, 5, 12, 14). The tests added for
+them (tests/mcp/test_mcp_legacy_servers.py against servers/legacy_server.py, a handshake-era
+server; tests/mcp/test_mcp_cli.py's ``--mcp-url`` test) catch all fourteen.
 """
 
 from __future__ import annotations
