@@ -23,6 +23,9 @@ Usage (from the repository root, with the dev venv)::
     .venv/bin/python tools/plant_bugs.py --bugs fresh # issue 40's fresh list (tools/fresh_bugs.py)
     .venv/bin/python tools/plant_bugs.py --bugs fresh --full 3 7  # the README's whole test
                                                       # command with -x, instead of tests/property
+    .venv/bin/python tools/plant_bugs.py --bugs mcp --copy-in ..  # issue 36's MCP bugs
+        # (tools/mutants_mcp.py) against tests/mcp + the durable MCP test; the copy outside /tmp,
+        # which a sandboxed server's bubblewrap hides
 """
 
 from __future__ import annotations
@@ -279,10 +282,15 @@ def example_size(text: str) -> str:
 
 
 def run_property_suite(
-    repo: Path, timeout: float, stop: bool, full: bool = False
+    repo: Path,
+    timeout: float,
+    stop: bool,
+    full: bool = False,
+    tests: tuple[str, ...] = ("tests/property",),
 ) -> tuple[str, float, str]:
-    """Run ``tests/property`` (profile ``ci``) in ``repo``; with ``full``, the README's whole
-    test command (``pytest -q -rs -p no:cacheprovider``, every test, the default profile)."""
+    """Run ``tests`` (profile ``ci``; by default ``tests/property``) in ``repo``; with ``full``,
+    the README's whole test command (``pytest -q -rs -p no:cacheprovider``, every test, the
+    default profile)."""
     env = {**os.environ, "PYTHONPATH": str(repo), "PYTHONDONTWRITEBYTECODE": "1"}
     if full:
         command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-rf"]
@@ -290,7 +298,7 @@ def run_property_suite(
     else:
         env["HYPOTHESIS_PROFILE"] = "ci"
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf"]
-        command += ["--durations=0", "--durations-min=0.5", "tests/property"]
+        command += ["--durations=0", "--durations-min=0.5", *tests]
     if stop:
         command.insert(3, "-x")
     started = time.monotonic()
@@ -306,7 +314,14 @@ def run_property_suite(
     return status, wall, output
 
 
-def measure(repo: Path, bug: Bug, timeout: float, stop: bool, full: bool = False) -> Outcome:
+def measure(
+    repo: Path,
+    bug: Bug,
+    timeout: float,
+    stop: bool,
+    full: bool = False,
+    tests: tuple[str, ...] = ("tests/property",),
+) -> Outcome:
     originals: dict[Path, str] = {}
     for edit in bug.edits:
         target = repo / PACKAGE / edit.file
@@ -318,7 +333,7 @@ def measure(repo: Path, bug: Bug, timeout: float, stop: bool, full: bool = False
             return Outcome("not applicable", tail=f"{edit.file}: {edit.old[:60]!r}")
         target.write_text(current.replace(edit.old, edit.new))
     try:
-        status, wall, output = run_property_suite(repo, timeout, stop, full)
+        status, wall, output = run_property_suite(repo, timeout, stop, full, tests)
     finally:
         for path, original in originals.items():
             path.write_text(original)
@@ -350,23 +365,32 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=900, help="seconds per bug")
     parser.add_argument(
         "--bugs",
-        choices=("issue23", "fresh"),
+        choices=("issue23", "fresh", "mcp"),
         default="issue23",
-        help="which list: issue 23's sixteen (default) or issue 40's fresh list (fresh_bugs.py)",
+        help="which list: issue 23's sixteen (default), issue 40's fresh list (fresh_bugs.py) "
+        "or issue 36's MCP bugs (mutants_mcp.py, against the MCP tests)",
     )
     parser.add_argument(
         "--full",
         action="store_true",
         help="the README's whole test command (with -x) instead of tests/property",
     )
+    parser.add_argument(
+        "--copy-in", type=Path, default=None, help="make the copy in this folder (default: temp)"
+    )
     args = parser.parse_args()
     bugs: tuple[Bug, ...] = BUGS
+    tests: tuple[str, ...] = ("tests/property",)
     if args.bugs == "fresh":
         from fresh_bugs import BUGS as FRESH  # beside this file (on sys.path above)
 
         bugs = FRESH
+    elif args.bugs == "mcp":  # issue 36: tools/mutants_mcp.py against the MCP tests
+        import mutants_mcp
+
+        bugs, tests = mutants_mcp.BUGS, mutants_mcp.TESTS
     chosen = [b for b in bugs if not args.numbers or b.number in args.numbers]
-    suite = "the whole suite" if args.full else "tests/property"
+    suite = "the whole suite" if args.full else " ".join(tests)
     if args.list:
         for bug in chosen:
             files = ", ".join(sorted({e.file for e in bug.edits}))
@@ -375,18 +399,18 @@ def main() -> int:
     with open("/proc/loadavg") as f:
         print(f"load average: {' '.join(f.read().split()[:3])} ({os.cpu_count()} cores)")
     bad = 0
-    with tempfile.TemporaryDirectory(prefix="plant-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="plant-", dir=args.copy_in) as tmp:
         repo = copy_repo(Path(tmp))
         check_import(repo)
         if not args.no_baseline:
-            status, wall, output = run_property_suite(repo, args.timeout, True, args.full)
+            status, wall, output = run_property_suite(repo, args.timeout, True, args.full, tests)
             print(f"unplanted: {suite} {status} in {wall:.1f} s", flush=True)
             if status != "passed":
                 print("\n".join(output.strip().splitlines()[-10:]))
                 return 2
         print(f"{'#':>2}  {'outcome':8}  {'wall s':>6}  {'test s':>6}  {'size':14}  test / bug")
         for bug in chosen:
-            o = measure(repo, bug, args.timeout, not args.all_tests, args.full)
+            o = measure(repo, bug, args.timeout, not args.all_tests, args.full, tests)
             own = f"{o.test_seconds:6.1f}" if o.test_seconds is not None else "     -"
             print(
                 f"{bug.number:2}  {o.status:8}  {o.wall:6.1f}  {own}  {o.size:14}  "

@@ -153,7 +153,7 @@ def to_tool_result(result: mt.CallToolResult) -> ToolResult:
                 blocks.append(
                     TextBlock(
                         text=f"[resource <{res.uri}>: {res.mime_type or 'binary'}, "
-                        f"{len(res.blob) * 3 // 4} bytes, not shown]"
+                        f"{_decoded_size(res.blob)} bytes, not shown]"
                     )
                 )
         elif isinstance(item, mt.AudioContent):
@@ -169,6 +169,11 @@ def to_tool_result(result: mt.CallToolResult) -> ToolResult:
     else:
         content = blocks
     return ToolResult(content=content, is_error=result.is_error, details=structured)
+
+
+def _decoded_size(blob: str) -> int:
+    """How many bytes the base64 text ``blob`` holds (its ``=`` padding is not data)."""
+    return len(blob) * 3 // 4 - blob[-2:].count("=")
 
 
 def progress_update(progress: float, total: float | None, message: str | None) -> dict[str, Any]:

@@ -376,3 +376,10 @@ async def test_a_read_only_hint_does_not_free_an_mcp_tool_from_the_cli_permissio
     assert rules.guards("demo_peek") and not rules.allows("demo_peek", {"key": "k"})
     assert rules.allows("demo_add", {"a": 1, "b": 2})
     assert not rules.guards("read_file") and not rules.guards("list_files")
+
+
+async def test_an_http_servers_headers_are_sent_with_its_requests(http_url: str) -> None:
+    server = MCPServer.http(http_url, name="demo", headers={"X-Team": "blue"})
+    result, _ = await run_calls(server, ("header", {"name": "X-Team"}))
+    (answer,) = results(result)
+    assert (answer.is_error, text(answer)) == (False, "blue")

@@ -169,6 +169,11 @@ def build(no_tools: bool) -> MCPServer:
         return key
 
     @server.tool()
+    def header(name: str, ctx: Context) -> str:
+        """The value of the HTTP request header ``name`` ("(none)": absent, or not over HTTP)."""
+        return (ctx.headers or {}).get(name.lower(), "(none)")
+
+    @server.tool()
     def write(path: str, text: str) -> str:
         """Writes a file."""
         try:
