@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import html
 import importlib
+import inspect
 import re
 from typing import Any
 
+import statemachine_agent
 from statemachine_agent import LoopMachine, render_diagram
 from statemachine_agent._diagram import callable_name
 
@@ -60,10 +62,28 @@ def _transition_table() -> str:
     return "\n".join(rows)
 
 
+def _private_bases(cls: type, public: set[str]) -> bool:
+    """Whether ``cls`` inherits from a class of the package that the reference never shows."""
+    return any(
+        base.__module__.startswith("statemachine_agent")
+        and base.__name__ not in public
+        and getattr(statemachine_agent, base.__name__, None) is not base
+        for base in cls.__mro__[1:]
+    )
+
+
 def _api(module_name: str) -> str:
     module = importlib.import_module(module_name)
     names: list[str] = list(module.__all__)
-    return "\n\n".join(f"::: {module_name}.{name}" for name in names)
+    blocks = []
+    for name in names:
+        obj = getattr(module, name)
+        block = f"::: {module_name}.{name}"
+        if inspect.isclass(obj) and _private_bases(obj, set(names)):
+            # `Agent.steer`, an event's `run_id`...: members of a private base are the class's own.
+            block += "\n    options:\n      inherited_members: true"
+        blocks.append(block)
+    return "\n\n".join(blocks)
 
 
 def _replace(match: re.Match[str]) -> str:

@@ -133,3 +133,26 @@ def test_the_start_page_leads_to_every_guide_and_the_search_finds_a_term(
     assert first.startswith(served)
     browser.get(first)
     _wait(browser, lambda d: term in d.find_element(By.TAG_NAME, "article").text.lower())
+
+
+@pytest.mark.parametrize(
+    ("term", "page"),
+    [
+        ("compaction", "guides/context/"),
+        ("steering", "concepts/protocol/"),
+        ("abort", "concepts/protocol/"),
+    ],
+)
+def test_the_search_lists_the_page_that_explains_a_term_before_the_api_reference(
+    browser: Any, served: str, term: str, page: str
+) -> None:
+    """A newcomer searching a field's term lands on prose with an example, not on the (much
+    longer) API reference, whose pages are demoted in the search (`search: boost` front matter)."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{served}?q={term}")
+    results = _wait(
+        browser, lambda d: d.find_elements(By.CSS_SELECTOR, "a.md-search-result__link") or None
+    )
+    first = results[0].get_attribute("href")
+    assert first.startswith(served + page), f"{term}: first result {first}"

@@ -43,6 +43,36 @@ def test_every_public_name_appears_in_the_api_reference(site: Path, module_name:
     assert not missing, f"{module_name}: not in the API reference: {missing}"
 
 
+def test_the_api_reference_shows_members_inherited_from_a_private_base(site: Path) -> None:
+    """`Agent.steer` lives on a private base (`AgentBase`), an event's `run_id` on `EventBase`:
+    the reference shows them on the public class, for every class of every public module."""
+    page = (site / REFERENCE["statemachine_agent"]).read_text(encoding="utf-8")
+    for member in ("steer", "follow_up", "subscribe", "events", "clear_queues", "messages"):
+        assert f'id="statemachine_agent.Agent.{member}"' in page, f"Agent.{member}"
+    assert 'id="statemachine_agent.RunEnd.run_id"' in page
+    missing = []
+    for module_name, path in REFERENCE.items():
+        module = importlib.import_module(module_name)
+        text = (site / path).read_text(encoding="utf-8")
+        for name in module.__all__:
+            cls = getattr(module, name)
+            if not isinstance(cls, type):
+                continue
+            for base in cls.__mro__[1:]:
+                private = base.__name__.startswith("_") or not any(
+                    getattr(importlib.import_module(m), base.__name__, None) is base
+                    for m in REFERENCE
+                )
+                if not base.__module__.startswith("statemachine_agent") or not private:
+                    continue
+                for member, value in vars(base).items():
+                    if member.startswith("_") or member in vars(cls) or not callable(value):
+                        continue
+                    if f'id="{module_name}.{name}.{member}"' not in text:
+                        missing.append(f"{module_name}.{name}.{member}")
+    assert not missing, f"not in the API reference: {missing}"
+
+
 def test_a_broken_link_fails_the_strict_build(tmp_path: Path) -> None:
     copy = tmp_path / "project"
     shutil.copytree(DOCS, copy / "docs")
