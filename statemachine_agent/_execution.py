@@ -207,6 +207,7 @@ class BatchRun:
         listening: whether anyone receives events (skips building them when not).
         on_result: called with each call's result the moment it is final (completion order).
         approved: the calls were approved by a person (tools that require approval run).
+        run: the run executing the batch, given to the tools as `ToolContext.run`.
     """
 
     def __init__(
@@ -224,7 +225,9 @@ class BatchRun:
         listening: Callable[[], bool] = lambda: True,
         on_result: Callable[[ToolResultMessage], None] = lambda _result: None,
         approved: bool = False,
+        run: Any = None,
     ) -> None:
+        self._run = run
         self._slots = [_Slot(call) for call in calls]
         self._tools = tools
         self._mode = mode
@@ -618,7 +621,7 @@ class BatchRun:
             except RuntimeError:  # the loop is closed: the run is long over
                 logger.debug("dropped a progress update of call %s: its loop is closed", call.id)
 
-        return ToolContext(call.id, call.name, self._signal, progress, self._deps)
+        return ToolContext(call.id, call.name, self._signal, progress, self._deps, self._run)
 
     async def _execute(self, slot: _Slot, tool: Tool, kwargs: dict[str, Any]) -> ToolResultMessage:
         call = slot.call

@@ -54,6 +54,9 @@ class ToolContext:
         signal: the run's abort signal.
         progress: ``progress(update)`` emits a tool-execution update event.
         deps: the ``deps`` object given to the `Agent`.
+        run: the `Run` executing the call (None when the tool is called outside a run): a
+            sub-agent (`Agent.as_tool`) reads its id, event bus, counts and limits to join the
+            run tree.
     """
 
     call_id: str
@@ -61,6 +64,7 @@ class ToolContext:
     signal: AbortSignal
     progress: Callable[[Any], None]
     deps: Any = None
+    run: Any = None
 
 
 @dataclass(frozen=True, slots=True)
