@@ -312,6 +312,8 @@ def _print_record(console: Console, record: Record, runs: list[int]) -> None:
             # The engine's advice is for Python callers; the replay ends with the command line.
             error = str(body["error"]).split(PYTHON_ADVICE, 1)[0]
             console.print(Text(f"  {error}", style="dim"))
+    elif record.type == "child" and record.inner is not None:
+        _print_child(console, record)
     elif record.type == "history":
         console.print(
             f"[magenta]history replaced ({escape(str(body.get('reason')))}): "
@@ -319,6 +321,22 @@ def _print_record(console: Console, record: Record, runs: list[int]) -> None:
         )
         if body.get("summary"):
             console.print(Text(f"  summary: {_clip(str(body['summary']))}", style="dim"))
+
+
+def _print_child(console: Console, record: Record) -> None:
+    """A sub-agent's record, indented under the call that runs it (its run's start named)."""
+    inner = record.inner
+    assert inner is not None
+    body = record.body
+    if inner.type == "run_start":
+        console.print(
+            Text(f"    ┌ sub-agent {body.get('tool_name')} [{body.get('call_id')}]", style="cyan")
+        )
+        return
+    with console.capture() as captured:
+        _print_record(console, inner, [])
+    for line in captured.get().splitlines():
+        console.print(Text("    │ ", style="cyan") + Text.from_ansi(line))
 
 
 def _print_header(console: Console, data: SessionData) -> None:

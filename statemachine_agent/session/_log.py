@@ -157,40 +157,12 @@ class SessionLog:
         if data.valid_bytes and os.pread(fd, 1, data.valid_bytes - 1) != b"\n":
             self._file.write(b"\n")  # a complete last line missing its newline
             self._file.flush()
-        for repair in data.repairs:
-            self._write({"type": "tool_result", "repair": True, "message": _dump(repair)})
-        if data.run_open and data.state in RUN_STOPS:
-            # The process died between the run's last state change and its end: the run did
-            # end, in that state; only its end line is missing.
-            self._write(
-                {
-                    "type": "run_end",
-                    "state": data.state.value,
-                    "error": None,
-                    "counts": data.counts.to_json(),
-                }
-            )
-            data.run_open = False
-        elif data.run_open:
-            source = data.state_name or (data.state or State.IDLE).value
-            self._write(
-                {
-                    "type": "state",
-                    "source": source,
-                    "dest": State.ABORTED.value,
-                    "trigger": "resume",
-                    "label": "recovered",
-                }
-            )
-            self._write(
-                {
-                    "type": "run_end",
-                    "state": State.ABORTED.value,
-                    "error": RECOVERED,
-                    "counts": data.counts.to_json(),
-                }
-            )
-            data.state, data.run_open = State.ABORTED, False
+        for child in _open_children(data):  # a sub-agent's run the crash cut, deepest first
+            link = child.link or {}
+            for body in _repairs(child):
+                self._write({"type": "child", **link, "record": body})
+        for body in _repairs(data):
+            self._write(body)
 
     @property
     def messages(self) -> list[Message]:
@@ -517,6 +489,57 @@ class _Syncer:
             self._cond.notify_all()
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+
+
+def _open_children(data: SessionData) -> list[SessionData]:
+    """The sub-agent runs of ``data`` with a call or a run left open, deepest first."""
+    found: list[SessionData] = []
+    for child in data.children.values():
+        found += _open_children(child)
+        if child.repairs or child.run_open:
+            found.append(child)
+    return found
+
+
+def _repairs(data: SessionData) -> list[dict[str, Any]]:
+    """The lines that close what a crash left open in ``data`` (updated to match): an error
+    result for each call without one, and the end of a run that never ended."""
+    lines: list[dict[str, Any]] = [
+        {"type": "tool_result", "repair": True, "message": _dump(repair)} for repair in data.repairs
+    ]
+    if data.run_open and data.state in RUN_STOPS:
+        # The process died between the run's last state change and its end: the run did
+        # end, in that state; only its end line is missing.
+        lines.append(
+            {
+                "type": "run_end",
+                "state": data.state.value,
+                "error": None,
+                "counts": data.counts.to_json(),
+            }
+        )
+        data.run_open = False
+    elif data.run_open:
+        source = data.state_name or (data.state or State.IDLE).value
+        lines.append(
+            {
+                "type": "state",
+                "source": source,
+                "dest": State.ABORTED.value,
+                "trigger": "resume",
+                "label": "recovered",
+            }
+        )
+        lines.append(
+            {
+                "type": "run_end",
+                "state": State.ABORTED.value,
+                "error": RECOVERED,
+                "counts": data.counts.to_json(),
+            }
+        )
+        data.state, data.run_open = State.ABORTED, False
+    return lines
 
 
 def _release(file: BinaryIO, syncer: _Syncer | None) -> None:

@@ -142,6 +142,8 @@ class SessionData:
             numbers), by the id of the call that ran it; a sub-agent's own sub-agents are in its
             ``children``. A call answered without a logged run (the process died before it
             started) has none.
+        link: for a sub-agent run (one of ``children``), what its ``child`` lines carry
+            besides the record: ``parent_run_id``, ``call_id``, ``tool_name``, ``run_id``.
         counts: what the last run counted toward its limits (`RunCounts`): its ``run_end``
             line's ``counts``; for a run the process died in (or a log written before runs
             recorded them), rebuilt from its lines: the counts it started from (a run continued
@@ -168,6 +170,7 @@ class SessionData:
     counts: RunCounts = field(default_factory=RunCounts)
     trace: SessionTrace | None = None
     children: dict[str, SessionData] = field(default_factory=dict)
+    link: dict[str, str] | None = None
 
     @property
     def usage(self) -> Usage:
@@ -402,6 +405,9 @@ def read_session(path: str | os.PathLike[str], *, strict: bool = True) -> Sessio
     return data
 
 
+_LINK_KEYS = ("parent_run_id", "call_id", "tool_name", "run_id")
+
+
 def _children(data: SessionData) -> dict[str, SessionData]:
     """The sub-agent runs of ``data``'s ``child`` lines, nested, by the id of their call."""
     runs: dict[str, SessionData] = {}
@@ -412,8 +418,9 @@ def _children(data: SessionData) -> dict[str, SessionData]:
         run_id = str(record.body["run_id"])
         child = runs.get(run_id)
         if child is None:
-            child = runs[run_id] = SessionData(data.path, header=data.header)
-            parents[run_id] = (str(record.body["parent_run_id"]), str(record.body["call_id"]))
+            link = {k: str(record.body.get(k, "")) for k in _LINK_KEYS}
+            child = runs[run_id] = SessionData(data.path, header=data.header, link=link)
+            parents[run_id] = (link["parent_run_id"], link["call_id"])
         child.records.append(record.inner)
     top: dict[str, SessionData] = {}
     for run_id, child in runs.items():
