@@ -138,10 +138,13 @@ class _SubAgent:
         unsubscribe = None
         if parent is not None:
             unsubscribe = child.subscribe(_forwarder(parent, ctx))
-        reason = "the parent run was aborted"
-        remove = ctx.signal.add_callback(lambda: child.abort(ctx.signal.reason or reason))
+
+        def abort_child() -> None:
+            child.abort(ctx.signal.reason or "the parent run was aborted")
+
+        remove = ctx.signal.add_callback(abort_child)
         if ctx.signal.aborted:
-            child.abort(ctx.signal.reason or reason)
+            abort_child()
         try:
             result = await claimed
         finally:

@@ -38,12 +38,12 @@ async def _logged_tree(tmp_path: Path) -> tuple[Path, Agent, Agent]:
 async def test_the_parents_log_holds_the_childs_run_inline_tagged_with_the_call(
     tmp_path: Path,
 ) -> None:
-    path, parent, child = await _logged_tree(tmp_path)
+    path, _parent, _child = await _logged_tree(tmp_path)
     lines = _lines(path)
     nested = [line for line in lines if line["type"] == "child"]
     assert nested and all(line["call_id"] == "p1" for line in nested)
     assert all(line["tool_name"] == "research" for line in nested)
-    assert [line["record"]["type"] for line in nested][0] == "run_start"
+    assert next(line["record"]["type"] for line in nested) == "run_start"
     assert nested[-1]["record"]["type"] == "run_end"
     # the child's lines sit between the parent's start of call p1 and its result
     types = [(line["type"], line.get("call_id")) for line in lines]
@@ -99,7 +99,7 @@ async def test_a_crash_mid_child_is_reported_by_check_at_both_levels(tmp_path: P
 async def test_resume_after_a_crash_mid_child_keeps_the_protocol_at_both_levels(
     tmp_path: Path,
 ) -> None:
-    path, _parent, child = await _logged_tree(tmp_path)
+    path, _parent, _child = await _logged_tree(tmp_path)
     crashed = tmp_path / "crashed.jsonl"
     _cut_inside_the_child(path, crashed)
     research = researcher().as_tool("research", "Research a topic.")
@@ -108,9 +108,7 @@ async def test_resume_after_a_crash_mid_child_keeps_the_protocol_at_both_levels(
     )
     assert resumed.state is State.ABORTED
     p1 = next(
-        m
-        for m in resumed.messages
-        if isinstance(m, ToolResultMessage) and m.tool_call_id == "p1"
+        m for m in resumed.messages if isinstance(m, ToolResultMessage) and m.tool_call_id == "p1"
     )
     assert p1.is_error is True
     assert_valid_history(resumed.messages)

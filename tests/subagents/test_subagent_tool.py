@@ -65,11 +65,7 @@ class Finding(BaseModel):
 async def test_typed_input_and_typed_output_cross_the_call() -> None:
     child = Agent(
         ScriptedModel(
-            [
-                tool_response(
-                    call("final_result", {"fact": "otters hold hands", "confidence": 0.9})
-                )
-            ]
+            [tool_response(call("final_result", {"fact": "otters hold hands", "confidence": 0.9}))]
         ),
         output_type=Finding,
     )
