@@ -32,6 +32,7 @@ SCRIPTS = [
     "bench_embedding.py",
     "bench_durable.py",
     "bench_context.py",
+    "bench_mcp.py",
 ]
 
 

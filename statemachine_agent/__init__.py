@@ -94,6 +94,7 @@ from ._messages import (
 )
 from ._result import RunResult
 from ._run import Run
+from ._sources import ToolSource, ToolTable
 from ._tools import Tool, ToolContext, ToolFunction, ToolResult, tool
 from .session import SessionLog
 
@@ -178,6 +179,8 @@ __all__ = [
     "ToolFunction",
     "ToolResult",
     "ToolResultMessage",
+    "ToolSource",
+    "ToolTable",
     "TransformContext",
     "TransitionSpec",
     "Trigger",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from pydantic import BaseModel
 
@@ -35,13 +35,12 @@ from ._messages import Message, UserMessage
 from ._output import output_tool
 from ._result import RunResult
 from ._run import Run, continue_refusal
+from ._session_seam import SessionLogLike, session_support
 from ._settings import RunSettings
+from ._sources import ToolSource, ToolTable
 from ._states import Trigger
 from ._tools import Tool, ToolFunction, tool_from_function
 from .models._base import Model, ToolDefinition
-
-if TYPE_CHECKING:
-    from .session import SessionLog
 
 __all__ = ["Agent", "DeliveryMode", "continue_refusal"]
 
@@ -51,7 +50,10 @@ class Agent(AgentBase):
 
     Args:
         model: the provider (`AnthropicModel`, `ScriptedModel`, `FunctionModel`, or any `Model`).
-        tools: `Tool` objects or typed functions (wrapped with `tool`).
+        tools: `Tool` objects, typed functions (wrapped with `tool`) or tool sources
+            (`ToolSource`, e.g. `statemachine_agent.mcp.MCPServer`): a source's tools are
+            listed on ``async with agent`` and before each model request (``tool_table``);
+            `aclose` closes the sources.
         system: the system prompt.
         max_turns: the turn cap of a run (a turn is one model response plus its tool batch);
             reaching it ends the run in ``max_turns``. A run continued without a prompt
@@ -114,7 +116,7 @@ class Agent(AgentBase):
         self,
         model: Model,
         *,
-        tools: Iterable[Tool | ToolFunction] = (),
+        tools: Iterable[Tool | ToolFunction | ToolSource] = (),
         system: str | None = None,
         max_turns: int = 50,
         tool_execution: ToolExecution = "parallel",
@@ -130,7 +132,7 @@ class Agent(AgentBase):
         deps: Any = None,
         messages: Sequence[Message] = (),
         model_settings: dict[str, Any] | None = None,
-        session: str | os.PathLike[str] | SessionLog | None = None,
+        session: str | os.PathLike[str] | SessionLogLike | None = None,
         owns_model: bool = False,
         steering_mode: DeliveryMode = "all",
         follow_up_mode: DeliveryMode = "one_at_a_time",
@@ -146,7 +148,11 @@ class Agent(AgentBase):
         self.model = model
         self.owns_model = owns_model
         self.tools: dict[str, Tool] = {}
+        sources: list[ToolSource] = []
         for item in tools:
+            if isinstance(item, ToolSource) and not isinstance(item, Tool):
+                sources.append(item)
+                continue
             if not isinstance(item, Tool) and not callable(item):
                 raise ToolDefinitionError(
                     f"tools must be Tool objects or typed functions, got {item!r}"
@@ -187,11 +193,11 @@ class Agent(AgentBase):
         check_tools = getattr(model, "check_tools", None)
         if check_tools is not None:  # the provider's rules on tool names, before any request
             check_tools(self.tool_definitions)
-        self.session: SessionLog | None = None
-        if session is not None:
-            from .session import attach_session  # the session package builds on the core
-
-            self.session = attach_session(self, session)
+        self.tool_table = ToolTable(self.tools, sources, check_tools) if sources else None
+        """With tool sources: their tools and the agent's, as last listed (`ToolTable`)."""
+        self.session: SessionLogLike | None = None
+        if session is not None:  # the session package registered how (`_session_seam`)
+            self.session = session_support().attach(self, session)
 
     @classmethod
     def resume(
@@ -199,7 +205,7 @@ class Agent(AgentBase):
         path: str | os.PathLike[str],
         *,
         model: Model,
-        tools: Iterable[Tool | ToolFunction] = (),
+        tools: Iterable[Tool | ToolFunction | ToolSource] = (),
         strict: bool = True,
         fsync: bool = False,
         **kwargs: Any,
@@ -219,9 +225,7 @@ class Agent(AgentBase):
             AgentError: the file is not a session log.
             UsageError: another agent holds the log open.
         """
-        from .session import SessionLog  # the session package builds on the core
-
-        log = SessionLog.open(path, fsync=fsync, strict=strict)
+        log = session_support().open(path, fsync=fsync, strict=strict)
         try:
             return cls(model, tools=tools, session=log, **kwargs)
         except BaseException:

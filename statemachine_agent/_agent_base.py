@@ -5,7 +5,7 @@ its state, queued input, subscriptions, and closing. It holds the agent's `Conve
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from ._accounting import ContextUsage
 from ._bus import EventBus
@@ -21,11 +21,10 @@ from ._limits import RunCounts
 from ._machine import LoopMachine
 from ._messages import Message, ToolResultMessage, Usage, UserMessage
 from ._run import Run
+from ._session_seam import SessionLogLike
+from ._sources import ToolTable
 from ._states import State
 from .models._base import Model, ModelRequest, ToolDefinition
-
-if TYPE_CHECKING:
-    from .session import SessionLog
 
 
 class AgentBase:
@@ -45,8 +44,9 @@ class AgentBase:
     system: str | None
     model_settings: dict[str, Any]
     tool_definitions: list[ToolDefinition]
+    tool_table: ToolTable | None
     machine: LoopMachine
-    session: SessionLog | None
+    session: SessionLogLike | None
 
     def __init__(
         self,
@@ -79,13 +79,16 @@ class AgentBase:
                 self.session.close()
 
     async def aclose(self) -> None:
-        """`close`, then, when the agent owns its model (``owns_model=True``), close the model
-        (``await model.aclose()``: the HTTP client it made).
+        """`close`, then stop the tool sources (an MCP server's process or connection:
+        `ToolTable.aclose`), then, when the agent owns its model (``owns_model=True``), close
+        the model (``await model.aclose()``: the HTTP client it made).
 
         Raises:
             AgentBusyError: a run is in progress.
         """
         self.close()
+        if self.tool_table is not None:
+            await self.tool_table.aclose()
         aclose = getattr(self.model, "aclose", None) if self.owns_model else None
         if aclose is not None:
             await aclose()
@@ -97,6 +100,19 @@ class AgentBase:
         self.close()
 
     async def __aenter__(self) -> Self:
+        """Connect the tool sources and list their tools (stopping them again on a failure).
+
+        Raises:
+            ToolDefinitionError, AgentError: as `ToolTable.refresh` (a clash, a source that
+                cannot list its tools, naming it).
+        """
+        table = self.tool_table
+        if table is not None:
+            try:
+                await table.refresh()
+            except BaseException:
+                await table.aclose()
+                raise
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -225,7 +241,9 @@ class AgentBase:
             return self.context_usage
         messages = self.messages
         projected = project(messages)
-        request = ModelRequest(projected, self.system, self.tool_definitions, self.model_settings)
+        table = self.tool_table
+        tools = self.tool_definitions if table is None else table.definitions
+        request = ModelRequest(projected, self.system, tools, self.model_settings)
         tokens = int(await count(request))
         self.conversation.meter.counted(messages, Usage(input_tokens=tokens))  # every message
         return self.context_usage

@@ -12,6 +12,7 @@ awaited code (a tool or a model) swallowed.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 from collections.abc import Callable
 from functools import partial
@@ -219,3 +220,16 @@ def is_run_cancellation(exc: BaseException) -> bool:
     """``exc`` is the run's task being cancelled (re-raise it), not the `asyncio.CancelledError`
     a hook, tool or model raised of its own (a failure of that code)."""
     return isinstance(exc, asyncio.CancelledError) and cancelling()
+
+
+def takes_signal(hook: object) -> bool:
+    """``hook`` takes a second positional parameter (the run's abort signal): the rule for
+    ``transform_context`` and a compaction summarizer alike."""
+    try:
+        parameters = list(inspect.signature(hook).parameters.values())  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return True
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2

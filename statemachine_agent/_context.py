@@ -203,3 +203,23 @@ class ContextProjector:
             self._mark = appended
             return self._out
         return [*self._out, *tail]
+
+
+def dropped_by_projection(returned: Sequence[Message], projected: Sequence[Message]) -> list[str]:
+    """What the projection of the ``transform_context`` hook's output dropped that made the
+    request invalid: tool results whose calls are not in the output (each result must follow
+    the assistant message holding its call). Empty when it dropped none."""
+    kept = {c.id for m in projected if isinstance(m, AssistantMessage) for c in m.tool_calls}
+    orphans = [
+        m.tool_call_id
+        for m in returned
+        if isinstance(m, ToolResultMessage) and m.tool_call_id not in kept
+    ]
+    if not orphans:
+        return []
+    only = "only " if len(orphans) == len(returned) else ""
+    return [
+        f"the transform_context hook returned {only}{len(orphans)} tool result(s) whose calls "
+        f"were missing ({', '.join(orphans)}), dropped from the request: keep each tool result "
+        "with the assistant message holding its call, after a user message"
+    ]

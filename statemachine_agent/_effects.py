@@ -44,7 +44,7 @@ from ._responses import refusal_text
 from ._states import State, Trigger
 
 if TYPE_CHECKING:
-    from ._run import Run
+    from ._run_protocol import RunLike
 
 logger = logging.getLogger("statemachine_agent")
 
@@ -52,7 +52,7 @@ logger = logging.getLogger("statemachine_agent")
 # -- effects -----------------------------------------------------------------------------------
 
 
-async def request_model(run: Run) -> str:
+async def request_model(run: RunLike) -> str:
     """``awaiting_model``: send the projected history and stream the response.
 
     Returns ``model_replied`` with the response in ``run.data.response``; ``abort`` when the run
@@ -60,7 +60,7 @@ async def request_model(run: Run) -> str:
     kept; with tool calls, its batch answers each "not run"); ``fail`` when the provider failed
     for good or the request could not be built.
     """
-    if run.signal._aborted:  # aborted between two steps: send nothing more
+    if run.signal.aborted:  # aborted between two steps: send nothing more
         return Trigger.ABORT
     run.answer_open_calls()  # a user's branch came here from a response with calls
     if run.data.compaction and compaction_due(run):
@@ -78,7 +78,7 @@ async def request_model(run: Run) -> str:
     data.usage = data.usage + usage  # the guards read it at once
     run.turn_message = response
     run.append(response)
-    if run.signal._aborted and not response.tool_calls:
+    if run.signal.aborted and not response.tool_calls:
         run.complete_turn()
         return Trigger.ABORT
     if not is_known_stop_reason(response.stop_reason):
@@ -94,7 +94,7 @@ async def request_model(run: Run) -> str:
     return Trigger.MODEL_REPLIED
 
 
-async def run_tools(run: Run) -> str:
+async def run_tools(run: RunLike) -> str:
     """``executing_tools``: run the response's tool batch; every call gets one result, appended
     in declaration order. Then ask ``should_continue``. Calls a hook defers (or of a tool that
     requires approval) are held: the batch's results wait with them (``pending``). Coming from
@@ -121,16 +121,19 @@ async def run_tools(run: Run) -> str:
             _hold(run, response, {r.tool_call_id: r for r in results}, deferred)
         else:
             _append_results(run, results)
-    if run.signal._aborted:
+    if run.signal.aborted:
         return Trigger.ABORT
     if deferred:
         return Trigger.TOOLS_FINISHED  # to awaiting_approval: nothing more until decisions
     return await _after_batch(run, response, results, batch.terminate_reason, batch.final_result)
 
 
-async def _run_decided(run: Run, pending: PendingBatch) -> str:
+async def _run_decided(run: RunLike, pending: PendingBatch) -> str:
     """The decided calls of a held batch: approved ones run (without the before hook: a person
     approved them), denied ones are answered; undecided ones stay pending."""
+    failed = await run.refresh_tools()  # a resumed agent's tool sources: listed first
+    if failed is not None:
+        return failed
     data = run.data
     response = data.response = pending.response
     decisions, pending.decisions = pending.decisions, {}
@@ -171,7 +174,7 @@ async def _run_decided(run: Run, pending: PendingBatch) -> str:
 
 
 def _hold(
-    run: Run,
+    run: RunLike,
     response: AssistantMessage,
     results: dict[str, ToolResultMessage],
     waiting: list[PendingCall],
@@ -183,7 +186,7 @@ def _hold(
     run.complete_turn()
 
 
-def _append_results(run: Run, results: list[ToolResultMessage]) -> None:
+def _append_results(run: RunLike, results: list[ToolResultMessage]) -> None:
     for result in results:
         run.append(result)  # announced now: after it is in the history, in declaration order
     run.data.pending = False
@@ -192,7 +195,7 @@ def _append_results(run: Run, results: list[ToolResultMessage]) -> None:
 
 
 async def _after_batch(
-    run: Run,
+    run: RunLike,
     response: AssistantMessage,
     results: list[ToolResultMessage],
     terminate_reason: str | None,
@@ -219,7 +222,7 @@ async def _after_batch(
     return Trigger.TOOLS_FINISHED
 
 
-async def await_decisions(run: Run) -> None:
+async def await_decisions(run: RunLike) -> None:
     """``awaiting_approval``: the run stops here (``run()`` returns) until decisions come."""
     pending = run.conversation.held
     assert pending is not None
@@ -227,7 +230,7 @@ async def await_decisions(run: Run) -> None:
     run.close_turn()
 
 
-async def settle(run: Run) -> None:
+async def settle(run: RunLike) -> None:
     """A terminal state: answer every call of the last response that has no result, naming the
     state and the transition that ended the run, then end the run's open turn. A run ending
     ``done`` past a token limit (its final answer took it there: token limits are checked after
@@ -245,7 +248,7 @@ async def settle(run: Run) -> None:
 # -- actions -----------------------------------------------------------------------------------
 
 
-def answer_pending(run: Run) -> None:
+def answer_pending(run: RunLike) -> None:
     """An abort while calls wait for decisions: each is answered "not run", the held results
     go in with them, in declaration order."""
     pending = run.conversation.held
@@ -256,7 +259,7 @@ def answer_pending(run: Run) -> None:
 
 
 def _close_batch(
-    run: Run, response: AssistantMessage, held: dict[str, ToolResultMessage], text: str
+    run: RunLike, response: AssistantMessage, held: dict[str, ToolResultMessage], text: str
 ) -> None:
     """End a held batch: every call of ``response`` without a result in ``held`` is answered
     with an error saying ``text``, and the batch's results go in, in declaration order."""
@@ -267,14 +270,14 @@ def _close_batch(
     _append_results(run, [held[c.id] for c in response.tool_calls])
 
 
-def answer_refused(run: Run) -> None:
+def answer_refused(run: RunLike) -> None:
     """A refusal: its calls are never run (each answered as refused); the error says why."""
     run.answer_calls(lambda _call: REFUSED)
     assert run.data.response is not None
     run.error = refusal_text(run.data.response)
 
 
-def answer_unknown_stop_reason(run: Run) -> None:
+def answer_unknown_stop_reason(run: RunLike) -> None:
     """Tool calls under a stop reason this library does not know: never run (each answered as
     not run, naming the stop reason); the run ends ``done`` with the stop reason kept."""
     response = run.data.response
@@ -287,18 +290,18 @@ def answer_unknown_stop_reason(run: Run) -> None:
     )
 
 
-def continue_paused(run: Run) -> None:
+def continue_paused(run: RunLike) -> None:
     """``pause_turn``: the paused content goes back as it is (one continuation used)."""
     run.data.continuations += 1
 
 
-def continue_truncated(run: Run) -> None:
+def continue_truncated(run: RunLike) -> None:
     """A truncated answer under policy ``continue``: ask the model to go on."""
     run.data.continuations += 1
     run.append(UserMessage(CONTINUE_PROMPT))
 
 
-def note_continuation_limit(run: Run) -> None:
+def note_continuation_limit(run: RunLike) -> None:
     """``pause_turn`` with the continuation cap reached: say so and how to go on."""
     run.complete_turn()
     data = run.data
@@ -311,14 +314,14 @@ def note_continuation_limit(run: Run) -> None:
     )
 
 
-def note_terminating_result(run: Run) -> None:
+def note_terminating_result(run: RunLike) -> None:
     """A result marked ``terminate=True`` ended the run: its text is the final answer."""
     final = run.data.final_result
     assert final is not None
     run.final_text = final.text
 
 
-def deliver_queued(run: Run) -> None:
+def deliver_queued(run: RunLike) -> None:
     """The model would stop but input is queued: deliver steering, else follow-ups (each by its
     delivery mode), after answering the calls of a response cut by ``max_tokens`` under policy
     ``stop``."""
@@ -326,12 +329,12 @@ def deliver_queued(run: Run) -> None:
     run.deliver_steering() or run.deliver_follow_up()
 
 
-def deliver_steering(run: Run) -> None:
+def deliver_steering(run: RunLike) -> None:
     """After a tool batch: queued steering goes in before the next request."""
     run.deliver_steering()
 
 
-def note_final_answer(run: Run) -> None:
+def note_final_answer(run: RunLike) -> None:
     """The run ends ``done``; a truncated or inconsistent last response is reported."""
     _answer_stopped_calls(run)
     response = run.data.response
@@ -346,7 +349,7 @@ def note_final_answer(run: Run) -> None:
         run.error = "The model stopped for tool use but sent no tool call."
 
 
-def note_turn_limit(run: Run) -> None:
+def note_turn_limit(run: RunLike) -> None:
     """The turn cap or ``should_continue`` stopped the run: say so and how to continue."""
     _answer_stopped_calls(run)
     run.complete_turn()
@@ -371,7 +374,7 @@ def note_turn_limit(run: Run) -> None:
     )
 
 
-def note_turn_limit_at_start(run: Run) -> None:
+def note_turn_limit_at_start(run: RunLike) -> None:
     """A run continued without a prompt already made ``max_turns`` turns (it keeps counting):
     it stops before any request, saying so and how to go on."""
     data = run.data
@@ -389,7 +392,7 @@ def note_turn_limit_at_start(run: Run) -> None:
     )
 
 
-def note_usage_limit(run: Run) -> None:
+def note_usage_limit(run: RunLike) -> None:
     """A usage limit stopped the run: the calls of a response it keeps from running are answered
     with the limit's text; the error names the limit, its value and the amount used, and how to
     go on."""
@@ -421,34 +424,34 @@ def note_usage_limit(run: Run) -> None:
     )
 
 
-def final_turn_at_turn_limit(run: Run) -> None:
+def final_turn_at_turn_limit(run: RunLike) -> None:
     """The turn cap is reached and ``final_turn`` is on: say why the run stops, then make one
     last request with tools disabled."""
     note_turn_limit(run)
     run.data.winding_down = True
 
 
-def final_turn_at_usage_limit(run: Run) -> None:
+def final_turn_at_usage_limit(run: RunLike) -> None:
     """A usage limit is reached and ``final_turn`` is on: answer the calls it keeps from running,
     say why the run stops, then make one last request with tools disabled."""
     note_usage_limit(run)
     run.data.winding_down = True
 
 
-def note_final_turn(run: Run) -> None:
+def note_final_turn(run: RunLike) -> None:
     """The final turn answered: the run ends at its limit (the error set when the limit was
     reached stays); its calls, if the model made any, are answered by the terminal state."""
     run.complete_turn()
 
 
-def ask_for_output(run: Run) -> None:
+def ask_for_output(run: RunLike) -> None:
     """A text answer while a typed result is expected: ask for the final result tool."""
     run.data.output_failures += 1
     run.complete_turn()
     run.append(UserMessage(OUTPUT_MISSING_PROMPT))
 
 
-def note_output_invalid(run: Run) -> None:
+def note_output_invalid(run: RunLike) -> None:
     """Too many invalid final results (or text answers): the run fails, saying so."""
     data = run.data
     if data.response is not None and not data.response.tool_calls:
@@ -461,24 +464,24 @@ def note_output_invalid(run: Run) -> None:
     )
 
 
-def note_terminated(run: Run) -> None:
+def note_terminated(run: RunLike) -> None:
     """A terminating denial ended the run."""
     run.error = _with_hook_error(
         run, f"A tool call was denied and ended the run: {run.terminate_reason}"
     )
 
 
-def note_hook_failed(run: Run) -> None:
+def note_hook_failed(run: RunLike) -> None:
     """``should_continue`` raised: the run fails with its error."""
     run.error = run.data.hook_error
 
 
-def note_abort(run: Run) -> None:
+def note_abort(run: RunLike) -> None:
     """An abort: the error is its reason."""
     run.error = run.signal.reason or run.error or "aborted"
 
 
-def _answer_stopped_calls(run: Run) -> None:
+def _answer_stopped_calls(run: RunLike) -> None:
     """A response cut by a limit under ``max_tokens_policy="stop"`` is not acted on: its calls
     are answered as not run (a cut call as truncated), before any queued input."""
     response = run.data.response
@@ -494,6 +497,6 @@ def _answer_stopped_calls(run: Run) -> None:
     run.answer_calls(lambda call: TRUNCATED if call.truncated else STOPPED_NOT_RUN)
 
 
-def _with_hook_error(run: Run, text: str) -> str:
+def _with_hook_error(run: RunLike, text: str) -> str:
     hook_error = run.data.hook_error
     return text if hook_error is None else f"{text}. {hook_error}"

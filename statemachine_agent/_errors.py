@@ -13,7 +13,8 @@ engine what went wrong on the wire::
     ├── MachineDefinitionError   the state machine has an unreachable state or a dead end
     ├── ToolDefinitionError      a function cannot be turned into a tool
     ├── ToolError                raised by a tool: becomes a clean error result
-    ├── SessionCorruptError      a complete line of a session log cannot be read
+    ├── SessionCorruptError      a complete line of a session log cannot be read (defined
+    │                            in ``statemachine_agent.session``, which builds on the core)
     └── ModelError               a model request failed
         ├── ModelAuthError       bad or missing credentials (not retried)
         ├── ModelRetryableError  overload, rate limit, dropped connection (retried by the engine)
@@ -21,12 +22,6 @@ engine what went wrong on the wire::
 """
 
 from __future__ import annotations
-
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .session import SessionData
 
 
 class AgentError(Exception):
@@ -47,26 +42,6 @@ class GraphvizNotFoundError(UsageError):
 
 class SandboxUnavailableError(UsageError):
     """``mode="require"`` and bubblewrap is missing or cannot create namespaces here."""
-
-
-class SessionCorruptError(AgentError):
-    """A complete line of a session log cannot be read (only a torn last line may be).
-
-    Attributes:
-        path: the log.
-        problems: ``(line number, what is wrong)`` for each unreadable line (1-based).
-        data: everything the other lines hold, rebuilt (`SessionData`): nothing else is lost.
-    """
-
-    def __init__(self, path: Path, problems: list[tuple[int, str]], data: SessionData) -> None:
-        self.path = path
-        self.problems = problems
-        self.data = data
-        lines = "; ".join(f"line {n}: {why}" for n, why in problems)
-        super().__init__(
-            f"session log {path} has {len(problems)} unreadable line(s): {lines}. "
-            "The other lines were read (see .data); pass strict=False to resume without them."
-        )
 
 
 class InvalidHistoryError(AgentError):

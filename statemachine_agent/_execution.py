@@ -9,25 +9,35 @@ completion order.
 from __future__ import annotations
 
 import asyncio
-import copy
-import difflib
-import inspect
 import logging
-import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 
+from ._call_context import call_context
+from ._call_results import (
+    DEFERRED,
+    OWN_CANCELLATION,
+    PendingBatch,
+    ToolExecution,
+    arguments_differ,
+    awaits_decision,
+    check_call,
+    copied_arguments,
+    hook_failed_result,
+    log_tool_exception,
+    resolve,
+    to_result,
+)
 from ._cancel import AbortSignal, abort_scope, cancelling, is_run_cancellation
 from ._errors import ToolError
-from ._events import Event, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
+from ._events import Event, ToolExecutionEnd, ToolExecutionStart
 from ._hooks import (
     INTERRUPTS,
     AfterToolCall,
     Allow,
-    Approve,
     BeforeToolCall,
     Defer,
     Deny,
@@ -37,149 +47,29 @@ from ._hooks import (
     record_interrupt,
 )
 from ._messages import (
-    AssistantMessage,
-    ImageBlock,
-    TextBlock,
     ToolCallBlock,
     ToolResultMessage,
     text_result,
 )
 from ._protocol import (
     AFTER_TERMINATION,
-    EMPTY_OUTPUT,
     INTERRUPTED,
-    NO_OUTPUT,
     NOT_RUN,
-    TRUNCATED,
-    NonFiniteNumberError,
-    loads_strict,
-    without_blank_text,
 )
-from ._tools import (
-    Tool,
-    ToolContext,
-    ToolResult,
-    format_validation_error,
-    repr_json,
-    result_json,
-)
-
-ToolExecution = Literal["parallel", "sequential"]
+from ._tools import Tool, ToolResult, format_validation_error
 
 logger = logging.getLogger("statemachine_agent")
 
-RAW_ARGUMENTS_CAP = 200
-
-_DEFERRED = {"awaiting_approval": True}  # marks the placeholder a deferred call's end event shows
-
-_JSON_KINDS = {
-    "NoneType": "null",
-    "list": "array",
-    "str": "string",
-    "int": "number",
-    "float": "number",
-    "bool": "boolean",
-}
-
-
-async def resolve(value: Any) -> Any:
-    """Await ``value`` if it is awaitable (hooks may be sync or async)."""
-    if inspect.isawaitable(value):
-        return await value
-    return value
-
-
-def awaits_decision(result: ToolResultMessage) -> bool:
-    """``result`` is the placeholder a deferred call's ``tool_execution_end`` carries (its real
-    result comes with the decision), not a final result."""
-    return bool(result.details == _DEFERRED)
-
-
-def _cap(text: str, limit: int = RAW_ARGUMENTS_CAP) -> str:
-    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
-
-
-def check_call(call: ToolCallBlock, tools: dict[str, Tool]) -> str | dict[str, Any]:
-    """The checks that need no I/O: the error text of a call that must not run, or its arguments.
-
-    Covers truncated calls, unknown tools (naming the available ones and the closest), arguments
-    that are not valid JSON or not a JSON object (quoting the parse problem and the raw text),
-    and numbers JSON cannot hold (``NaN``, ``Infinity``, ``1e400``: naming the field and the
-    value, see `loads_strict`).
-    """
-    if call.truncated:
-        return TRUNCATED
-    tool = tools.get(call.name)
-    if tool is None:
-        names = sorted(tools)
-        text = f"Unknown tool {call.name!r}."
-        text += f" Available tools: {', '.join(names)}." if names else " No tools are available."
-        close = difflib.get_close_matches(call.name, names, n=1)
-        if close:
-            text += f" Did you mean {close[0]!r}?"
-        return text
-    value = call.input
-    if call.raw_arguments is not None:
-        try:
-            value = loads_strict(call.raw_arguments)
-        except NonFiniteNumberError as exc:
-            return (
-                f"Invalid arguments for tool {call.name!r}: {exc}; the call was not run. Send "
-                f"a finite number for {exc.path} (or the value as a string)."
-            )
-        except ValueError as exc:
-            return (
-                f"Invalid arguments for tool {call.name!r}: not valid JSON ({exc}). "
-                f"Raw arguments: {_cap(call.raw_arguments)}. Send the arguments as one JSON object."
-            )
-    if not isinstance(value, dict):
-        kind = _JSON_KINDS.get(type(value).__name__, type(value).__name__)
-        shown = call.raw_arguments if call.raw_arguments is not None else repr_json(value)
-        return (
-            f"Invalid arguments for tool {call.name!r}: expected a JSON object, got {kind}: "
-            f"{_cap(shown)}. Send the arguments as one JSON object."
-        )
-    return value
-
-
-def _clean(blocks: list[TextBlock | ImageBlock]) -> list[TextBlock | ImageBlock]:
-    # Blank text is invalid for a provider (protocol rule 4); an output with nothing left says so.
-    return without_blank_text(blocks, EMPTY_OUTPUT)
-
-
-def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
-    """Turn what a tool returned into its result message."""
-    is_error = False
-    details = None
-    if isinstance(value, ToolResultMessage):
-        # Re-addressed to this call (the protocol pairs by id) and cleaned like any output.
-        return value.model_copy(
-            update={
-                "tool_call_id": call.id,
-                "tool_name": call.name,
-                "content": _clean(list(value.content)),
-            }
-        )
-    if isinstance(value, ToolResult):
-        is_error, details, value = value.is_error, value.details, value.content
-    if value is None:
-        blocks: list[TextBlock | ImageBlock] = [TextBlock(text=NO_OUTPUT)]
-    elif isinstance(value, str):
-        blocks = _clean([TextBlock(text=value)])
-    elif isinstance(value, TextBlock | ImageBlock):
-        blocks = _clean([value])
-    elif isinstance(value, list) and all(isinstance(b, TextBlock | ImageBlock) for b in value):
-        blocks = _clean(value)
-    else:  # data: compact JSON (pydantic); what cannot be serialized is an error result
-        text, failed = result_json(value)
-        blocks, is_error = [TextBlock(text=text)], is_error or failed
-    return ToolResultMessage(
-        tool_call_id=call.id,
-        tool_name=call.name,
-        content=blocks,
-        is_error=is_error,
-        details=details,
-    )
+__all__ = [  # re-exported from `_call_results` for the modules that use them
+    "OWN_CANCELLATION",
+    "BatchRun",
+    "PendingBatch",
+    "ToolExecution",
+    "awaits_decision",
+    "check_call",
+    "resolve",
+    "to_result",
+]
 
 
 @dataclass(slots=True)
@@ -191,10 +81,15 @@ class _Slot:
     terminate: str | None = None  # the reason of a terminating denial
     ends_run: bool = False  # the result was marked ``terminate=True``
     deferred: PendingCall | None = None  # waits for a person's decision
+    index: int = 0  # its place in the batch (declaration order)
 
 
 class BatchRun:
     """One tool batch. ``results()`` is complete after `run` returns or raises.
+
+    Two per-call hooks may be overridden (a durable run makes each tool execution a step):
+    `run_call` processes one call from start to end (its events, checks, hooks and execution),
+    and `execute` runs the tool function proper; an override awaits ``super()``'s.
 
     Args:
         calls: the tool calls of the assistant message, in declaration order.
@@ -228,7 +123,7 @@ class BatchRun:
         run: Any = None,
     ) -> None:
         self._run = run
-        self._slots = [_Slot(call) for call in calls]
+        self._slots = [_Slot(call, index=index) for index, call in enumerate(calls)]
         self._tools = tools
         self._mode = mode
         self._signal = signal
@@ -244,6 +139,17 @@ class BatchRun:
         self._fatal: BaseException | None = None
         self._resource_tails: dict[str, asyncio.Future[None]] = {}
         self._task_slots: dict[asyncio.Future[None], _Slot] = {}
+
+    @property
+    def calls(self) -> list[ToolCallBlock]:
+        """The batch's calls, in declaration order (a call's index is its place here)."""
+        return [slot.call for slot in self._slots]
+
+    def call_started(self, index: int) -> None:
+        """Note that the tool of call ``index`` was invoked: if the call is then interrupted,
+        its result says so (rather than "not run"). `execute` notes it; an override that
+        delays ``super().execute`` (or replays a recorded result) notes it itself."""
+        self._slots[index].started = True
 
     @property
     def terminate_reason(self) -> str | None:
@@ -265,7 +171,7 @@ class BatchRun:
     def deferred(self) -> list[PendingCall]:
         """The calls deferred for a decision, in declaration order (none once the batch was
         aborted or a denial ended the run: those are answered instead)."""
-        if self._terminated or self._signal._aborted:
+        if self._terminated or self._signal.aborted:
             return []
         return [slot.deferred for slot in self._slots if slot.deferred is not None]
 
@@ -290,7 +196,7 @@ class BatchRun:
     def _finish(self, slot: _Slot, result: ToolResultMessage) -> None:
         if slot.result is not None:
             return
-        if slot.deferred is not None and result.details == _DEFERRED:
+        if slot.deferred is not None and result.details == DEFERRED:
             if slot.announced:  # the execution ends for now; the result comes with the decision
                 self._emit(ToolExecutionEnd(slot.call, result))
                 slot.announced = False
@@ -315,7 +221,7 @@ class BatchRun:
             return
         if self._one_at_a_time():
             for slot in self._slots:
-                if self._signal._aborted or self._terminated:
+                if self._signal.aborted or self._terminated:
                     break
                 await self._process_inline(slot)
         else:
@@ -347,7 +253,7 @@ class BatchRun:
             and self._after is None
         ):
             with abort_scope(self._signal, self._grace):
-                await self._process(slot)
+                await self.run_call(slot.index, slot.call)
             return
         await self._watch([self._start(slot)])
 
@@ -360,10 +266,10 @@ class BatchRun:
         return task
 
     async def _guarded(self, slot: _Slot) -> None:
-        """`_process` in a call's task: a `BaseException` that escapes it (a subscriber's
+        """`run_call` in a call's task: a `BaseException` that escapes it (a subscriber's
         ``KeyboardInterrupt``, say) is kept for `run` to raise, as in the batch's own task."""
         try:
-            await self._process(slot)
+            await self.run_call(slot.index, slot.call)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
@@ -436,8 +342,18 @@ class BatchRun:
             for task in tasks:
                 task.remove_done_callback(one_done)
 
-    async def _process(self, slot: _Slot) -> None:
-        call = slot.call
+    async def run_call(self, index: int, call: ToolCallBlock) -> None:
+        """Process call ``index`` of the batch (``call``) until it has its result: its start
+        event, the check of its name and arguments, the ``before_tool_call`` hook, the wait for
+        its resource, `execute`, the ``after_tool_call`` hook and its end event. Calls of a
+        parallel batch each run in a task of their own; an override awaits ``super().run_call``
+        (a durable batch lets the next call start its steps once this one has).
+
+        Raises:
+            asyncio.CancelledError: the call's task was cancelled (its result is recorded as
+                interrupted or not run first).
+        """
+        slot = self._slots[index]
         # Start and end events go together: a subscriber added mid-call sees neither.
         slot.announced = self._listening()
         if slot.announced:
@@ -495,7 +411,7 @@ class BatchRun:
         arguments = call.input if isinstance(call.input, dict) else {}
         slot.deferred = PendingCall(call.id, call.name, dict(arguments), reason)
         result = text_result(call, f"Awaiting approval: {reason}")
-        return result.model_copy(update={"details": _DEFERRED})
+        return result.model_copy(update={"details": DEFERRED})
 
     async def _checked_run(
         self,
@@ -510,14 +426,14 @@ class BatchRun:
         if self._before is not None:
             # The hook gets its own copy: what it changes in place is validated again below,
             # so the tool is only ever called with validated arguments.
-            seen = _copied(kwargs)
+            seen = copied_arguments(kwargs)
             info = ToolCallInfo(call, tool, seen, self._deps, self._signal)
             try:
                 decision = await resolve(self._before(info))
             except (Exception, asyncio.CancelledError) as exc:
                 if is_run_cancellation(exc):
                     raise  # the run is being cancelled; a hook's own one is its failure
-                return _hook_failed("before_tool_call", call, exc)
+                return hook_failed_result("before_tool_call", call, exc)
             except INTERRUPTS as exc:
                 return self._interrupted(call, exc, "the before_tool_call hook", ran=False)
             if isinstance(decision, Deny):
@@ -541,7 +457,7 @@ class BatchRun:
             if tool.requires_approval and not self._approved and not isinstance(decision, Allow):
                 return self._defer(slot, f"{tool.name} requires approval")
             changed = decision.arguments if isinstance(decision, Allow) else decision
-            if not isinstance(changed, dict) and _differs(seen, kwargs):
+            if not isinstance(changed, dict) and arguments_differ(seen, kwargs):
                 changed = seen  # edited in place
             if isinstance(changed, dict):
                 try:
@@ -552,16 +468,16 @@ class BatchRun:
                     )
         if previous is not None:
             await asyncio.shield(previous)
-        result = await self._execute(slot, tool, kwargs)
+        result = await self.execute(slot.index, tool, kwargs)
         if self._after is not None:
-            info = ToolCallInfo(call, tool, _copied(kwargs), self._deps, self._signal)
+            info = ToolCallInfo(call, tool, copied_arguments(kwargs), self._deps, self._signal)
             try:
                 replaced = await resolve(self._after(info, result))
             except (Exception, asyncio.CancelledError) as exc:
                 if is_run_cancellation(exc):
                     raise  # the run is being cancelled; a hook's own one is its failure
                 slot.ends_run = False
-                return _hook_failed("after_tool_call", call, exc)
+                return hook_failed_result("after_tool_call", call, exc)
             except INTERRUPTS as exc:
                 slot.ends_run = False
                 return self._interrupted(call, exc, "the after_tool_call hook", ran=True)
@@ -593,42 +509,27 @@ class BatchRun:
             is_error=True,
         )
 
-    def _context(self, slot: _Slot) -> ToolContext:
-        """The `ToolContext` of ``slot``'s call: its progress updates become events on the
-        loop's thread, between the call's start and end events."""
+    async def execute(self, index: int, tool: Tool, kwargs: dict[str, Any]) -> ToolResultMessage:
+        """Run the tool function of call ``index`` with its validated ``kwargs`` (after the
+        permission hook and the resource queue) and return its result: a failure, a timeout
+        (``tool.timeout_seconds``) or an abort before it started becomes an error result.
+
+        Raises:
+            asyncio.CancelledError: the run's task was cancelled (or an abort's grace period ran
+                out); a tool's own cancellation is its failure.
+            KeyboardInterrupt: raised by the tool (or `SystemExit`): recorded as the result and
+                the run aborted, then re-raised once every call has its result (see `run`).
+        """
+        slot = self._slots[index]
         call = slot.call
-        loop = asyncio.get_running_loop()
-        loop_thread = threading.get_ident()
-
-        def deliver(update: Any) -> None:
-            # Updates belong between the call's start and end events: a late one (a background
-            # task or thread the tool left running) is dropped.
-            if slot.result is not None:
-                logger.debug(
-                    "dropped a progress update of tool %r (call %s): the call has ended",
-                    call.name,
-                    call.id,
-                )
-                return
-            self._emit(ToolExecutionUpdate(call.id, update))
-
-        def progress(update: Any) -> None:
-            if threading.get_ident() == loop_thread:
-                deliver(update)
-                return
-            try:  # a sync tool in a worker thread: events are delivered on the loop's thread
-                loop.call_soon_threadsafe(deliver, update)
-            except RuntimeError:  # the loop is closed: the run is long over
-                logger.debug("dropped a progress update of call %s: its loop is closed", call.id)
-
-        return ToolContext(call.id, call.name, self._signal, progress, self._deps, self._run)
-
-    async def _execute(self, slot: _Slot, tool: Tool, kwargs: dict[str, Any]) -> ToolResultMessage:
-        call = slot.call
-        if self._signal._aborted:
+        if self._signal.aborted:
             return text_result(call, NOT_RUN, is_error=True)
         # Only a tool that takes a `ToolContext` (or may yield progress) gets one.
-        ctx = self._context(slot) if tool.needs_context else None
+        ctx = None
+        if tool.needs_context:
+            ctx = call_context(
+                call, self._signal, self._deps, self._emit, lambda: slot.result, self._run
+            )
         slot.started = True
         deadline = None
         try:
@@ -656,10 +557,10 @@ class BatchRun:
                 return text_result(call, INTERRUPTED, is_error=True)
             # Nothing cancelled this task: the tool's own CancelledError (a library inside it
             # cancelled its own work) is a failure of that call like any other exception.
-            _log_tool_exception(call, exc)
+            log_tool_exception(call, exc)
             return text_result(call, f"CancelledError: {OWN_CANCELLATION}", is_error=True)
         except Exception as exc:
-            _log_tool_exception(call, exc)
+            log_tool_exception(call, exc)
             return text_result(call, f"{type(exc).__name__}: {exc}", is_error=True)
         except INTERRUPTS as exc:
             return self._interrupted(call, exc, "the tool", ran=True)
@@ -684,75 +585,6 @@ def _retrieve(task: asyncio.Future[None]) -> None:
     never retrieved" for a task the batch stopped waiting for."""
     if not task.cancelled():
         task.exception()
-
-
-OWN_CANCELLATION = (
-    "the tool raised asyncio.CancelledError itself (the run was not aborted or cancelled); "
-    "the call may have partly completed."
-)
-
-
-def _log_tool_exception(call: ToolCallBlock, exc: BaseException) -> None:
-    """One warning record on the package's logger, with the traceback, the tool and the call."""
-    logger.warning(
-        "tool %r raised %s (call %s)",
-        call.name,
-        type(exc).__name__,
-        call.id,
-        exc_info=exc,
-        extra={"tool_name": call.name, "call_id": call.id},
-    )
-
-
-def _copied(arguments: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of ``arguments`` (a shallow one when a value cannot be copied)."""
-    try:
-        return copy.deepcopy(arguments)
-    except Exception:
-        return dict(arguments)
-
-
-def _differs(seen: dict[str, Any], original: dict[str, Any]) -> bool:
-    """A hook changed its copy of the arguments (an equality that fails counts as changed)."""
-    try:
-        return bool(seen != original)
-    except Exception:
-        return True
-
-
-def _hook_failed(hook: str, call: ToolCallBlock, exc: BaseException) -> ToolResultMessage:
-    logger.warning(
-        "the %s hook raised %s (tool %r, call %s)",
-        hook,
-        type(exc).__name__,
-        call.name,
-        call.id,
-        exc_info=exc,
-        extra={"tool_name": call.name, "call_id": call.id},
-    )
-    return text_result(
-        call,
-        f"The {hook} hook failed ({type(exc).__name__}: {exc}); the call was not completed.",
-        is_error=True,
-    )
-
-
-@dataclass(slots=True)
-class PendingBatch:
-    """A tool batch waiting for decisions: what an agent in ``awaiting_approval`` holds.
-
-    Attributes:
-        response: the assistant message whose calls these are (the last message of the history).
-        results: the results the batch already has, by call id (appended, in declaration order,
-            once every call is decided and run).
-        calls: the calls still waiting, in declaration order.
-        decisions: the decisions given for the next run, by call id.
-    """
-
-    response: AssistantMessage
-    results: dict[str, ToolResultMessage]
-    calls: list[PendingCall]
-    decisions: dict[str, Approve | Deny] = field(default_factory=dict)
 
 
 def _release_after(previous: asyncio.Future[None] | None, turn: asyncio.Future[None]) -> None:

@@ -1,653 +1,115 @@
-"""The agent loop's definition, on `transitions`: states with effects, guarded transitions with
-actions. The definition is what runs.
+"""The agent loop's state machine: the engine that runs a definition (`_definition`).
 
-The driver (`_run`) is a generic loop: fire a trigger, run the transition's
-action, then the entered state's effect, which returns the next trigger. Nothing else decides.
-
-States and their effects (`STATES`):
-
-==================  ================================================================================
-``idle``            constructed, no run yet (no effect: a run starts with ``start``)
-``awaiting_model``  `request_model`: send the projected history, stream the response
-``executing_tools`` `run_tools`: run the response's tool batch
-``done``, ``aborted``, ``max_turns``, ``failed``: terminal; `settle` answers every call still
-                    without a result and ends the run
-==================  ================================================================================
-
-Groups (`GROUPS`): ``active`` (``awaiting_model``, ``executing_tools``, ``compacting`` and every
-state a user adds: ``abort`` and ``fail`` leave each) and ``ended`` (the terminal states: ``start``
-leaves each, as it leaves ``idle``). A row's sources may name a group: it leaves every member
-(`expand_groups`), and a diagram draws it once from the group's composite state.
-
-Transitions (`TRANSITIONS`), tried top to bottom per trigger and source; the first whose guards all
-pass fires. Failure paths: a provider failure (``fail``), an abort or cancelled task (``abort``, from
-any active state), a bug escaping a tool, hook or model (``fail``), a terminating denial
-(``tools_finished [terminate_requested]``), the turn cap (``turn_limit``), the ``pause_turn``
-continuation cap (``continuation_limit``), a usage limit (``usage_limit``: before a request is
-sent and after each response, see `UsageLimits`); with ``final_turn`` on, a turn or usage
-limit first leads to one more request with tools disabled (``final_turn``), whose answer ends the
-run in ``max_turns`` (``final_answer_at_limit``); with an ``output_type``, a text answer is sent
-back (``output_missing``) and too many invalid final results fail the run (``output_invalid``); a
-response with tool calls and an unknown stop reason
-(``unknown_stop_reason``: its calls are not run). A result marked ``terminate=True`` ends the run
-``done`` (``terminating_result``).
-
-The protocol holds on every path: a terminal state's effect answers each call of the last response
-that has no result ("Not run: the run ended in state S by transition 'T'."), in declaration order,
-so a user's transition to a terminal state keeps rules 1-5 of `_protocol`. A
-user's branch on ``model_replied`` that leads elsewhere than ``executing_tools`` (into
-``awaiting_model`` or a state of its own) has the response's calls answered in the stored history
-("Not run: the run took the branch 'B' into state S ...") before the next message or request
-(`Run.answer_open_calls`).
-
-Extending it (`LoopMachine.add_transition`, `add_state`, `add_guard`) is validated when it happens:
-unknown states, a transition into a non-terminal state with no effect, a transition that an earlier
-unguarded one of the same trigger and source shadows (or that shadows built-in branches). Whether
-every state can be reached and left is checked when a run starts, once every addition is known
-(so a new state's transitions may be added in any order). Guards are plain synchronous functions of `LoopData`;
-actions are synchronous functions of the `Run`; effects are async functions of the `Run` that
-return the next trigger. This module is the only importer of `transitions`.
+A `LoopMachine` holds an agent's current state and a definition, built into a
+`transitions.Machine` (the reference engine, `LoopMachine.fire_library`) and compiled into one
+function per trigger and source (`LoopMachine.fire`): guards in order, then the source's exit
+callbacks and the dest's enter callbacks, then the move. Every name in the definition (an
+`EffectName`, an `ActionName`) is bound to its function when a definition is built
+(`bind_steps`: the run layer binds them), and each `Fired` carries what firing it does, bound:
+the callbacks, the action and the dest's effect. This module is the only importer of
+`transitions`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, cast
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, cast
 
 from transitions import Machine, MachineError
 
-from . import _compacting as cx
-from . import _effects as fx
-from ._errors import MachineDefinitionError
-from ._hooks import INTERRUPTS
-from ._limits import UsageLimits
-from ._messages import (
-    NO_USAGE,
-    TRUNCATING_STOP_REASONS,
-    AssistantMessage,
-    StopReason,
-    ToolResultMessage,
-    Usage,
-    is_known_stop_reason,
+from ._checked import CallbackFailed, callable_name, checked, checked_callback, checked_guard
+from ._definition import (
+    ACTIVE,
+    ENDED,
+    GROUPS,
+    STATES,
+    TRANSITIONS,
+    Action,
+    ActionName,
+    Effect,
+    EffectName,
+    Fired,
+    StateGroup,
+    StateSpec,
+    TransitionSpec,
+    expand_groups,
+    placed,
+    validate_definition,
 )
+from ._errors import MachineDefinitionError
+from ._guards import Guard, LoopData, MaxTokensPolicy
 from ._states import TERMINAL_STATES, State, Trigger
 
-if TYPE_CHECKING:
-    from ._run import Run
+__all__ = [  # re-exported for the modules that use them
+    "ACTIVE",
+    "ENDED",
+    "GROUPS",
+    "STATES",
+    "TERMINAL_STATES",
+    "TRANSITIONS",
+    "Action",
+    "CallbackFailed",
+    "Effect",
+    "Fired",
+    "Guard",
+    "LoopData",
+    "MaxTokensPolicy",
+    "State",
+    "StateGroup",
+    "StateSpec",
+    "TransitionSpec",
+    "Trigger",
+    "bind_steps",
+    "expand_groups",
+    "validate_definition",
+]
 
-__all__ = ["TERMINAL_STATES", "State", "Trigger"]  # re-exported for the modules that use them
-
-MaxTokensPolicy = Literal["continue", "stop"]
-
-
-@dataclass(slots=True)
-class LoopData:
-    """What the guards read. The run fills it in before each trigger.
-
-    Attributes:
-        response: the assistant message the model just returned (for ``model_replied``).
-        results: the results of the last tool batch, in declaration order.
-        queued_input: steering or follow-up messages are waiting to be delivered.
-        continuations: ``pause_turn`` / ``max_tokens`` continuations used in this run.
-        max_continuations: the cap on those continuations.
-        max_tokens_policy: ``"continue"`` asks the model to go on; ``"stop"`` ends in ``done``.
-        turns: completed turns in this run (a turn is one response plus its tool batch). At
-            ``model_replied`` the response just received is not counted yet: its turn completes
-            after its tool batch (``tools_finished`` sees it), or when the run goes on or ends
-            without one.
-        max_turns: the turn cap.
-        keep_going: what the ``should_continue`` hook said after the last turn.
-        terminate: a tool call of the last batch was denied with ``terminate=True``.
-        final_result: the first result of the last batch marked ``terminate=True`` (a tool's or an
-            ``after_tool_call`` hook's `ToolResult`): the run ends ``done`` with its text.
-        hook_error: the ``should_continue`` hook raised (its error text).
-        pending: calls of the last batch were deferred and wait for a decision.
-        limits: the run's `UsageLimits` (None: none).
-        requests: model requests sent in this run (a continued run keeps counting).
-        tool_calls: tool calls run in this run (a continued run keeps counting).
-        usage: tokens of this run's responses (a continued run keeps counting).
-        final_turn: make one last request with tools disabled before ending at a limit.
-        winding_down: that last request is the one in flight.
-        output_expected: the agent has an ``output_type``: the run ends through its final result
-            tool.
-        output_failures: invalid final results (or text answers) in this run.
-        output_retries: how many of them are sent back before the run fails.
-        compaction: automatic compaction is on (``Agent(compaction=...)``).
-        compacted: the history was compacted since the last response (no second compaction
-            before the next request).
-        overflow_retried: a "prompt is too long" answer already led to a compaction and a retry
-            of this request.
-        compaction_reason: why the machine is entering ``compacting`` (for its events).
-    """
-
-    response: AssistantMessage | None = None
-    results: tuple[ToolResultMessage, ...] = ()
-    queued_input: bool = False
-    continuations: int = 0
-    max_continuations: int = 3
-    max_tokens_policy: MaxTokensPolicy = "continue"
-    turns: int = 0
-    max_turns: int = 50
-    keep_going: bool = True
-    terminate: bool = False
-    final_result: ToolResultMessage | None = None
-    hook_error: str | None = None
-    pending: bool = False
-    limits: UsageLimits | None = None
-    requests: int = 0
-    tool_calls: int = 0
-    usage: Usage = NO_USAGE  # frozen: the shared zero (one less model per run)
-    final_turn: bool = False
-    winding_down: bool = False
-    output_expected: bool = False
-    output_failures: int = 0
-    output_retries: int = 1
-    compaction: bool = False
-    compacted: bool = False
-    overflow_retried: bool = False
-    compaction_reason: str | None = None
-    _fired: TransitionSpec | None = field(default=None, init=False, repr=False, compare=False)
-    _raised_in: str | None = field(default=None, init=False, repr=False, compare=False)
-
-
-Guard = Callable[[LoopData], bool]
-"""A guard: a plain synchronous function of the loop's data."""
-Effect = Callable[["Run"], Awaitable[str | None]]
-"""A state's effect: an async function of the run returning the trigger to fire next (a terminal
-state's returns None: the run ends)."""
-Action = Callable[["Run"], None]
-"""A transition's action: a synchronous function of the run, called when the transition fires."""
-
-
-# -- guards ------------------------------------------------------------------------------------
-
-
-def is_refusal(data: LoopData) -> bool:
-    """The model refused (stop reason ``refusal``)."""
-    return data.response is not None and data.response.stop_reason == StopReason.REFUSAL
-
-
-def unknown_stop_reason(data: LoopData) -> bool:
-    """The response holds tool calls but its stop reason is not one this library knows (a value
-    a provider added later): its calls are not run, since nothing says they are complete."""
-    return (
-        data.response is not None
-        and not is_known_stop_reason(data.response.stop_reason)
-        and bool(data.response.tool_calls)
-    )
-
-
-def has_tool_calls(data: LoopData) -> bool:
-    """The response holds at least one tool call to run. A response cut by a limit
-    (``max_tokens``) under ``max_tokens_policy="stop"`` is not acted on: its calls are answered
-    as not run and the run ends (no further request)."""
-    response = data.response
-    return (
-        response is not None
-        and bool(response.tool_calls)
-        and not (
-            response.stop_reason in TRUNCATING_STOP_REASONS and data.max_tokens_policy == "stop"
-        )
-    )
-
-
-def can_continue_pause_turn(data: LoopData) -> bool:
-    """``pause_turn`` with continuations left: send the paused content back as it is."""
-    return (
-        data.response is not None
-        and data.response.stop_reason == StopReason.PAUSE_TURN
-        and data.continuations < data.max_continuations
-    )
-
-
-def continuations_exhausted(data: LoopData) -> bool:
-    """``pause_turn`` with no continuation left (``max_continuations``): the model is still
-    working, so the run stops in ``max_turns`` rather than pretending it answered."""
-    return (
-        data.response is not None
-        and data.response.stop_reason == StopReason.PAUSE_TURN
-        and data.continuations >= data.max_continuations
-    )
-
-
-def can_continue_max_tokens(data: LoopData) -> bool:
-    """A truncated response, policy ``continue`` and continuations left: ask the model to go on."""
-    return (
-        data.response is not None
-        and data.response.stop_reason in TRUNCATING_STOP_REASONS
-        and data.max_tokens_policy == "continue"
-        and data.continuations < data.max_continuations
-    )
-
-
-def has_queued_input(data: LoopData) -> bool:
-    """Steering or follow-up input is waiting."""
-    return data.queued_input
-
-
-def turn_limit_reached(data: LoopData) -> bool:
-    """The turn cap is reached, or ``should_continue`` said stop."""
-    return data.turns >= data.max_turns or not data.keep_going
-
-
-def turns_used_up(data: LoopData) -> bool:
-    """A run continued without a prompt already made ``max_turns`` turns (it keeps counting):
-    it stops before any request."""
-    return data.turns >= data.max_turns
-
-
-def turn_limit_before_continuing(data: LoopData) -> bool:
-    """The turn this response completes reaches the cap and the response would lead to another
-    request (a continuation or queued input): the cap bounds every way a run goes on, not only
-    tool batches."""
-    return data.turns + 1 >= data.max_turns and (
-        can_continue_pause_turn(data) or can_continue_max_tokens(data) or has_queued_input(data)
-    )
-
-
-def terminate_requested(data: LoopData) -> bool:
-    """A permission hook denied a call with ``terminate=True``."""
-    return data.terminate
-
-
-def calls_pending(data: LoopData) -> bool:
-    """Calls of the batch were deferred and wait for a person's decision."""
-    return data.pending
-
-
-def result_ends_run(data: LoopData) -> bool:
-    """A result of the batch was marked ``terminate=True`` (and no call was denied with
-    ``terminate=True``, which ends the run ``aborted`` instead)."""
-    return data.final_result is not None and not data.terminate
-
-
-def usage_limit_before_request(data: LoopData) -> bool:
-    """A usage limit keeps the next request from being sent: ``max_requests`` is reached, or a
-    token limit is exceeded (`UsageLimits.request_hit`)."""
-    limits = data.limits
-    return limits is not None and limits.request_hit(data.requests, data.usage) is not None
-
-
-def usage_limit_on_reply(data: LoopData) -> bool:
-    """A usage limit stops the run after this response: its tool batch would take the run past
-    ``max_tool_calls`` or a token limit is exceeded (the batch is not run), or the response would
-    lead to another request that a limit forbids (a continuation or queued input). A final
-    answer is never stopped: the run ends ``done``."""
-    limits, response = data.limits, data.response
-    if limits is None or response is None:
-        return False
-    if has_tool_calls(data):
-        wanted = len(response.tool_calls)
-        return limits.calls_hit(data.tool_calls, data.usage, wanted) is not None
-    if can_continue_pause_turn(data) or can_continue_max_tokens(data) or has_queued_input(data):
-        return usage_limit_before_request(data)
-    return False
-
-
-def final_turn_wanted(data: LoopData) -> bool:
-    """``final_turn`` is on, no final turn was made yet, and ``should_continue`` did not say
-    stop: before ending at a limit, the run asks the model once more with tools disabled."""
-    return data.final_turn and not data.winding_down and data.keep_going
-
-
-def is_final_turn(data: LoopData) -> bool:
-    """The response answers the final turn (tools disabled): the run ends at its limit."""
-    return data.winding_down
-
-
-def output_retries_exhausted(data: LoopData) -> bool:
-    """More invalid final results (or text answers) than ``output_retries``."""
-    return data.output_expected and data.output_failures > data.output_retries
-
-
-def output_missing(data: LoopData) -> bool:
-    """A typed result is expected but the model answered in text (no tool call)."""
-    return data.output_expected and data.response is not None and not data.response.tool_calls
-
-
-def can_retry_output(data: LoopData) -> bool:
-    """The model answered in text instead of calling the final result tool, and a retry is
-    left: it is asked again."""
-    return output_missing(data) and data.output_failures < data.output_retries
-
-
-def hook_failed(data: LoopData) -> bool:
-    """The ``should_continue`` hook raised."""
-    return data.hook_error is not None
-
-
-# -- the definition ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class StateSpec:
-    """A state and its effect.
-
-    Attributes:
-        name: the state's name (a `State` for the built-in ones).
-        effect: what entering it does; None only for ``idle``.
-        terminal: a run ends here, and so does its work (every call is answered).
-        stops_run: ``run()`` returns here though the work goes on later (``awaiting_approval``);
-            its effect returns None.
-    """
-
-    name: str
-    effect: Effect | None = None
-    terminal: bool = False
-    stops_run: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class TransitionSpec:
-    """One guarded transition: the first spec of a trigger and source whose guards all pass wins.
-
-    Attributes:
-        trigger: the event name (``start``, ``model_replied``, ...).
-        sources: the states it leaves from.
-        dest: the state it enters.
-        guards: all must be true.
-        label: the branch's name (diagrams, events, the session log, "not run" results); defaults
-            to its guards' names, else ``trigger->dest``.
-        action: called with the `Run` when the transition fires, before the dest's effect.
-        before: place it before the branch of the same trigger with this label.
-        after: place it after the branch of the same trigger with this label. With neither, it
-            goes before every existing branch of its trigger that leaves one of its sources (and
-            last when there is none).
-        groups: the `StateGroup` names its sources were written with (``sources`` holds their
-            members, expanded when the spec enters a machine): the branch leaves every member,
-            including states that join the group later, and a diagram draws it once from the
-            group's composite. Write a group's name among ``sources`` rather than setting this.
-    """
-
-    trigger: str
-    sources: tuple[str, ...]
-    dest: str
-    guards: tuple[Guard, ...] = ()
-    label: str = ""
-    action: Action | None = None
-    before: str | None = None
-    after: str | None = None
-    groups: tuple[str, ...] = ()
-
-    @property
-    def name(self) -> str:
-        """The label, or a name made from the guards (or ``trigger->dest``)."""
-        if self.label:
-            return self.label
-        if self.guards:
-            return "_and_".join(getattr(g, "__name__", "guard") for g in self.guards)
-        return f"{self.trigger}->{self.dest}"
-
-
-@dataclass(frozen=True, slots=True)
-class StateGroup:
-    """A named set of states that rows of the table leave from as one source.
-
-    A row whose ``sources`` name the group leaves from each member (the engine fires it from
-    every one; `expand_groups`), and a diagram draws the group as a composite state with that
-    row's edge drawn once from the composite.
-
-    Attributes:
-        name: the group's name, distinct from every state's name (``active``).
-        states: its members, in the order the rows' sources list them.
-        description: what its members share (shown in diagrams' legends and docstrings).
-        joins_added_states: a state added with `LoopMachine.add_state` becomes a member, so the
-            group's rows (``abort``, ``fail``) leave it too.
-    """
-
-    name: str
-    states: tuple[str, ...]
-    description: str = ""
-    joins_added_states: bool = False
-
-
-_S = State
 _BUILTIN: dict[str, State] = {state.value: state for state in State}
-ACTIVE = "active"
-"""The group of states where a run is working: ``abort`` and ``fail`` leave each."""
-ENDED = "ended"
-"""The group of terminal states: a run ended there, and ``start`` begins the next run."""
 
-GROUPS: tuple[StateGroup, ...] = (
-    StateGroup(
-        ACTIVE,
-        (_S.AWAITING_MODEL, _S.EXECUTING_TOOLS, _S.COMPACTING),
-        "a run is working: abort and fail leave each state",
-        joins_added_states=True,
-    ),
-    StateGroup(
-        ENDED, tuple(sorted(TERMINAL_STATES)), "a run ended: start begins the next run from each"
-    ),
-)
-_APPROVAL = (_S.AWAITING_APPROVAL,)
-_T = TransitionSpec
+# -- binding the table's names -----------------------------------------------------------------
 
-STATES: tuple[StateSpec, ...] = (
-    StateSpec(_S.IDLE),
-    StateSpec(_S.AWAITING_MODEL, fx.request_model),
-    StateSpec(_S.EXECUTING_TOOLS, fx.run_tools),
-    StateSpec(_S.AWAITING_APPROVAL, fx.await_decisions, stops_run=True),
-    StateSpec(_S.COMPACTING, cx.compact_context),
-    StateSpec(_S.DONE, fx.settle, terminal=True),
-    StateSpec(_S.ABORTED, fx.settle, terminal=True),
-    StateSpec(_S.MAX_TURNS, fx.settle, terminal=True),
-    StateSpec(_S.FAILED, fx.settle, terminal=True),
-)
-
-# fmt: off
-_TABLE: tuple[TransitionSpec, ...] = (
-    # trigger              sources                dest                 guards                             label             action
-    _T(Trigger.START,          (_S.IDLE, ENDED),        _S.MAX_TURNS,        (usage_limit_before_request,),     "usage_limit",    fx.note_usage_limit),
-    _T(Trigger.START,          (_S.IDLE, ENDED),        _S.MAX_TURNS,        (turns_used_up,),                  "turn_limit",     fx.note_turn_limit_at_start),
-    _T(Trigger.START,          (_S.IDLE, ENDED),        _S.AWAITING_MODEL,   (),                                "start"),
-    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (is_final_turn,),                  "final_answer_at_limit", fx.note_final_turn),
-    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (is_refusal,),                     "refusal",        fx.answer_refused),
-    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (unknown_stop_reason,),            "unknown_stop_reason", fx.answer_unknown_stop_reason),
-    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (final_turn_wanted, usage_limit_on_reply), "final_turn", fx.final_turn_at_usage_limit),
-    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (usage_limit_on_reply,),           "usage_limit",    fx.note_usage_limit),
-    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.COMPACTING,       (cx.context_window_exceeded, cx.compaction_on, cx.turns_left), "context_window_compact", cx.answer_window_cut),
-    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (cx.context_window_exceeded,),     "context_window", cx.note_context_window),
-    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.EXECUTING_TOOLS,  (has_tool_calls,),                 "tool_calls"),
-    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (final_turn_wanted, turn_limit_before_continuing), "final_turn", fx.final_turn_at_turn_limit),
-    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (turn_limit_before_continuing,),   "turn_limit",     fx.note_turn_limit),
-    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (can_continue_pause_turn,),        "pause_turn",     fx.continue_paused),
-    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.MAX_TURNS,        (continuations_exhausted,),        "continuation_limit", fx.note_continuation_limit),
-    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (can_continue_max_tokens,),        "max_tokens",     fx.continue_truncated),
-    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (has_queued_input,),               "queued_input",   fx.deliver_queued),
-    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.AWAITING_MODEL,   (can_retry_output,),               "output_missing", fx.ask_for_output),
-    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.FAILED,           (output_missing,),                 "output_invalid", fx.note_output_invalid),
-    _T(Trigger.MODEL_REPLIED,  (_S.AWAITING_MODEL,),  _S.DONE,             (),                                "final_answer",   fx.note_final_answer),
-    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_APPROVAL,(calls_pending,),                  "deferred"),
-    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.DONE,             (result_ends_run,),                "terminating_result", fx.note_terminating_result),
-    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.FAILED,           (output_retries_exhausted,),       "output_invalid", fx.note_output_invalid),
-    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_MODEL,   (final_turn_wanted, turn_limit_reached), "final_turn", fx.final_turn_at_turn_limit),
-    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.MAX_TURNS,        (turn_limit_reached,),             "turn_limit",     fx.note_turn_limit),
-    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.ABORTED,          (terminate_requested,),            "terminated",     fx.note_terminated),
-    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.FAILED,           (hook_failed,),                    "hook_failed",    fx.note_hook_failed),
-    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_MODEL,   (final_turn_wanted, usage_limit_before_request), "final_turn", fx.final_turn_at_usage_limit),
-    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.MAX_TURNS,        (usage_limit_before_request,),     "usage_limit",    fx.note_usage_limit),
-    _T(Trigger.TOOLS_FINISHED, (_S.EXECUTING_TOOLS,), _S.AWAITING_MODEL,   (),                                "next_turn",      fx.deliver_steering),
-    _T(Trigger.DECIDED,        _APPROVAL,             _S.EXECUTING_TOOLS,  (),                                "decided"),
-    _T(Trigger.COMPACT,        (_S.AWAITING_MODEL,),  _S.COMPACTING,       (cx.compaction_on,),               "compact"),
-    _T(Trigger.COMPACTED,      (_S.COMPACTING,),      _S.AWAITING_MODEL,   (final_turn_wanted, usage_limit_before_request), "final_turn", fx.final_turn_at_usage_limit),
-    _T(Trigger.COMPACTED,      (_S.COMPACTING,),      _S.MAX_TURNS,        (usage_limit_before_request,),     "usage_limit",    fx.note_usage_limit),
-    _T(Trigger.COMPACTED,      (_S.COMPACTING,),      _S.AWAITING_MODEL,   (),                                "compacted"),
-    _T(Trigger.ABORT,          (ACTIVE,),             _S.ABORTED,          (),                                "abort",          fx.note_abort),
-    _T(Trigger.ABORT,          _APPROVAL,             _S.ABORTED,          (),                                "abort_pending",  fx.answer_pending),
-    _T(Trigger.FAIL,           (ACTIVE,),             _S.FAILED,           (),                                "fail"),
-)
-# fmt: on
+_STEPS: dict[str, Callable[..., Any]] = {}
+"""The functions of the built-in effects and actions, by name (`bind_steps`)."""
 
 
-def expand_groups(
-    specs: Iterable[TransitionSpec], groups: Iterable[StateGroup] = GROUPS
-) -> tuple[TransitionSpec, ...]:
-    """``specs`` with each group name among their sources replaced by the group's members (in
-    place, duplicates dropped) and recorded in `TransitionSpec.groups`; other specs unchanged.
+def bind_steps(steps: Mapping[str, Callable[..., Any]]) -> None:
+    """Bind every `EffectName` and `ActionName` to its function (the run layer does, when it is
+    imported). Definitions built later resolve the table's names here.
 
     Raises:
-        MachineDefinitionError: a spec names a group in ``groups`` it was not written with (set
-            by hand: name the group among its sources instead).
+        MachineDefinitionError: a name is missing, unknown, or bound to something not callable.
     """
-    members = {g.name: tuple(map(str, g.states)) for g in groups}
-    out = []
-    for spec in specs:
-        unknown = [g for g in spec.groups if g not in members]
-        if unknown:
-            raise MachineDefinitionError(
-                f"transition {spec.name!r} names unknown group(s) {', '.join(map(repr, unknown))}"
-                f" (the groups: {', '.join(map(repr, members))})"
-            )
-        named = [str(s) for s in spec.sources if str(s) in members]
-        if not named:
-            out.append(spec)
-            continue
-        sources: list[str] = []
-        for source in map(str, spec.sources):
-            for state in members.get(source, (source,)):
-                if state not in sources:
-                    sources.append(state)
-        written = (*spec.groups, *(g for g in named if g not in spec.groups))
-        out.append(replace(spec, sources=_builtin_names(sources), groups=written))
-    return tuple(out)
-
-
-def _builtin_names(names: Iterable[str]) -> tuple[str, ...]:
-    """Names as `State` members where they are built-in states (specs compare equal as written)."""
-    return tuple(_BUILTIN.get(name, name) for name in names)
-
-
-TRANSITIONS: tuple[TransitionSpec, ...] = expand_groups(_TABLE)
-"""The built-in transitions, in the order they are tried (the table with its groups expanded)."""
-
-
-def validate_definition(
-    states: Iterable[StateSpec | State | str],
-    transitions: Iterable[TransitionSpec],
-    initial: str = State.IDLE,
-    groups: Iterable[StateGroup] = GROUPS,
-    *,
-    complete: bool = True,
-) -> None:
-    """Check a machine definition before it is built.
-
-    Args:
-        states: the states (specs, or names of built-in states).
-        transitions: the transitions, groups expanded (`expand_groups`).
-        initial: the state a machine starts in.
-        groups: the definition's `StateGroup` s (default: the built-in `GROUPS`).
-        complete: the definition is whole: also check that every state can be reached and left
-            (False while a user is still adding transitions: see `LoopMachine.add_transition`).
-
-    Raises:
-        MachineDefinitionError: listing every problem: a transition naming an unknown state, a
-            transition into a non-terminal state that has no effect, a transition that can never
-            fire because an earlier unguarded one of the same trigger and source shadows it, a
-            state unreachable from ``initial``, a state with no way out; a group naming an
-            unknown state or named like a state, a transition of a group that does not leave
-            every member of it.
-    """
-    specs_by_name = {str(s.name): s for s in (_as_state_spec(x) for x in states)}
-    specs = list(transitions)
-    initial = str(initial)
-    problems: list[str] = _group_problems(specs_by_name, specs, tuple(groups))
-    edges: dict[str, set[str]] = {name: set() for name in specs_by_name}
-    for spec in specs:
-        for name in map(str, (*spec.sources, spec.dest)):
-            if name not in specs_by_name:
-                problems.append(
-                    f"transition {spec.name!r} ({spec.trigger}) names unknown state {name!r}"
-                )
-        dest = specs_by_name.get(str(spec.dest))
-        if dest is not None and not dest.terminal and dest.effect is None:
-            problems.append(
-                f"transition {spec.name!r} enters {str(spec.dest)!r}, a state with no effect (add "
-                "the state with an effect: an async function of the run returning the next trigger)"
-            )
-        for source in spec.sources:
-            edges.setdefault(str(source), set()).add(str(spec.dest))
-    problems += _shadowing(specs)
-    if not complete:
-        if problems:
-            raise MachineDefinitionError("invalid state machine:\n" + "\n".join(problems))
-        return
-    reached = {initial}
-    frontier = [initial]
-    while frontier:
-        for nxt in edges.get(frontier.pop(), ()):
-            if nxt not in reached:
-                reached.add(nxt)
-                frontier.append(nxt)
+    known = {*map(str, EffectName), *map(str, ActionName)}
+    problems = [f"{name!r} is not a name of the table" for name in steps if name not in known]
+    problems += [f"{name!r} is not bound" for name in sorted(known - set(steps))]
     problems += [
-        f"state {n!r} is unreachable from {initial!r} (add a transition into it)"
-        for n in specs_by_name
-        if n not in reached
-    ]
-    problems += [
-        f"state {n!r} has no way out (no transition leaves it)"
-        for n in specs_by_name
-        if not edges.get(n)
+        f"{name!r} is bound to {f!r}, not a function"
+        for name, f in steps.items()
+        if not callable(f)
     ]
     if problems:
-        raise MachineDefinitionError("invalid state machine:\n" + "\n".join(problems))
+        raise MachineDefinitionError("cannot bind the table's names: " + "; ".join(problems))
+    _STEPS.clear()
+    _STEPS.update(steps)
+    _SHARED.clear()  # built again with these functions
 
 
-def _group_problems(
-    states: dict[str, StateSpec], specs: Sequence[TransitionSpec], groups: tuple[StateGroup, ...]
-) -> list[str]:
-    """What is wrong with the groups: unknown members, a name shared with a state, a spec of a
-    group that does not leave each member (the table's rows are checked against the groups)."""
-    problems = []
-    members = {g.name: [str(m) for m in g.states] for g in groups}
-    for name, states_of in members.items():
-        if name in states:
-            problems.append(f"group {name!r} has the name of a state (rename one of them)")
-        problems += [
-            f"group {name!r} names unknown state {m!r}" for m in states_of if m not in states
-        ]
-    for spec in specs:
-        sources = set(map(str, spec.sources))
-        for group in spec.groups:
-            if group not in members:
-                problems.append(f"transition {spec.name!r} names unknown group {group!r}")
-                continue
-            missing = [m for m in members[group] if m not in sources]
-            if missing:
-                problems.append(
-                    f"transition {spec.name!r} ({spec.trigger}) is a transition of group "
-                    f"{group!r} but does not leave {', '.join(map(repr, missing))}"
-                )
-    return problems
-
-
-def _shadowing(specs: Sequence[TransitionSpec]) -> list[str]:
-    """Branches that can never fire: after an unguarded branch of the same trigger and source."""
-    problems = []
-    first_unguarded: dict[tuple[str, str], TransitionSpec] = {}
-    hidden: dict[tuple[str, str], list[str]] = {}
-    for spec in specs:
-        for source in spec.sources:
-            key = (str(spec.trigger), str(source))
-            if key in first_unguarded:
-                hidden.setdefault(key, []).append(spec.name)
-            elif not spec.guards:
-                first_unguarded[key] = spec
-    for (trigger, source), names in hidden.items():
-        blocker = first_unguarded[(trigger, source)]
+def _bound(value: Callable[..., Any] | str, what: str, problems: list[str]) -> Any:
+    """``value`` itself, or the function its name is bound to (a problem noted when unbound)."""
+    if not isinstance(value, str):
+        return value
+    function = _STEPS.get(value)
+    if function is None:
         problems.append(
-            f"transition {blocker.name!r} ({trigger} from {source!r}) has no guard, so the "
-            f"branches after it can never fire: {', '.join(repr(n) for n in names)} (give it a "
-            "guard, or place it after them with after=...)"
+            f"{what} names {value!r}, which is not bound to a function "
+            + (
+                "(the run layer binds the table's names: import statemachine_agent)"
+                if not _STEPS
+                else f"(the bound names: {', '.join(sorted(_STEPS))})"
+            )
         )
-    return problems
-
-
-def _as_state_spec(state: StateSpec | State | str) -> StateSpec:
-    if isinstance(state, StateSpec):
-        return state
-    builtin = {s.name: s for s in STATES}
-    return builtin.get(str(state), StateSpec(str(state)))
+    return function
 
 
 class _Holder:
@@ -659,34 +121,6 @@ class _Holder:
         self.state = state
 
 
-@dataclass(frozen=True, slots=True)
-class Fired:
-    """A transition that happened (one object per branch and source, made when the definition
-    is built: nothing is allocated per transition)."""
-
-    trigger: str
-    source: State | str
-    dest: State | str
-    label: str
-    spec: TransitionSpec = field(repr=False, compare=False)
-    dest_name: str = field(default="", repr=False, compare=False)
-    action: Action | None = field(default=None, repr=False, compare=False)
-    """The spec's action; a user's is checked (`checked_action`)."""
-
-
-def _fired(trigger: str, source: str, spec: TransitionSpec) -> Fired:
-    dest = str(spec.dest)
-    return Fired(
-        trigger,
-        _BUILTIN.get(source, source),
-        _BUILTIN.get(dest, dest),
-        spec.name,
-        spec,
-        dest,
-        checked_action(spec),
-    )
-
-
 _Callbacks = dict[str, tuple[tuple[Callable[[LoopData], None], ...], tuple[Any, ...]]]
 _Branches = tuple[tuple[tuple[Guard, ...], Fired], ...]
 _Pick = Callable[[LoopData], "Fired | None"]
@@ -694,16 +128,30 @@ _Compiled = dict[tuple[str, str], _Pick]
 
 
 class _Definition:
-    """A validated definition and the `transitions.Machine` built from it, never changed after.
+    """A validated definition, its names bound, and the `transitions.Machine` built from it,
+    never changed after.
 
     Every `LoopMachine` that has not changed the definition shares one (`_shared_definition`):
     `transitions` drives many models on one machine, each agent's `_Holder` being one of them
     (through ``Event.trigger(model, ...)``; holders are not registered with ``add_model``, which
     would bind about thirty convenience methods to each and keep every agent alive in
     ``machine.models``). A change builds a new definition for that `LoopMachine` only.
+
+    Raises:
+        MachineDefinitionError: an effect or action names a function that is not bound.
     """
 
-    __slots__ = ("callbacks", "compiled", "complete", "groups", "machine", "specs", "states")
+    __slots__ = (
+        "callbacks",
+        "checked_callbacks",
+        "compiled",
+        "complete",
+        "effects",
+        "groups",
+        "machine",
+        "specs",
+        "states",
+    )
 
     def __init__(
         self,
@@ -719,6 +167,24 @@ class _Definition:
         self.groups = groups
         self.callbacks: _Callbacks = callbacks or {}
         self.complete = complete  # validated whole (`validate_definition(complete=True)`)
+        problems: list[str] = []
+        self.effects: dict[str, Effect | None] = {
+            name: None if s.effect is None else _bound(s.effect, f"state {name!r}", problems)
+            for name, s in states.items()
+        }
+        for spec in specs:
+            if spec.action is not None:
+                _bound(spec.action, f"transition {spec.name!r} ({spec.trigger})", problems)
+        if problems:
+            raise MachineDefinitionError("invalid state machine:\n" + "\n".join(problems))
+        # Checked once, used by both engines: (exit callbacks, enter callbacks) by state.
+        self.checked_callbacks = {
+            name: (
+                tuple(checked_callback(c, "on_exit", name) for c in exit_),
+                tuple(checked_callback(c, "on_enter", name) for c in enter),
+            )
+            for name, (enter, exit_) in self.callbacks.items()
+        }
         machine = Machine(
             model=None,
             states=[str(name) for name in states],
@@ -733,23 +199,34 @@ class _Definition:
                     str(spec.trigger),
                     str(source),
                     str(spec.dest),
-                    conditions=[_checked_guard(guard, spec) for guard in spec.guards],
+                    conditions=[checked_guard(guard, spec) for guard in spec.guards],
                     after=[note],
                 )
-        for name, (enter, exit_) in self.callbacks.items():
-            for callback in enter:
-                machine.get_state(name).add_callback(
-                    "enter", _checked_callback(callback, "on_enter", name)
-                )
-            for callback in exit_:
-                machine.get_state(name).add_callback(
-                    "exit", _checked_callback(callback, "on_exit", name)
-                )
+        for name, (exits, enters) in self.checked_callbacks.items():
+            for callback in enters:
+                machine.get_state(name).add_callback("enter", callback)
+            for callback in exits:
+                machine.get_state(name).add_callback("exit", callback)
         self.machine = machine
-        self.compiled: _Compiled | None = (
-            None
-            if any(enter or exit_ for enter, exit_ in self.callbacks.values())
-            else _compile(machine)
+        self.compiled: _Compiled | None = _compile(machine, self)
+
+    def fired(self, trigger: str, source: str, spec: TransitionSpec) -> Fired:
+        """The `Fired` of ``spec`` from ``source``, with its callbacks, action and effect bound."""
+        dest = str(spec.dest)
+        state = self.states[dest]
+        exits = self.checked_callbacks.get(source, ((), ()))[0]
+        enters = self.checked_callbacks.get(dest, ((), ()))[1]
+        return Fired(
+            trigger,
+            _BUILTIN.get(source, source),
+            _BUILTIN.get(dest, dest),
+            spec.name,
+            spec,
+            dest,
+            _bound_action(spec),
+            self.effects[dest],
+            state.terminal or state.stops_run,
+            (*exits, *enters),
         )
 
     def changed(
@@ -760,7 +237,12 @@ class _Definition:
         callbacks: _Callbacks | None = None,
         groups: tuple[StateGroup, ...] | None = None,
     ) -> _Definition:
-        """A new definition with the given parts replaced (not validated here)."""
+        """A new definition with the given parts replaced (validated by the caller; its names
+        are bound here).
+
+        Raises:
+            MachineDefinitionError: an effect or action names no bound function.
+        """
         return _Definition(
             self.states if states is None else states,
             self.specs if specs is None else tuple(specs),
@@ -773,7 +255,8 @@ _SHARED: list[_Definition] = []
 
 
 def _shared_definition() -> _Definition:
-    """The built-in definition, built and validated once per process."""
+    """The built-in definition, built and validated once per process (and again after
+    `bind_steps`)."""
     if not _SHARED:
         states = {str(s.name): s for s in STATES}
         validate_definition(states.values(), TRANSITIONS, groups=GROUPS)
@@ -805,7 +288,7 @@ class LoopMachine:
         if extra:
             specs = list(TRANSITIONS)
             for spec in expand_groups(extra, GROUPS):
-                specs = _placed(specs, spec)
+                specs = placed(specs, spec)
             validate_definition(self.states.values(), specs, groups=GROUPS)
             self._definition = self._definition.changed(specs=specs)
             self._definition.complete = True
@@ -852,6 +335,10 @@ class LoopMachine:
             )
             definition.complete = True
 
+    def effect_of(self, state: str) -> Effect | None:
+        """``state``'s effect, bound (None for ``idle``)."""
+        return self._definition.effects[str(state)]
+
     def is_terminal(self, state: str) -> bool:
         """``state`` ends a run."""
         return self._definition.states[state].terminal
@@ -862,17 +349,21 @@ class LoopMachine:
         return spec.terminal or spec.stops_run
 
     def fire(self, trigger: str, data: LoopData) -> Fired:
-        """Run ``trigger`` with the guards reading ``data``.
+        """Run ``trigger`` with the guards reading ``data``: pick the transition, run the
+        source's exit callbacks and the dest's enter callbacks (`on_exit`, `on_enter`), then
+        move to the dest. The caller runs the transition's action and the dest's effect, both
+        bound in the returned `Fired`.
 
-        Without enter/exit callbacks, the transition is picked from a table compiled from the
-        `transitions` machine when it was built (the same branches in the same order, the same
-        guards; the machine's state is set as its own ``trigger`` would): `transitions`'
-        per-trigger bookkeeping and debug logging cost more than the rest of a turn. With
-        callbacks, the library's own ``trigger`` runs them.
+        The transition is picked from a table compiled from the `transitions` machine when the
+        definition was built (the same branches in the same order, the same guards, the same
+        callbacks in the library's order; the machine's state is set as its own ``trigger``
+        would): `transitions`' per-trigger bookkeeping and debug logging cost more than the
+        rest of a turn. One engine runs every definition, with callbacks or without.
 
         Raises:
             MachineDefinitionError: no transition of ``trigger`` leaves the current state, or none of
                 their guards passed (a hole in the definition, i.e. a bug).
+            CallbackFailed: a user's guard or callback raised (the state is unchanged).
         """
         compiled = self._definition.compiled
         if compiled is not None:
@@ -881,6 +372,9 @@ class LoopMachine:
             if pick is not None:
                 fired = pick(data)
                 if fired is not None:
+                    if fired.callbacks:  # exit callbacks, then enter callbacks
+                        for callback in fired.callbacks:
+                            callback(data)
                     self._holder.state = fired.dest_name
                     return fired
                 raise MachineDefinitionError(
@@ -889,7 +383,8 @@ class LoopMachine:
         return self.fire_library(trigger, data)
 
     def fire_library(self, trigger: str, data: LoopData) -> Fired:
-        """`fire` through `transitions`' own ``trigger`` (what the compiled table must equal).
+        """`fire` through `transitions`' own ``trigger`` (the reference the compiled table must
+        equal, callbacks included).
 
         Raises:
             MachineDefinitionError: as `fire`.
@@ -898,7 +393,7 @@ class LoopMachine:
         event = self._definition.machine.events.get(str(trigger))
         if event is None:
             raise MachineDefinitionError(f"unknown trigger {trigger!r}")
-        data._fired = None
+        data.fired = None
         try:
             moved = event.trigger(self._holder, data)
         except MachineError as exc:
@@ -909,12 +404,12 @@ class LoopMachine:
             # A guard or an enter/exit callback raised: the transition did not happen.
             self._holder.state = source
             raise
-        spec, data._fired = data._fired, None
+        spec, data.fired = data.fired, None
         if not moved or spec is None:
             raise MachineDefinitionError(
                 f"no guard of trigger {trigger!r} passed in state {source!r}"
             )
-        return _fired(str(trigger), source, spec)
+        return self._definition.fired(str(trigger), source, spec)
 
     def add_state(self, name: str, effect: Effect) -> None:
         """Add a non-terminal state whose ``effect`` (an async function of the `Run` returning
@@ -967,7 +462,7 @@ class LoopMachine:
                 machine is unchanged.
         """
         groups = self._definition.groups
-        specs = _placed(self.specs, expand_groups((spec,), groups)[0])
+        specs = placed(self.specs, expand_groups((spec,), groups)[0])
         validate_definition(self.states.values(), specs, groups=groups, complete=False)
         self._definition = self._definition.changed(specs=specs)
 
@@ -1020,74 +515,32 @@ class LoopMachine:
         return list(enter), list(exit_)
 
 
-class CallbackFailed(Exception):
-    """A user's guard, transition action or enter/exit callback raised: the run ends ``failed``
-    with this text (naming it and the exception) as its error, as for a raising hook."""
-
-
-_OWN_CALLABLES = frozenset(
-    [*(g for s in TRANSITIONS for g in s.guards), *(s.action for s in TRANSITIONS if s.action)]
-)
-"""The built-in guards and actions: a bug in one propagates (as from an effect); a user's is
-checked (`CallbackFailed`)."""
-
-
-def _where(function: Callable[..., Any]) -> str:
-    return str(getattr(function, "__qualname__", None) or getattr(function, "__name__", function))
-
-
-def _checked(function: Callable[..., Any], where: str) -> Callable[..., Any]:
-    """``function`` raising `CallbackFailed` for an exception, noting ``where`` an interrupt
-    came from (on the `LoopData` or `Run` it gets, for `record_interrupt`)."""
-
-    def checked(arg: Any, *args: Any) -> Any:
-        try:
-            return function(arg, *args)
-        except Exception as exc:
-            raise CallbackFailed(f"The {where} failed: {type(exc).__name__}: {exc}") from exc
-        except INTERRUPTS:
-            data = getattr(arg, "data", arg)  # a guard's LoopData, an action's Run
-            if isinstance(data, LoopData):
-                data._raised_in = f"the {where}"
-            raise
-
-    checked.__name__ = getattr(function, "__name__", "checked")
-    checked.__qualname__ = _where(function)
-    return checked
-
-
-def _checked_guard(guard: Guard, spec: TransitionSpec) -> Guard:
-    if guard in _OWN_CALLABLES:
-        return guard
-    where = f"guard {_where(guard)!r} of transition {spec.name!r} ({spec.trigger})"
-    return _checked(guard, where)
-
-
-def checked_action(spec: TransitionSpec) -> Action | None:
-    """``spec``'s action, checked as a guard is when it is a user's (`CallbackFailed`)."""
+def _bound_action(spec: TransitionSpec) -> Action | None:
+    """``spec``'s action: a name's bound function, or a user's function checked as a guard is
+    (`CallbackFailed`)."""
     action = spec.action
-    if action is None or action in _OWN_CALLABLES:
+    if action is None:
+        return None
+    if isinstance(action, str):
+        return cast(Action, _STEPS[action])
+    if action in _STEPS.values():
         return action
-    return _checked(
-        action, f"action {_where(action)!r} of transition {spec.name!r} ({spec.trigger})"
+    return checked(
+        action, f"action {callable_name(action)!r} of transition {spec.name!r} ({spec.trigger})"
     )
-
-
-def _checked_callback(callback: Any, which: str, state: str) -> Any:
-    return _checked(callback, f"{which} callback {_where(callback)!r} of state {state!r}")
 
 
 def _noter(spec: TransitionSpec) -> Callable[..., None]:
     """The ``after`` callback that tells `LoopMachine.fire_library` which spec fired."""
 
     def note(data: LoopData, *_args: Any) -> None:
-        data._fired = spec
+        data.fired = spec
 
     note.spec = spec  # type: ignore[attr-defined]  # read by `_compile`
     return note
 
 
-def _compile(machine: Machine) -> _Compiled | None:
+def _compile(machine: Machine, definition: _Definition) -> _Compiled | None:
     """The branches of each (trigger, source) in `transitions`' order: each one's guards (its
     conditions, all of which must be true) and the `Fired` it returns; None when a branch has a
     shape the table does not model (then the library's own trigger runs)."""
@@ -1101,7 +554,7 @@ def _compile(machine: Machine) -> _Compiled | None:
                 spec = next(f.spec for f in transition.after if hasattr(f, "spec"))
                 assert str(spec.dest) == str(transition.dest)
                 guards = tuple(cast(Guard, c.func) for c in transition.conditions)
-                branches.append((guards, _fired(trigger, source, spec)))
+                branches.append((guards, definition.fired(trigger, source, spec)))
     return {key: _picker(tuple(branches)) for key, branches in table.items()}
 
 
@@ -1126,29 +579,3 @@ def _picker(branches: _Branches) -> _Pick:
         lines.append("    return None")
     exec("\n".join(lines), namespace)
     return cast(_Pick, namespace["pick"])
-
-
-def _placed(specs: list[TransitionSpec], spec: TransitionSpec) -> list[TransitionSpec]:
-    """``specs`` with ``spec`` inserted where its ``before``/``after`` say (see `add_transition`).
-
-    Raises:
-        MachineDefinitionError: ``before``/``after`` names no branch of the trigger, or both given.
-    """
-    if spec.before and spec.after:
-        raise MachineDefinitionError(f"transition {spec.name!r}: give before= or after=, not both")
-    same = [i for i, s in enumerate(specs) if s.trigger == spec.trigger]
-    anchor = spec.before or spec.after
-    if anchor is None:
-        sources = set(map(str, spec.sources))
-        rivals = [i for i in same if sources & set(map(str, specs[i].sources))]
-        index = rivals[0] if rivals else len(specs)
-    else:
-        matches = [i for i in same if specs[i].name == anchor]
-        if not matches:
-            labels = ", ".join(repr(specs[i].name) for i in same) or "none"
-            raise MachineDefinitionError(
-                f"transition {spec.name!r}: no {spec.trigger!r} branch is labelled {anchor!r} "
-                f"(its branches: {labels})"
-            )
-        index = matches[0] if spec.before else matches[-1] + 1
-    return [*specs[:index], spec, *specs[index:]]

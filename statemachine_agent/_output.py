@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from ._errors import UsageError
 from ._messages import AssistantMessage, Message, ToolResultMessage
+from ._result import answer_text
 from ._tools import Tool, ToolResult
 
 OUTPUT_TOOL_NAME = "final_result"
@@ -85,3 +86,23 @@ def last_output_error(messages: Sequence[Message]) -> str:
                 text = text[:TEXT_QUOTE_CHARS] + "..."
             return f"the last answer was text, not a {OUTPUT_TOOL_NAME} call: {text!r}"
     return "no attempt is in the history"
+
+
+def final_output(
+    new: Sequence[Message], output_type: type[BaseModel] | None, final_text: str | None
+) -> Any:
+    """What a run that ended ``done`` returns as its output: the validated final result of the
+    ``output_type`` (from the last successful final result tool's details in ``new``, the
+    run's messages), or without one the text answer (``final_text`` when a result ended the
+    run, else the last answer's text)."""
+    if output_type is None:
+        return final_text if final_text is not None else answer_text(new)
+    for message in reversed(new):
+        if (
+            isinstance(message, ToolResultMessage)
+            and message.tool_name == OUTPUT_TOOL_NAME
+            and not message.is_error
+            and message.details is not None
+        ):
+            return output_type.model_validate(message.details)
+    return None

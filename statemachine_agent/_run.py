@@ -10,17 +10,18 @@ decided here. A bug escaping an effect, or a cancelled task, still ends the run 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ._accounting import ContextUsage
+from ._bindings import BUILTIN_STEPS
 from ._bus import EventBus
-from ._cancel import AbortSignal, is_run_cancellation
-from ._compacting import CONTINUE_AFTER_WINDOW, context_window, overflowed
-from ._context import project
+from ._cancel import AbortSignal, is_run_cancellation, takes_signal
+from ._compacting import context_window, overflowed
+from ._context import dropped_by_projection, project
+from ._continuing import continuation_of, continue_refusal
 from ._conversation import Conversation
 from ._effects import answer_pending, request_model
 from ._errors import InvalidHistoryError, MachineDefinitionError
@@ -38,9 +39,8 @@ from ._events import (
 from ._execution import BatchRun, resolve
 from ._hooks import INTERRUPTS, record_interrupt
 from ._limits import FINAL_TURN_PROMPT, LimitHit, RunCounts
-from ._machine import CallbackFailed, Fired, LoopData, LoopMachine, TransitionSpec
+from ._machine import CallbackFailed, Fired, LoopData, LoopMachine, TransitionSpec, bind_steps
 from ._messages import (
-    CONTINUE_PROMPT,
     NO_USAGE,
     AssistantMessage,
     Message,
@@ -51,7 +51,7 @@ from ._messages import (
     UserMessage,
     text_result,
 )
-from ._output import OUTPUT_TOOL_NAME
+from ._output import final_output
 from ._protocol import (
     INCOMPLETE_STOP_REASONS,
     NO_RESULT,
@@ -60,10 +60,15 @@ from ._protocol import (
     find_violations,
 )
 from ._responses import RequestAborted, RequestFailed, request_response
-from ._result import RunResult, answer_text
+from ._result import RunResult
 from ._settings import RunSettings
 from ._states import State, Trigger
-from .models._base import ModelRequest, without_tool_choice
+from ._tools import Tool
+from .models._base import ModelRequest, ToolDefinition, without_tool_choice
+
+__all__ = ["Run", "continuation_of", "continue_refusal"]
+
+bind_steps(BUILTIN_STEPS)  # the table names its effects and actions; here they get their functions
 
 
 class Run:
@@ -138,15 +143,13 @@ class Run:
         # The provider's "prompt is too long" message that led to the pending compaction.
         self.overflow: str | None = None
         context_hook = settings.transform_context
-        self._context_takes_signal = context_hook is not None and _takes_signal(context_hook)
+        self._context_takes_signal = context_hook is not None and takes_signal(context_hook)
 
     @property
     def counts(self) -> RunCounts:
         """What the run has counted toward its limits so far (a continued run goes on from it)."""
         data = self.data
         return RunCounts(data.turns, data.requests, data.tool_calls, data.usage)
-
-    # -- history and events -------------------------------------------------------------------
 
     @property
     def messages(self) -> list[Message]:
@@ -163,13 +166,7 @@ class Run:
         """Tokens of this run's responses (and of a summarizer's requests), summed when read."""
         parts = self._usage_parts
         if parts:
-            parts.append(self._usage)
-            self._usage = Usage(
-                input_tokens=sum(u.input_tokens for u in parts),
-                output_tokens=sum(u.output_tokens for u in parts),
-                cache_write_tokens=sum(u.cache_write_tokens for u in parts),
-                cache_read_tokens=sum(u.cache_read_tokens for u in parts),
-            )
+            self._usage = sum(parts, self._usage)
             parts.clear()
         return self._usage
 
@@ -312,8 +309,8 @@ class Run:
             if fired.action is not None:
                 fired.action(self)
         except INTERRUPTS as exc:
-            if data._raised_in is not None:  # a user's guard, action or callback
-                record_interrupt(self.signal, exc, data._raised_in)
+            if data.raised_in is not None:  # a user's guard, action or callback
+                record_interrupt(self.signal, exc, data.raised_in)
             raise
         return fired
 
@@ -356,12 +353,12 @@ class Run:
             trigger: str | None = first
             while trigger is not None:
                 fired = self.fire(trigger)
-                state = self.machine._definition.states[fired.dest]
-                assert state.effect is not None  # validated: only idle has none
-                trigger = await state.effect(self)
-                if trigger is None and not (state.terminal or state.stops_run):
+                effect = fired.effect
+                assert effect is not None  # validated: only idle has none
+                trigger = await effect(self)
+                if trigger is None and not fired.stops:
                     raise MachineDefinitionError(
-                        f"the effect of state {state.name!r} returned no trigger"
+                        f"the effect of state {str(fired.dest)!r} returned no trigger"
                     )
         except asyncio.CancelledError:
             await self._end_after_exception("the task running the agent was cancelled", "abort")
@@ -369,7 +366,7 @@ class Run:
         except CallbackFailed as exc:  # an expected ending: a result, as for a raising hook
             return await self._end_after_exception(str(exc), "fail", forced=True)
         except INTERRUPTS as exc:  # KeyboardInterrupt or SystemExit: the process is stopping
-            forced = self.data._raised_in is not None
+            forced = self.data.raised_in is not None
             await self._end_after_exception(type(exc).__name__, "abort", forced=forced)
             raise
         except BaseException as exc:
@@ -404,7 +401,7 @@ class Run:
                 fired: Fired | None = self.fire(trigger)
             except (MachineDefinitionError, CallbackFailed):
                 fired = self._forced_end(trigger) if forced else None  # else: still idle
-            effect = None if fired is None else self.machine.states[fired.dest].effect
+            effect = None if fired is None else self.machine.effect_of(fired.dest)
             if effect is not None:
                 await effect(self)
         self.close_turn()
@@ -436,6 +433,7 @@ class Run:
             refusal = dict(last.stop_details or {})
         state = self.machine.state
         pending = self.conversation.held
+        output_type = self.settings.output_type
         return RunResult(
             state=state if isinstance(state, State) else State.FAILED,
             pending=() if pending is None else tuple(pending.calls),
@@ -448,7 +446,7 @@ class Run:
             refusal=refusal,
             final_text=self.final_text,
             run_id=self.id,
-            output=self._output(state, new),
+            output=None if state != State.DONE else final_output(new, output_type, self.final_text),
             counts=self.counts,
             limit_exceeded=self.limit_exceeded(),
         )
@@ -458,34 +456,43 @@ class Run:
         limits = self.settings.limits
         return None if limits is None else limits.token_hit(self.data.usage)
 
-    def _output(self, state: State | str, new: list[Message]) -> Any:
-        """The validated final result (``output_type``), or the text answer, once ``done``."""
-        if state != State.DONE:
-            return None
-        output_type = self.settings.output_type
-        if output_type is None:
-            return self.final_text if self.final_text is not None else answer_text(new)
-        for message in reversed(new):
-            if (
-                isinstance(message, ToolResultMessage)
-                and message.tool_name == OUTPUT_TOOL_NAME
-                and not message.is_error
-                and message.details is not None
-            ):
-                return output_type.model_validate(message.details)
-        return None
-
     # -- model requests -----------------------------------------------------------------------
+
+    @property
+    def tools(self) -> dict[str, Tool]:
+        """The tools this run executes by name: the settings' own, and with tool sources the
+        agent's current `ToolTable` (as last listed before a model request)."""
+        table = self.settings.tool_table
+        return self.settings.tools if table is None else table.tools
+
+    @property
+    def tool_definitions(self) -> list[ToolDefinition]:
+        """The tools as the model sees them (see `tools`), in declaration order."""
+        table = self.settings.tool_table
+        return self.settings.tool_definitions if table is None else table.definitions
 
     async def request_model(self) -> str:
         """Do what ``awaiting_model`` does (for a user's state): send the history and take the
         response. Returns the trigger to fire: ``model_replied``, ``abort`` or ``fail``."""
         return await request_model(self)
 
+    async def refresh_tools(self) -> str | None:
+        """List the tool sources' tools (MCP servers) before each request and before decided
+        calls run; None, or ``fail`` (naming the source) when they cannot be listed."""
+        if (table := self.settings.tool_table) is not None:
+            try:
+                await table.refresh()
+            except Exception as exc:
+                return self.fail(f"The tools could not be listed: {type(exc).__name__}: {exc}")
+        return None
+
     async def request(self) -> AssistantMessage | str:
         """Build and send one request (with the engine's retries). Returns the response, or the
         trigger to fire instead (``abort``, ``fail``) with the history and error recorded."""
         self.answer_open_calls()
+        failed = await self.refresh_tools()
+        if failed is not None:
+            return failed
         try:
             request = await self._build_request()
         except InvalidHistoryError as exc:
@@ -500,7 +507,7 @@ class Run:
         except INTERRUPTS as exc:
             record_interrupt(self.signal, exc, "the transform_context hook")
             raise  # the run ends aborted (`drive`), then it propagates
-        if self.signal._aborted:  # aborted while the request was built: do not send it
+        if self.signal.aborted:  # aborted while the request was built: do not send it
             return Trigger.ABORT
         if not self.data.winding_down:  # the final turn does not count against the limits
             self.data.requests += 1
@@ -542,7 +549,7 @@ class Run:
         settings = self.settings
         return self.batch_class(
             calls,
-            settings.tools,
+            self.tools,
             mode=settings.tool_execution,
             signal=self.signal,
             abort_grace_seconds=settings.abort_grace_seconds,
@@ -566,7 +573,7 @@ class Run:
             projected = project(messages)
             problems = find_violations(projected, request=True)
             if problems:
-                raise InvalidHistoryError([*_dropped_by_projection(messages, projected), *problems])
+                raise InvalidHistoryError([*dropped_by_projection(messages, projected), *problems])
         else:
             conversation = self.conversation
             projected = conversation.projector.project(conversation.messages, conversation.appended)
@@ -576,10 +583,8 @@ class Run:
             )
             system = instruction if not config.system else f"{config.system}\n\n{instruction}"
             settings = {**config.model_settings, "tool_choice": {"type": "none"}}
-            return ModelRequest(projected, system, config.tool_definitions, settings)
-        return ModelRequest(
-            projected, config.system, config.tool_definitions, config.model_settings
-        )
+            return ModelRequest(projected, system, self.tool_definitions, settings)
+        return ModelRequest(projected, config.system, self.tool_definitions, config.model_settings)
 
     def fail(self, error: str) -> str:
         """Record a failed request (an error message in the history); returns ``fail``."""
@@ -588,70 +593,8 @@ class Run:
         return Trigger.FAIL
 
 
-def _takes_signal(hook: object) -> bool:
-    """``transform_context`` takes a second positional parameter (the run's abort signal)."""
-    try:
-        parameters = list(inspect.signature(hook).parameters.values())  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
-    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
-        return True
-    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 2
+if TYPE_CHECKING:
+    from ._run_protocol import RunLike
 
-
-def _dropped_by_projection(returned: Sequence[Message], projected: Sequence[Message]) -> list[str]:
-    """What the projection of the ``transform_context`` hook's output dropped that made the
-    request invalid: tool results whose calls are not in the output (each result must follow
-    the assistant message holding its call). Empty when it dropped none."""
-    kept = {c.id for m in projected if isinstance(m, AssistantMessage) for c in m.tool_calls}
-    orphans = [
-        m.tool_call_id
-        for m in returned
-        if isinstance(m, ToolResultMessage) and m.tool_call_id not in kept
-    ]
-    if not orphans:
-        return []
-    only = "only " if len(orphans) == len(returned) else ""
-    return [
-        f"the transform_context hook returned {only}{len(orphans)} tool result(s) whose calls "
-        f"were missing ({', '.join(orphans)}), dropped from the request: keep each tool result "
-        "with the assistant message holding its call, after a user message"
-    ]
-
-
-def continuation_of(messages: Sequence[Message]) -> UserMessage | None:
-    """The user message that continues a history ending with a response cut by the output
-    token limit or the context window (no tool call), or None when it does not end so."""
-    last = messages[-1] if messages else None
-    if not isinstance(last, AssistantMessage) or last.tool_calls:
-        return None
-    if last.stop_reason == StopReason.MAX_TOKENS:
-        return UserMessage(CONTINUE_PROMPT)
-    if last.stop_reason == StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED:
-        return UserMessage(CONTINUE_AFTER_WINDOW)
-    return None
-
-
-def continue_refusal(messages: Sequence[Message]) -> str | None:
-    """Why a run without a prompt (and with no queued input or decisions) has nothing to
-    continue from ``messages``, or None when it can continue: the rule `Agent.run` applies
-    (also checked by the CLI before it opens a session log, so a refusal changes no file).
-
-    Args:
-        messages: the history, as a resumed agent would start from it.
-
-    Returns:
-        The `UsageError` message, or None.
-    """
-    last = messages[-1] if messages else None
-    if last is None:
-        return "nothing to continue: the history is empty; pass a prompt"
-    if (
-        isinstance(last, AssistantMessage)
-        and last.stop_reason not in (StopReason.ABORTED, StopReason.ERROR, StopReason.PAUSE_TURN)
-        and not last.tool_calls
-        and continuation_of(messages) is None  # a cut answer is continued
-    ):
-        return "nothing to continue: the history ends with the model's answer; pass a prompt"
-    return None
+    def _run_is_runlike(run: Run) -> RunLike:
+        return run  # mypy checks that `Run` has everything the effects use of a run

@@ -7,12 +7,13 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
-from ._compacting import Compaction
+from ._compaction_config import Compaction
 from ._execution import ToolExecution
+from ._guards import MaxTokensPolicy
 from ._hooks import AfterToolCall, BeforeToolCall, ShouldContinue, TransformContext
 from ._limits import UsageLimits
-from ._machine import MaxTokensPolicy
 from ._messages import Message
+from ._sources import ToolTable
 from ._tools import Tool
 from .models._base import Model, ToolDefinition
 
@@ -36,12 +37,16 @@ class RunSettings:
     Attributes:
         max_turns: the turn cap of this run (``run(max_turns=N)`` when given, else the agent's).
         tool_definitions: the tools as the model sees them, in declaration order.
+        tool_table: with tool sources (MCP servers), the agent's `ToolTable`: the run lists
+            the sources' tools into it before each request and reads its tools instead of
+            ``tools`` and ``tool_definitions``; None without sources.
         session: where a compaction inside the run records the new history, or None.
     """
 
     model: Model
     tools: dict[str, Tool]
     tool_definitions: list[ToolDefinition]
+    tool_table: ToolTable | None
     system: str | None
     max_turns: int
     tool_execution: ToolExecution

@@ -12,19 +12,14 @@ awaited or consumed on the event loop.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import contextvars
 import functools
 import inspect
 import keyword
 import re
-import threading
 import types
-from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_type_hints, overload
+from typing import Any, get_type_hints, overload
 
 import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
@@ -32,16 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from ._cancel import AbortSignal
 from ._errors import ToolDefinitionError
 from ._messages import ImageBlock, TextBlock
+from ._tool_calls import ToolKind, in_thread, kind_of, last_of, no_progress, settled
 
 _NAME_RE = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # the providers' rule for a tool name
-
-# Sync tools get their own pool: asyncio's default one has min(32, cpus + 4) workers (6 on two
-# cores), which would silently serialise a larger parallel batch of blocking tools. Threads are
-# started only as needed.
-SYNC_TOOL_WORKERS = 64
-_sync_tool_pool = ThreadPoolExecutor(
-    SYNC_TOOL_WORKERS, thread_name_prefix="statemachine-agent-tool"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +128,7 @@ class Tool:
     is_async: bool = field(init=False)
     needs_context: bool = field(init=False)
     input_schema: dict[str, Any] = field(init=False)
-    _kind: _Kind = field(init=False, repr=False)
+    _kind: ToolKind = field(init=False, repr=False)
     _field_names: tuple[str, ...] = field(init=False, repr=False)
     _keywords: tuple[str, ...] = field(init=False, repr=False)
     _renamed: bool = field(init=False, repr=False)
@@ -152,7 +140,7 @@ class Tool:
             )
         if self.step_retries < 0:
             raise ToolDefinitionError(f"tool {self.name!r}: step_retries must be 0 or more")
-        self._kind = _kind_of(self.function)
+        self._kind = kind_of(self.function)
         # Called on the event loop (a coroutine or async generator function); else in a thread.
         self.is_async = self._kind != "sync"
         # A `ToolContext` is made for the call when the function takes one, or when what it
@@ -223,132 +211,12 @@ class Tool:
             args = tuple(kwargs.pop(name) for name in self.positional_only)
         if self._kind == "async":
             return self.function(*args, **kwargs)  # type: ignore[no-any-return]
-        progress = _no_progress if ctx is None else ctx.progress
+        progress = no_progress if ctx is None else ctx.progress
         if self._kind == "async_generator":
-            return _last_of(self.function(*args, **kwargs), progress)
+            return last_of(self.function(*args, **kwargs), progress)
         if self.run_in_thread:
-            return _in_thread(functools.partial(self.function, *args, **kwargs), progress)
-        return _settled(self.function(*args, **kwargs), progress)
-
-
-_Kind = Literal["async", "async_generator", "sync"]
-
-
-def _kind_of(function: ToolFunction) -> _Kind:
-    """How a function is called: on the loop and awaited, on the loop and iterated, or as a
-    sync function (what it returns is settled at run time)."""
-    candidates: list[Any] = [function]
-    if not inspect.isroutine(function) and not isinstance(function, type | functools.partial):
-        candidates.append(getattr(type(function), "__call__", None))  # noqa: B004
-    if any(inspect.iscoroutinefunction(c) for c in candidates):
-        return "async"
-    if any(inspect.isasyncgenfunction(c) for c in candidates):
-        return "async_generator"
-    return "sync"
-
-
-def _no_progress(update: Any) -> None:
-    """Progress of a call made without a `ToolContext` goes nowhere."""
-
-
-async def _settled(value: Any, progress: Callable[[Any], None]) -> Any:
-    """What a tool returned, settled on the event loop: an awaitable (a sync wrapper of a
-    coroutine function) awaited, a generator or async generator consumed."""
-    if inspect.isawaitable(value):
-        value = await value
-    if inspect.isasyncgen(value):
-        return await _last_of(value, progress)
-    if inspect.isgenerator(value):  # a sync tool run on the loop (``run_in_thread=False``)
-        return _drain(value, progress, None)
-    return value
-
-
-async def _last_of(values: AsyncGenerator[Any, Any], progress: Callable[[Any], None]) -> Any:
-    """Consume an async generator: each value a progress update; returns the last (or None)."""
-    last = None
-    async with contextlib.aclosing(values):
-        async for last in values:
-            progress(last)
-    return last
-
-
-def _drain(
-    values: Generator[Any, Any, Any],
-    progress: Callable[[Any], None],
-    handoff: _Handoff | None,
-) -> Any:
-    """Consume a generator: each value a progress update; returns its ``return`` value when not
-    None, else the last value. Stops (closing it) at the next value once ``handoff`` is stopped."""
-    last = None
-    with contextlib.closing(values):
-        while handoff is None or not handoff.stopped:
-            try:
-                last = next(values)
-            except StopIteration as end:
-                return last if end.value is None else end.value
-            progress(last)
-    return None
-
-
-class _Handoff:
-    """What a worker thread hands to the loop, and the loop's word that it stopped waiting.
-
-    A coroutine the thread made after the wait was cancelled would never be awaited: whichever
-    side comes second closes it (under a lock), so it is never left unawaited."""
-
-    __slots__ = ("_lock", "_value", "stopped")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.stopped = False
-        self._value: Any = None
-
-    def give(self, value: Any) -> Any:
-        with self._lock:
-            if not self.stopped:
-                self._value = value
-                return value
-        _discard(value)
-        return None
-
-    def stop(self) -> None:
-        with self._lock:
-            self.stopped = True
-            value, self._value = self._value, None
-        _discard(value)
-
-
-def _discard(value: Any) -> None:
-    """Close a coroutine or generator nobody will await or consume."""
-    if inspect.iscoroutine(value) or inspect.isgenerator(value):
-        value.close()
-
-
-def _thread_body(parts: list[Any], handoff: _Handoff) -> Any:
-    run, progress = parts
-    value = run()
-    if inspect.isgenerator(value):  # consumed here, in the worker thread
-        value = _drain(value, progress, handoff)
-    return handoff.give(value)
-
-
-async def _in_thread(run: Callable[[], Any], progress: Callable[[Any], None]) -> Any:
-    """Run a sync function in the tool pool; settle what it returned on the loop.
-
-    The thread gets the function and the progress callback (which holds the call's context,
-    and through it the run) in a list emptied once the thread is done with them: the pool's
-    work item may outlive the result by a moment, and must not keep a finished run (and its
-    agent and session log) alive."""
-    handoff = _Handoff()
-    parts: list[Any] = [run, progress]
-    job = functools.partial(contextvars.copy_context().run, _thread_body, parts, handoff)
-    try:
-        value = await asyncio.get_running_loop().run_in_executor(_sync_tool_pool, job)
-    except asyncio.CancelledError:
-        handoff.stop()  # the thread stops a generator at its next value
-        raise
-    parts.clear()  # the thread has returned: nothing of the run stays with the pool
-    return await _settled(value, progress)
+            return in_thread(functools.partial(self.function, *args, **kwargs), progress)
+        return settled(self.function(*args, **kwargs), progress)
 
 
 class _ArgsBase(BaseModel):

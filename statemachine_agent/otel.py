@@ -81,7 +81,7 @@ from ._execution import awaits_decision
 from ._hooks import PendingCall
 from ._messages import AssistantMessage, Usage
 from ._states import State
-from .session import PausedSpan, SessionTrace
+from .session import PausedSpan, SessionLog, SessionTrace
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -156,7 +156,7 @@ class Instrumentation:
         self._agent = agent
         self._content = include_content
         self._runs: dict[str, _RunSpans] = {}
-        log = agent.session
+        log = _log_of(agent)
         recorded = None if log is None else log.trace
         if conversation_id is None and recorded is not None:
             conversation_id = recorded.conversation_id
@@ -394,7 +394,7 @@ class Instrumentation:
         """Record in the agent's session log, if it has one, the conversation id and the span
         of a run that stopped with ``pending`` calls: a ``trace`` line when the run paused, or
         when the log does not hold this conversation id yet."""
-        log = self._agent.session
+        log = _log_of(self._agent)
         if log is None:
             return
         paused = None
@@ -496,3 +496,9 @@ def _json(items: list[Any]) -> str:
         dump = getattr(item, "model_dump", None)
         out.append(dump(mode="json", exclude_none=True) if dump is not None else item)
     return json.dumps(out, default=str)
+
+
+def _log_of(agent: Agent) -> SessionLog | None:
+    """The agent's session log (`Agent.session` is typed by the core's seam, not as the class)."""
+    log = agent.session
+    return log if isinstance(log, SessionLog) else None

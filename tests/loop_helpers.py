@@ -1,6 +1,7 @@
 """Helpers the test modules import (``from loop_helpers import ...``): a pair of file tools with a
 policy that defers writes, the script that pauses a run on such a write, pydantic's own error
-text, the tool results of a history."""
+text, the tool results and the roles of a history, the result of a call an abort kept from
+starting."""
 
 from __future__ import annotations
 
@@ -56,6 +57,15 @@ def pydantic_message(kind: Any, value: Any) -> str:
     except ValidationError as exc:
         return str(exc.errors()[0]["msg"])
     raise AssertionError(f"{value!r} is a valid {kind}")
+
+
+NOT_RUN = "Not run: the run was aborted before this call started."
+"""The result of a call an abort kept from starting."""
+
+
+def roles(messages: list[Any]) -> list[str]:
+    """The role of each message, in order."""
+    return [m.role for m in messages]
 
 
 def results_of(messages: list[Any]) -> list[ToolResultMessage]:

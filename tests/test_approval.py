@@ -44,7 +44,7 @@ def case1_script(final: str = "All three done.") -> list[dict[str, Any]]:
     ]
 
 
-def test_case1_deferred_call_waits_then_runs_once_approved() -> None:
+def test_deferred_call_waits_then_runs_once_approved() -> None:
     log: list[str] = []
     model = ScriptedModel(case1_script())
     agent = Agent(model, tools=make_tools(log), before_tool_call=review_writes)
@@ -121,7 +121,7 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_case2_another_process_denies(tmp_path: Path) -> None:
+def test_another_process_denies(tmp_path: Path) -> None:
     log_path, side = tmp_path / "run.jsonl", tmp_path / "side.txt"
     child = tmp_path / "child.py"
     child.write_text(CHILD)
@@ -185,7 +185,7 @@ def test_check_accepts_a_log_that_ends_awaiting_approval(tmp_path: Path) -> None
     assert read_session(path).repairs == []
 
 
-def test_case3_deciding_one_call_at_a_time_with_edited_arguments() -> None:
+def test_deciding_one_call_at_a_time_with_edited_arguments() -> None:
     log: list[str] = []
     script = [
         tool_response(
@@ -210,7 +210,7 @@ def test_case3_deciding_one_call_at_a_time_with_edited_arguments() -> None:
     assert_valid_history(agent.messages)
 
 
-def test_case4_a_prompt_while_pending_is_refused() -> None:
+def test_a_prompt_while_pending_is_refused() -> None:
     agent = Agent(
         ScriptedModel(case1_script()), tools=make_tools([]), before_tool_call=review_writes
     )
@@ -226,7 +226,7 @@ def test_case4_a_prompt_while_pending_is_refused() -> None:
     assert [c.id for c in agent.pending] == ["w_b"]
 
 
-def test_case5_abort_while_pending() -> None:
+def test_abort_while_pending() -> None:
     log: list[str] = []
     model = ScriptedModel([*case1_script(), text_response("Fresh answer.")])
     agent = Agent(model, tools=make_tools(log), before_tool_call=review_writes)
@@ -312,7 +312,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_case6_cli_stops_awaiting_approval_and_approve_continues(tmp_path: Path) -> None:
+def test_cli_stops_awaiting_approval_and_approve_continues(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     session = tmp_path / "run.jsonl"
@@ -350,7 +350,7 @@ def test_case6_cli_stops_awaiting_approval_and_approve_continues(tmp_path: Path)
     assert problems == []
 
 
-def test_case6_json_lists_the_pending_calls(tmp_path: Path) -> None:
+def test_json_lists_the_pending_calls(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     steps = [
@@ -448,7 +448,7 @@ def test_abort_while_pending_is_a_whole_run_in_events_and_in_the_log(tmp_path: P
     assert problems == []
 
 
-def test_case6_approve_all_decides_every_pending_call(tmp_path: Path) -> None:
+def test_approve_all_decides_every_pending_call(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     session = tmp_path / "run.jsonl"

@@ -53,7 +53,7 @@ def lookup(q: str) -> str:
 # -- case 1: a context-window stop is its own outcome ------------------------------------------
 
 
-async def test_case1_context_window_stop_keeps_text_and_ends_with_an_error() -> None:
+async def test_context_window_stop_keeps_text_and_ends_with_an_error() -> None:
     model = ScriptedModel([text_response(CUT_TEXT, stop_reason=WINDOW_STOP)])
     agent = Agent(model)
     result = await agent.run("write the report")
@@ -65,9 +65,7 @@ async def test_case1_context_window_stop_keeps_text_and_ends_with_an_error() -> 
     assert result.state != State.FAILED
 
 
-async def test_case1_cut_trailing_tool_call_never_runs_and_is_answered_as_cut_by_the_window() -> (
-    None
-):
+async def test_cut_trailing_tool_call_never_runs_and_is_answered_as_cut_by_the_window() -> None:
     ran: list[str] = []
 
     def record(q: str) -> str:
@@ -99,7 +97,7 @@ async def test_case1_cut_trailing_tool_call_never_runs_and_is_answered_as_cut_by
 # -- case 2: the same with compaction on -------------------------------------------------------
 
 
-async def test_case2_context_window_stop_with_compaction_compacts_and_continues() -> None:
+async def test_context_window_stop_with_compaction_compacts_and_continues() -> None:
     big = "x" * 2000  # turn 1's result: about 500 tokens, more than keep_recent
     model = ScriptedModel(
         [
@@ -184,7 +182,7 @@ def _read_chunk_tool(calls: list[int]) -> Any:
     return read_chunk
 
 
-async def test_case3_long_task_compacts_at_turn_boundaries_and_ends_done(tmp_path: Path) -> None:
+async def test_long_task_compacts_at_turn_boundaries_and_ends_done(tmp_path: Path) -> None:
     sizes: list[int] = []
     calls: list[int] = []
     path = tmp_path / "long.jsonl"
@@ -232,7 +230,7 @@ async def test_case3_long_task_compacts_at_turn_boundaries_and_ends_done(tmp_pat
     resumed.close()
 
 
-async def test_case4_long_task_without_compaction_fails_naming_compaction() -> None:
+async def test_long_task_without_compaction_fails_naming_compaction() -> None:
     sizes: list[int] = []
     calls: list[int] = []
     agent = Agent(_long_task_model(sizes), tools=[_read_chunk_tool(calls)], max_turns=100)
@@ -282,7 +280,7 @@ async def test_prompt_too_long_again_after_compaction_fails() -> None:
 # -- case 5: compact() by hand on one long task ------------------------------------------------
 
 
-async def test_case5_compact_by_hand_keeps_recent_turns_of_a_single_long_task() -> None:
+async def test_compact_by_hand_keeps_recent_turns_of_a_single_long_task() -> None:
     history: list[Message] = [UserMessage("one long task")]
     for n in range(10):
         history.append(AssistantMessage(content=[_tool_block(f"c{n}")], stop_reason="tool_use"))
@@ -673,7 +671,7 @@ async def test_keep_recent_turns_during_one_long_task_compacts_to_the_last_three
     assert_valid_history(agent.messages)
 
 
-async def test_case3_long_task_with_keep_recent_turns_ends_done_under_the_limit() -> None:
+async def test_long_task_with_keep_recent_turns_ends_done_under_the_limit() -> None:
     sizes: list[int] = []
     calls: list[int] = []
     agent = Agent(

@@ -1,6 +1,6 @@
 """State names and labels that are not plain identifiers, in the Mermaid and DOT we emit (issue 34,
-peer reports): the whole kind behind ``tests/test_peer_reports_diagram.py``. A name or label may
-hold any character; our text must keep Mermaid's and Graphviz's syntax intact and show it as is.
+peer reports): the whole kind behind the reports' own tests at the end of this file. A name or
+label may hold any character; our text must keep Mermaid's and Graphviz's syntax intact and show it as is.
 
 The Mermaid rules come from its ``stateDiagram`` grammar (ids end at a space, dash, colon or
 brace; ``:`` and ``;`` end a label; ``#name;`` is an entity code); the DOT ones from Graphviz's
@@ -134,3 +134,77 @@ def test_dot_quotes_every_id_and_escapes_quotes_and_backslashes_in_names() -> No
     objects = json.loads(layout.stdout)["objects"]
     starts = [o for o in objects if o.get("shape") == "point"]
     assert len(starts) == 1 and starts[0]["name"] != "__start__"  # never merged with the state
+
+
+NO_DOT = "Graphviz's dot is not installed (CI installs it: apt-get install graphviz)"
+
+
+needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason=NO_DOT)
+
+
+MERMAID_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def with_user_state(name: str) -> LoopMachine:
+    """The built-in machine with one state a user added, entered after a tool batch."""
+    machine = LoopMachine()
+    machine.add_state(name, ask_again)
+    machine.add_transition(
+        TransitionSpec(
+            "tools_finished",
+            (State.EXECUTING_TOOLS,),
+            name,
+            (later_pass,),
+            label="review",
+            before="next_turn",
+        )
+    )
+    machine.add_transition(TransitionSpec("model_replied", (name,), State.DONE, label="reviewed"))
+    return machine
+
+
+def graphviz_layout(dot_text: str) -> tuple[dict, str]:
+    """Graphviz's own reading of ``dot_text`` (its JSON layout) and what it wrote on stderr."""
+    done = subprocess.run(
+        ["dot", "-Tjson"], input=dot_text, capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, f"dot rejected the diagram: {done.stderr.strip()}"
+    return json.loads(done.stdout), done.stderr
+
+
+@pytest.mark.parametrize("name", ["needs-review", "needs review"])
+def test_mermaid_names_a_state_with_a_dash_or_space_by_a_safe_id_and_shows_its_name(
+    name: str,
+) -> None:
+    """pytransitions/transitions#708: its Mermaid output used state names as Mermaid ids, so a
+    state named with a space or a dash (``state A``, ``state-B``) gave invalid Mermaid (Mermaid's
+    stateDiagram ids take no dash or space, mermaid-js/mermaid#3423). `add_state` takes any
+    name; we expect every id in the Mermaid text (edge ends, composite members, notes) to be a
+    plain identifier, and the state's real name shown as its description."""
+    text = render_diagram(with_user_state(name))
+    ids = set()
+    for line in text.splitlines()[1:]:
+        if " --> " in line:
+            source, rest = line.strip().split(" --> ", 1)
+            ids |= {source, rest.split(" : ", 1)[0]} - {"[*]"}
+        elif line.lstrip().startswith("note right of "):
+            ids.add(line.split("note right of ", 1)[1].split(" : ", 1)[0])
+    unsafe = sorted(i for i in ids if not MERMAID_ID.fullmatch(i))
+    assert not unsafe, f"state {name!r}: Mermaid ids that are not identifiers: {unsafe}"
+    assert f'"{name}"' in text, f"state {name!r} is not shown by its name:\n{text}"
+
+
+@needs_dot
+@pytest.mark.parametrize(
+    "name", ["needs-review", "needs review", "a:b", "node", "edge", "graph", "subgraph"]
+)
+def test_dot_draws_states_named_with_spaces_dashes_colons_or_dot_keywords_as_one_node_each(
+    name: str,
+) -> None:
+    """pydot/pydot#111 (and dotnet-state-machine/stateless#382): node ids written unquoted, so a
+    state named ``node`` or ``graph`` made Graphviz fail with a syntax error, and ``En cours``
+    was read as two nodes. `add_state` takes any name; we expect Graphviz to accept our DOT and
+    draw each such state as exactly one node showing its name."""
+    layout, _ = graphviz_layout(render_diagram(with_user_state(name), format="dot"))
+    labels = [obj.get("label", "") for obj in layout.get("objects", [])]
+    assert sum(label.split("\n")[0] == name for label in labels) == 1, (name, labels)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,8 +25,9 @@ from statemachine_agent import (
     State,
     TransitionSpec,
     UsageError,
+    render_diagram,
 )
-from statemachine_agent._diagram import Diagram, diagram_graph, render_diagram, to_dot
+from statemachine_agent._diagram import Diagram, diagram_graph, to_dot
 from statemachine_agent._machine import GROUPS, TRANSITIONS, validate_definition
 from statemachine_agent.models import ScriptedModel
 
@@ -409,3 +411,160 @@ def test_readme_shows_the_overview_as_mermaid_and_svg_with_a_two_line_legend() -
     assert "![The agent loop's state machine (overview)](diagrams/agent_loop.svg)" in readme
     legend = readme.split("```mermaid\n" + committed + "```\n")[1].lstrip("\n").split("\n\n")[0]
     assert legend.startswith("Legend:") and len(legend.splitlines()) == 2
+
+
+NO_DOT = "Graphviz's dot is not installed (CI installs it: apt-get install graphviz)"
+
+
+needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason=NO_DOT)
+
+
+EDGE_LINE = re.compile(r"^\s*(\S+) --> (\S+)(?: : (.*))?$")
+
+
+async def ask_again(run: Run) -> str:
+    return await run.request_model()
+
+
+def first_pass(data: LoopData) -> bool:
+    return data.turns == 1
+
+
+def later_pass(data: LoopData) -> bool:
+    return data.turns > 1
+
+
+def with_user_state(name: str) -> LoopMachine:
+    """The built-in machine with one state a user added, entered after a tool batch."""
+    machine = LoopMachine()
+    machine.add_state(name, ask_again)
+    machine.add_transition(
+        TransitionSpec(
+            "tools_finished",
+            (State.EXECUTING_TOOLS,),
+            name,
+            (later_pass,),
+            label="review",
+            before="next_turn",
+        )
+    )
+    machine.add_transition(TransitionSpec("model_replied", (name,), State.DONE, label="reviewed"))
+    return machine
+
+
+def two_user_states_with_self_loops() -> LoopMachine:
+    """Two user states, with two branches between the same pair and two self-loop branches."""
+    machine = with_user_state("reviewing")
+    machine.add_state("verifying", ask_again)
+    for guard, label in ((first_pass, "check_once"), (later_pass, "check_again")):
+        machine.add_transition(
+            TransitionSpec(
+                "model_replied",
+                ("reviewing",),
+                "verifying",
+                (guard,),
+                label=label,
+                before="reviewed",
+            )
+        )
+    machine.add_transition(
+        TransitionSpec("model_replied", ("verifying",), State.DONE, label="verified")
+    )
+    for guard, label in ((first_pass, "retry_check_once"), (later_pass, "retry_check_again")):
+        machine.add_transition(
+            TransitionSpec(
+                "model_replied",
+                ("verifying",),
+                "verifying",
+                (guard,),
+                label=label,
+                before="verified",
+            )
+        )
+    return machine
+
+
+def mermaid_edges(text: str) -> dict[tuple[str, str], list[str]]:
+    """The overview's edges as Mermaid draws them: (source, dest) -> the label's lines."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for line in text.splitlines():
+        match = EDGE_LINE.match(line)
+        if match and match.group(1) != "[*]":
+            assert (match.group(1), match.group(2)) not in edges, f"pair drawn twice: {line}"
+            edges[match.group(1), match.group(2)] = (match.group(3) or "").split("<br/>")
+    return edges
+
+
+def graphviz_layout(dot_text: str) -> tuple[dict, str]:
+    """Graphviz's own reading of ``dot_text`` (its JSON layout) and what it wrote on stderr."""
+    done = subprocess.run(
+        ["dot", "-Tjson"], input=dot_text, capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, f"dot rejected the diagram: {done.stderr.strip()}"
+    return json.loads(done.stdout), done.stderr
+
+
+def test_overview_keeps_every_branch_between_the_same_two_states_including_self_loops() -> None:
+    """pytransitions/transitions#105 (and #121): several transitions between the same two states
+    were drawn as one edge carrying one trigger; the others were lost (a self-loop showed only
+    the last one defined). Our overview draws one edge per pair on purpose; we expect it to list
+    every branch's label, in priority order, on that edge, a self-loop's too."""
+    edges = mermaid_edges(render_diagram(two_user_states_with_self_loops()))
+    assert edges["reviewing", "verifying"] == ["check_once", "check_again"]
+    assert edges["verifying", "verifying"] == ["retry_check_once", "retry_check_again"]
+    assert edges["reviewing", "done"] == ["reviewed"]
+
+
+def test_overview_draws_exactly_the_transitions_the_engine_can_fire() -> None:
+    """langchain-ai/langgraph#4788 (and #4394): ``draw_mermaid`` drew edges to END from nodes
+    that had none, so the picture promised paths the graph never takes. We expect the overview's
+    edges, a composite's edge standing for each of its members, to be exactly the (source, dest)
+    pairs of the machine's branches: none invented, none dropped, for the built-in machine and
+    with user states added."""
+    for machine in (LoopMachine(), two_user_states_with_self_loops()):
+        members = {group.name: {str(s) for s in group.states} for group in machine.groups.values()}
+        drawn = {
+            (member, dest)
+            for source, dest in mermaid_edges(render_diagram(machine))
+            for member in members.get(source, {source})
+        }
+        fired = {(str(src), str(spec.dest)) for spec in machine.specs for src in spec.sources}
+        assert drawn == fired, (sorted(drawn - fired), sorted(fired - drawn))
+
+
+@needs_dot
+@pytest.mark.parametrize("detail", ["overview", "full"])
+def test_graphviz_reads_our_composites_without_a_warning(detail: str) -> None:
+    """pytransitions/transitions#296: HierarchicalGraphMachine drew an edge between a child state
+    and its own parent cluster (``ltail``/``lhead`` into the cluster holding the other end), and
+    Graphviz warned "tail is inside head cluster" and drew the arrow wrong. Our composites send
+    edges from the group (``ended -> max_turns`` enters a member of ``ended`` itself); we expect
+    Graphviz to lay out both views, built-in and with user states, without a single warning."""
+    for machine in (LoopMachine(), two_user_states_with_self_loops()):
+        _, stderr = graphviz_layout(render_diagram(machine, format="dot", detail=detail))
+        assert stderr.strip() == "", stderr
+
+
+def test_an_added_state_joins_only_the_groups_that_take_added_states() -> None:
+    machine = LoopMachine()
+    machine.add_state("reviewing", review)
+    leaving = {
+        (str(s.trigger), s.name) for s in machine.specs if "reviewing" in map(str, s.sources)
+    }
+    assert leaving == {("abort", "abort"), ("fail", "fail")}  # not start, from a working state
+    machine.add_transition(
+        TransitionSpec("model_replied", ("awaiting_model",), "reviewing", (always,))
+    )
+    machine.fire("start", LoopData())
+    assert machine.fire("model_replied", LoopData()).dest == "reviewing"
+    with pytest.raises(MachineDefinitionError):
+        machine.fire("start", LoopData())
+
+
+def test_an_overview_edge_names_each_trigger_once() -> None:
+    edges = {(e.source, e.dest): e for e in diagram_graph(detail="overview").edges}
+    assert edges[("awaiting_model", "awaiting_model")].trigger == "model_replied"
+    assert edges[("ended", "max_turns")].trigger == "start"
+    for edge in edges.values():
+        triggers = edge.trigger.split(", ")
+        assert len(triggers) == len(set(triggers)), edge

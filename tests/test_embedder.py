@@ -60,7 +60,7 @@ MAX_TOOL_CALLS_ERROR = (
 )
 
 
-async def test_case2_max_tool_calls_stops_before_the_fourth_call() -> None:
+async def test_max_tool_calls_stops_before_the_fourth_call() -> None:
     requests: list[Any] = []
     agent = Agent(forever_model(requests), tools=[ping], limits=UsageLimits(max_tool_calls=3))
     result = await agent.run("go")
@@ -78,7 +78,7 @@ async def test_case2_max_tool_calls_stops_before_the_fourth_call() -> None:
     assert_valid_history(result.messages)
 
 
-async def test_case2_continuing_with_a_higher_limit_goes_on() -> None:
+async def test_continuing_with_a_higher_limit_goes_on() -> None:
     requests: list[Any] = []
     agent = Agent(forever_model(requests), tools=[ping], limits=UsageLimits(max_tool_calls=3))
     await agent.run("go")
@@ -98,7 +98,7 @@ async def test_case2_continuing_with_a_higher_limit_goes_on() -> None:
     assert_valid_history(result.messages)
 
 
-async def test_case2_max_requests_sends_exactly_two_requests() -> None:
+async def test_max_requests_sends_exactly_two_requests() -> None:
     requests: list[Any] = []
     agent = Agent(forever_model(requests), tools=[ping], limits=UsageLimits(max_requests=2))
     result = await agent.run("go")
@@ -158,7 +158,7 @@ def exporter() -> Any:
     return memory
 
 
-async def test_case1_two_turn_run_spans(exporter: Any) -> None:
+async def test_two_turn_run_spans(exporter: Any) -> None:
     from opentelemetry.trace import StatusCode
 
     from statemachine_agent.otel import instrument
@@ -229,7 +229,7 @@ async def test_case1_two_turn_run_spans(exporter: Any) -> None:
     assert not any("gen_ai.tool.call.arguments" in s.attributes for s in spans)
 
 
-async def test_case1_abort_during_a_tool_ends_every_span_with_an_error(exporter: Any) -> None:
+async def test_abort_during_a_tool_ends_every_span_with_an_error(exporter: Any) -> None:
     import asyncio
 
     from opentelemetry.trace import StatusCode
@@ -297,7 +297,7 @@ async def test_an_uninstrumented_agent_builds_no_events() -> None:
 # -- case 3: a graceful last turn --------------------------------------------------------------
 
 
-async def test_case3_final_turn_at_max_turns() -> None:
+async def test_final_turn_at_max_turns() -> None:
     requests: list[Any] = []
     agent = Agent(forever_model(requests), tools=[ping], max_turns=3, final_turn=True)
     result = await agent.run("go")
@@ -352,7 +352,7 @@ TOTAL_ERROR = (
 )
 
 
-async def test_case4_invalid_output_is_sent_back_then_validated() -> None:
+async def test_invalid_output_is_sent_back_then_validated() -> None:
     model = ScriptedModel(
         [
             tool_response(call("final_result", {"number": "A-17", "total": "abc"}, id="o1")),

@@ -79,7 +79,7 @@ def set_limit(limit: float) -> str:
         ('{"limit": -Infinity}', "-Infinity"),
     ],
 )
-async def test_case5_non_finite_number_in_tool_input_is_an_error_result_naming_field_and_value(
+async def test_non_finite_number_in_tool_input_is_an_error_result_naming_field_and_value(
     raw: str, shown: str
 ) -> None:
     ran.clear()
@@ -106,7 +106,7 @@ async def test_case5_non_finite_number_in_tool_input_is_an_error_result_naming_f
     assert_valid_history(agent.messages)
 
 
-async def test_case5_non_finite_input_given_as_data_is_stored_as_text_and_answered() -> None:
+async def test_non_finite_input_given_as_data_is_stored_as_text_and_answered() -> None:
     """A call built with a float NaN/inf input (a FunctionModel, a hand-made history) is the
     same fault: stored as argument text, answered with the error, never run."""
     block = ToolCallBlock(id="t1", name="set_limit", input={"limit": float("inf")})
@@ -120,7 +120,9 @@ async def test_case5_non_finite_input_given_as_data_is_stored_as_text_and_answer
     strict_json(wire_messages(model, 1))
 
 
-async def test_case5_same_after_a_session_log_resume(tmp_path: Path) -> None:
+async def test_non_finite_input_is_answered_the_same_after_a_session_log_resume(
+    tmp_path: Path,
+) -> None:
     ran.clear()
     path = tmp_path / "s.jsonl"
     model = ScriptedModel(
@@ -144,7 +146,7 @@ async def test_case5_same_after_a_session_log_resume(tmp_path: Path) -> None:
     assert_valid_history(resumed.messages)
 
 
-async def test_case5_thirty_digit_integer_reaches_the_tool_as_that_exact_int() -> None:
+async def test_thirty_digit_integer_reaches_the_tool_as_that_exact_int() -> None:
     seen: list[int] = []
 
     @tool
@@ -174,7 +176,7 @@ def lookup(key: str) -> str:
 
 
 @pytest.mark.parametrize("choice", [{"type": "any"}, {"type": "auto"}])
-async def test_case6_a_request_without_tools_never_carries_tool_choice(
+async def test_a_request_without_tools_never_carries_tool_choice(
     choice: dict[str, Any],
 ) -> None:
     history: list[Any] = [UserMessage("task")]
@@ -208,9 +210,7 @@ async def test_case6_a_request_without_tools_never_carries_tool_choice(
     assert with_tools and all(r.settings["tool_choice"] == choice for r in with_tools)
 
 
-async def test_case6_final_turn_and_user_state_requests_without_tools_carry_no_tool_choice() -> (
-    None
-):
+async def test_final_turn_and_user_state_requests_without_tools_carry_no_tool_choice() -> None:
     model = ScriptedModel([text_response("a"), text_response("b"), text_response("final")])
     agent = Agent(
         model,
@@ -282,7 +282,7 @@ def _batch_with_sync_sibling() -> tuple[ScriptedModel, Any, Any, threading.Event
 @pytest.mark.parametrize("interrupt", INTERRUPT_TYPES, ids=lambda t: t.__name__)
 @pytest.mark.parametrize("mode", ["parallel", "sequential"])
 @pytest.mark.parametrize("hook", ["before_tool_call", "after_tool_call"])
-async def test_case7_keyboard_interrupt_in_a_tool_hook_is_recorded_and_siblings_get_the_grace(
+async def test_keyboard_interrupt_in_a_tool_hook_is_recorded_and_siblings_get_the_grace(
     mode: str, hook: str, interrupt: type[BaseException]
 ) -> None:
     model, a, b, a_ran, release = _batch_with_sync_sibling()
@@ -332,7 +332,7 @@ async def test_case7_keyboard_interrupt_in_a_tool_hook_is_recorded_and_siblings_
 
 @pytest.mark.parametrize("interrupt", INTERRUPT_TYPES, ids=lambda t: t.__name__)
 @pytest.mark.parametrize("mode", ["parallel", "sequential"])
-async def test_case7_interrupt_in_a_tool_is_recorded_and_the_sibling_keeps_its_result(
+async def test_interrupt_in_a_tool_is_recorded_and_the_sibling_keeps_its_result(
     mode: str, interrupt: type[BaseException]
 ) -> None:
     """Tool b itself raises it: the same rule as in a hook (a gets the grace period)."""
@@ -376,7 +376,7 @@ async def test_case7_interrupt_in_a_tool_is_recorded_and_the_sibling_keeps_its_r
 
 @pytest.mark.parametrize("interrupt", INTERRUPT_TYPES, ids=lambda t: t.__name__)
 @pytest.mark.parametrize("hook", ["should_continue", "transform_context"])
-async def test_case7_keyboard_interrupt_in_a_run_hook_aborts_answers_every_call_then_propagates(
+async def test_keyboard_interrupt_in_a_run_hook_aborts_answers_every_call_then_propagates(
     hook: str, interrupt: type[BaseException]
 ) -> None:
     model, a, b, _a_ran, release = _batch_with_sync_sibling()
@@ -408,7 +408,7 @@ async def test_case7_keyboard_interrupt_in_a_run_hook_aborts_answers_every_call_
 
 
 @pytest.mark.parametrize("returned", [[], [AssistantMessage(content=[])]])
-async def test_case8_transform_context_returning_no_messages_fails_naming_the_hook(
+async def test_transform_context_returning_no_messages_fails_naming_the_hook(
     returned: list[Any],
 ) -> None:
     model = ScriptedModel([text_response("never sent")])
@@ -428,7 +428,7 @@ def _has_calls(data: LoopData) -> bool:
 
 
 @pytest.mark.parametrize("into", ["awaiting_model", "user_state"])
-async def test_case9_user_branch_before_tool_calls_answers_every_call_in_the_stored_history(
+async def test_user_branch_before_tool_calls_answers_every_call_in_the_stored_history(
     into: str, tmp_path: Path
 ) -> None:
     model = ScriptedModel(
@@ -479,7 +479,7 @@ async def test_case9_user_branch_before_tool_calls_answers_every_call_in_the_sto
 # -- case 10: message_end in declaration order -----------------------------------------------------
 
 
-async def test_case10_tool_result_message_end_after_append_in_declaration_order() -> None:
+async def test_tool_result_message_end_after_append_in_declaration_order() -> None:
     a_may_finish = asyncio.Event()
 
     @tool
@@ -535,7 +535,7 @@ def tool_result_lines(path: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("decided_in", ["same_process", "resumed"])
-async def test_case10_session_log_has_one_tool_result_line_per_call_including_a_deferred_one(
+async def test_session_log_has_one_tool_result_line_per_call_including_a_deferred_one(
     decided_in: str, tmp_path: Path
 ) -> None:
     """Each result is logged once (when its call finished, not again on its message_end), and a

@@ -1,7 +1,8 @@
 """Faults found by replaying peer reports against issue 32's work, fixed by kind: compaction and
 any history replacement keep a batch awaiting approval; a call that ignores its cancellation
 cannot hold an aborted run open; the default summarizer's requests count toward the limits.
-(The reports' own tests are in ``tests/test_peer_reports_long_runs.py``.)"""
+(The reports' own tests are in ``tests/loop/test_compaction_overflow.py``,
+``tests/loop/test_limits.py`` and ``tests/tracing/test_tracing.py``.)"""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ def texts(messages: list[Any]) -> list[str]:
 # -- fault 1 / case 1: progress after a call ended is dropped -------------------------------------
 
 
-async def test_case1_progress_after_the_call_returned_is_dropped(
+async def test_progress_after_the_call_returned_is_dropped(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     late_sent = asyncio.Event()
@@ -85,7 +85,7 @@ async def test_case1_progress_after_the_call_returned_is_dropped(
     )
 
 
-async def test_case1_progress_after_the_call_ended_while_its_batch_runs_is_dropped() -> None:
+async def test_progress_after_the_call_ended_while_its_batch_runs_is_dropped() -> None:
     late_sent = asyncio.Event()
     background: list[asyncio.Task[None]] = []
 
@@ -118,7 +118,7 @@ async def test_case1_progress_after_the_call_ended_while_its_batch_runs_is_dropp
     assert [e for e in events if isinstance(e, ToolExecutionUpdate)] == []
 
 
-async def test_case1_progress_from_a_thread_after_the_call_ended_is_dropped() -> None:
+async def test_progress_from_a_thread_after_the_call_ended_is_dropped() -> None:
     import threading
 
     release = threading.Event()
@@ -152,7 +152,7 @@ async def test_case1_progress_from_a_thread_after_the_call_ended_is_dropped() ->
 # -- fault 2 / case 2: arguments a hook edits in place are validated again ------------------------
 
 
-async def test_case2_in_place_argument_edit_is_validated_again() -> None:
+async def test_in_place_argument_edit_is_validated_again() -> None:
     seen: list[Any] = []
 
     @tool
@@ -180,7 +180,7 @@ async def test_case2_in_place_argument_edit_is_validated_again() -> None:
     assert result.state is State.DONE
 
 
-async def test_case2_a_valid_in_place_edit_runs_with_the_validated_value() -> None:
+async def test_a_valid_in_place_edit_runs_with_the_validated_value() -> None:
     seen: list[Any] = []
 
     @tool
@@ -202,7 +202,7 @@ async def test_case2_a_valid_in_place_edit_runs_with_the_validated_value() -> No
 # -- gap 3 / case 3: input queued with an abort stays queued for the next run ---------------------
 
 
-async def test_case3_steering_queued_with_an_abort_reaches_the_next_run_after_its_prompt() -> None:
+async def test_steering_queued_with_an_abort_reaches_the_next_run_after_its_prompt() -> None:
     @tool
     def step() -> str:
         """One step."""
@@ -235,7 +235,7 @@ async def test_case3_steering_queued_with_an_abort_reaches_the_next_run_after_it
     assert_valid_history(result.messages)
 
 
-async def test_case3_abort_while_steering_is_delivered_keeps_the_rest_queued() -> None:
+async def test_abort_while_steering_is_delivered_keeps_the_rest_queued() -> None:
     @tool
     def step() -> str:
         """One step."""
@@ -263,7 +263,7 @@ async def test_case3_abort_while_steering_is_delivered_keeps_the_rest_queued() -
 # -- gap 4 / case 4: delivery modes and queue inspection ------------------------------------------
 
 
-async def test_case4_one_at_a_time_steering_reaches_three_consecutive_requests() -> None:
+async def test_one_at_a_time_steering_reaches_three_consecutive_requests() -> None:
     @tool
     def work() -> str:
         """Queues three steering messages while it runs."""
@@ -287,7 +287,7 @@ async def test_case4_one_at_a_time_steering_reaches_three_consecutive_requests()
     assert (result.state, result.text) == (State.DONE, "answer 2")
 
 
-async def test_case4_all_steering_arrives_in_one_request() -> None:
+async def test_all_steering_arrives_in_one_request() -> None:
     @tool
     def work() -> str:
         """Queues two steering messages."""
@@ -301,7 +301,7 @@ async def test_case4_all_steering_arrives_in_one_request() -> None:
     assert texts(model.requests[1].messages[-3:]) == ["worked", "s1", "s2"]
 
 
-async def test_case4_follow_up_modes() -> None:
+async def test_follow_up_modes_deliver_one_or_all_queued_follow_ups() -> None:
     for mode, expected in (("one_at_a_time", 3), ("all", 2)):
         model = ScriptedModel([text_response(f"r{i}") for i in range(3)])
         agent = Agent(model, follow_up_mode=mode)  # type: ignore[arg-type]
@@ -312,7 +312,7 @@ async def test_case4_follow_up_modes() -> None:
         assert texts(result.messages).count("f1") == 1 and texts(result.messages).count("f2") == 1
 
 
-def test_case4_has_queued_input_and_clear_queues() -> None:
+def test_has_queued_input_and_clear_queues() -> None:
     agent = Agent(ScriptedModel([]))
     assert agent.has_queued_input() is False
     assert agent.clear_queues() == ([], [])
@@ -324,7 +324,7 @@ def test_case4_has_queued_input_and_clear_queues() -> None:
     assert agent.has_queued_input() is False
 
 
-def test_case4_unknown_delivery_mode_is_refused() -> None:
+def test_unknown_delivery_mode_is_refused() -> None:
     with pytest.raises(UsageError, match="steering_mode must be 'all' or 'one_at_a_time'"):
         Agent(ScriptedModel([]), steering_mode="some")  # type: ignore[arg-type]
 
@@ -333,7 +333,7 @@ def test_case4_unknown_delivery_mode_is_refused() -> None:
 
 
 @pytest.mark.parametrize("mode", ["parallel", "sequential"])
-async def test_case5_terminating_result_in_a_batch_of_three(mode: str) -> None:
+async def test_terminating_result_in_a_batch_of_three(mode: str) -> None:
     @tool
     def finish(answer: str) -> ToolResult:
         """Give the final answer."""
@@ -372,7 +372,7 @@ async def test_case5_terminating_result_in_a_batch_of_three(mode: str) -> None:
     assert_valid_history(result.messages)
 
 
-async def test_case5_after_tool_call_hook_may_return_a_terminating_result() -> None:
+async def test_after_tool_call_hook_may_return_a_terminating_result() -> None:
     @tool
     def search(query: str) -> str:
         """Search."""
@@ -391,7 +391,7 @@ async def test_case5_after_tool_call_hook_may_return_a_terminating_result() -> N
     assert len(model.requests) == 1
 
 
-async def test_case5_a_terminating_denial_wins_over_a_terminating_result() -> None:
+async def test_a_terminating_denial_wins_over_a_terminating_result() -> None:
     @tool
     def finish() -> ToolResult:
         """Finish."""

@@ -196,13 +196,20 @@ def test_compiled_dispatch_takes_the_same_transition_as_the_library(
     assert compiled.state == library.state
 
 
-def test_callbacks_use_the_library_trigger() -> None:
-    machine = LoopMachine()
-    entered: list[str] = []
-    machine.on_enter(State.AWAITING_MODEL, lambda data: entered.append("awaiting"))
-    assert machine._definition.compiled is None
+def test_callbacks_run_in_the_compiled_engine_in_the_library_order() -> None:
+    """Issue 35: one engine for transitions and enter/exit callbacks (the compiled table runs
+    them, in the order `transitions`' own trigger does: the source's exit, then the dest's
+    enter)."""
+    machine, library = LoopMachine(), LoopMachine()
+    seen: list[str] = []
+    for m, tag in ((machine, "compiled"), (library, "library")):
+        m.on_enter(State.AWAITING_MODEL, lambda data, tag=tag: seen.append(f"{tag} enter"))
+        m.on_exit(State.IDLE, lambda data, tag=tag: seen.append(f"{tag} exit"))
+    assert machine._definition.compiled is not None
     machine.fire("start", LoopData())
-    assert entered == ["awaiting"]
+    library.fire_library("start", LoopData())
+    assert seen == ["compiled exit", "compiled enter", "library exit", "library enter"]
+    assert machine.state is library.state is State.AWAITING_MODEL
 
 
 def test_agents_share_one_definition_until_one_changes_its_own() -> None:

@@ -56,7 +56,7 @@ def checkpoint_script() -> list[dict[str, Any]]:
 # -- case 1: a transition that would shadow the built-in branches is refused ---------------------
 
 
-def test_case1_unguarded_transition_shadowing_builtins_is_refused() -> None:
+def test_unguarded_transition_shadowing_builtins_is_refused() -> None:
     agent = Agent(ScriptedModel(checkpoint_script()), tools=[lookup])
     before = list(agent.machine.specs)
     oops = TransitionSpec("model_replied", (State.AWAITING_MODEL,), State.DONE, label="oops")
@@ -108,7 +108,7 @@ def budget_agent(model: Any, **options: Any) -> Agent:
     return add_budget(Agent(model, tools=[lookup], **options))
 
 
-def test_case2_user_transition_to_done_answers_every_call() -> None:
+def test_user_transition_to_done_answers_every_call() -> None:
     script = [
         tool_response(call("lookup", {"key": "a"}, id="a1")),
         tool_response(call("lookup", {"key": "b"}, id="b1")),
@@ -130,7 +130,7 @@ def test_case2_user_transition_to_done_answers_every_call() -> None:
     )
 
 
-def test_case2_user_transition_from_executing_tools_to_max_turns_keeps_the_protocol() -> None:
+def test_user_transition_from_executing_tools_to_max_turns_keeps_the_protocol() -> None:
     """A transition into a terminal state from executing_tools: the batch has its results; a
     later abort or user effect cannot leave calls open either."""
     agent = Agent(
@@ -210,7 +210,7 @@ def has_calls(data: LoopData) -> bool:
     return data.response is not None and bool(data.response.tool_calls)
 
 
-def test_case3_user_state_with_an_effect_runs_and_is_drawn() -> None:
+def test_user_state_with_an_effect_runs_and_is_drawn() -> None:
     model = ScriptedModel(
         [
             tool_response(call("read_notes", id="n1")),
@@ -240,7 +240,7 @@ def test_case3_user_state_with_an_effect_runs_and_is_drawn() -> None:
     assert "note right of reviewing : do / review" in mermaid
 
 
-def test_case3_a_state_without_an_effect_is_refused() -> None:
+def test_a_state_without_an_effect_is_refused() -> None:
     agent = Agent(ScriptedModel([]))
     into_nowhere = TransitionSpec(
         "tools_finished", (State.EXECUTING_TOOLS,), "reviewing", (has_todo,), before="next_turn"
@@ -294,14 +294,14 @@ FIND = settings(
 )
 
 
-def test_case4_kit_passes_the_budget_agent() -> None:
+def test_kit_passes_the_budget_agent() -> None:
     def build(kit: AgentKit) -> Agent:
         return add_budget(kit.agent())
 
     run_state_machine_as_test(agent_state_machine(build), settings=FIND)
 
 
-def test_case4_kit_passes_the_reviewing_agent() -> None:
+def test_kit_passes_the_reviewing_agent() -> None:
     def build(kit: AgentKit) -> Agent:
         agent = kit.agent()
         add_reviewing_any(agent)
@@ -319,7 +319,7 @@ def add_reviewing_any(agent: Agent) -> None:
     add_reviewing(agent, (any_result, lambda data: data.turns < 2))
 
 
-def test_case4_kit_catches_an_effect_that_drops_a_result() -> None:
+def test_kit_catches_an_effect_that_drops_a_result() -> None:
     async def dropping(run: Run) -> str:
         results = [m for m in run.messages if isinstance(m, ToolResultMessage)]
         if results:
@@ -354,7 +354,7 @@ def test_case4_kit_catches_an_effect_that_drops_a_result() -> None:
 # -- case 5: a log that holds only its header and run_start ----------------------------------------
 
 
-def test_case5_log_with_only_header_and_run_start(tmp_path: Path) -> None:
+def test_log_with_only_header_and_run_start(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     lines = [
         {"type": "header", "format": FORMAT, "version": VERSION, "model": "m", "tools": []},
@@ -394,7 +394,7 @@ LABELS = (
 )
 
 
-def test_case6_no_comparison_with_branch_labels_outside_the_table() -> None:
+def test_no_comparison_with_branch_labels_outside_the_table() -> None:
     names = "|".join(LABELS)
     pattern = re.compile(
         rf"""(==|!=|\bin\b|\bis\b)\s*\(?\s*["']({names})["']|["']({names})["']\s*(==|!=)"""
@@ -424,7 +424,7 @@ def test_core_does_not_import_session() -> None:
     for path in core:
         text = path.read_text()
         top_level = [
-            line for line in text.splitlines() if re.match(r"^(from|import) .*session", line)
+            line for line in text.splitlines() if re.match(r"^(from|import) .*\bsession\b", line)
         ]
         assert top_level == [], (path.name, top_level)
 

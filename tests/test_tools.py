@@ -120,7 +120,7 @@ def test_a_coroutine_made_after_its_call_was_cancelled_is_closed_not_left_unawai
     running): whichever of the thread and the loop comes second closes it."""
     import inspect
 
-    from statemachine_agent._tools import _Handoff
+    from statemachine_agent._tool_calls import Handoff as _Handoff
 
     async def body() -> str:
         return "never"

@@ -32,7 +32,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "statemachine_agent"
-COPIED = ("statemachine_agent", "tests", "examples", "diagrams", "pyproject.toml", "README.md")
+COPIED = (
+    "statemachine_agent",
+    "tests",
+    "examples",
+    "diagrams",
+    "docs",  # the documentation pages the tests read (tests/docs/blocks.py)
+    "mkdocs.yml",
+    "pyproject.toml",
+    "README.md",
+)
 
 
 @dataclass(frozen=True)
@@ -47,8 +56,20 @@ class Mutation:
     why: str = ""
 
 
-ENGINE = ("tests/test_agent_bites.py", "tests/test_agent_cases.py", "tests/test_agent.py")
-ROBUST = ("tests/test_agent_robustness.py",)
+ENGINE = (
+    "tests/loop/test_abort_and_cancel.py",
+    "tests/loop/test_tool_calls.py",
+    "tests/loop/test_hooks.py",
+    "tests/loop/test_stop_reasons.py",
+    "tests/loop/test_limits.py",
+    "tests/loop/test_queued_input.py",
+    "tests/test_agent.py",
+)
+ROBUST = (
+    "tests/loop/test_history_checks.py",
+    "tests/loop/test_model_streams.py",
+    "tests/loop/test_threads_and_handles.py",
+)
 
 MUTATIONS: tuple[Mutation, ...] = (
     # -- the ten bugs issue 15 found uncaught ---------------------------------------------------
@@ -266,7 +287,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "session/_read.py",
         "repair = text_result(call, NO_RESULT_RECORDED, is_error=True)",
         'repair = text_result(call, "ok", is_error=False)',
-        ("tests/session/test_session_cases.py", "tests/session/test_session_crash.py"),
+        ("tests/session/test_session_repair.py", "tests/session/test_session_crash.py"),
         "a call with no logged result is resumed as if it succeeded",
     ),
     Mutation(

@@ -20,6 +20,9 @@ Usage (from the repository root, with the dev venv)::
     .venv/bin/python tools/plant_bugs.py 11 14        # only these numbers
     .venv/bin/python tools/plant_bugs.py --list
     .venv/bin/python tools/plant_bugs.py --all-tests  # every failing test, not only the first
+    .venv/bin/python tools/plant_bugs.py --bugs fresh # issue 40's fresh list (tools/fresh_bugs.py)
+    .venv/bin/python tools/plant_bugs.py --bugs fresh --full 3 7  # the README's whole test
+                                                      # command with -x, instead of tests/property
 """
 
 from __future__ import annotations
@@ -275,15 +278,19 @@ def example_size(text: str) -> str:
     return f"{runs}/{responses}/{calls}{history}"
 
 
-def run_property_suite(repo: Path, timeout: float, stop: bool) -> tuple[str, float, str]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(repo),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "HYPOTHESIS_PROFILE": "ci",
-    }
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf"]
-    command += ["--durations=0", "--durations-min=0.5", "tests/property"]
+def run_property_suite(
+    repo: Path, timeout: float, stop: bool, full: bool = False
+) -> tuple[str, float, str]:
+    """Run ``tests/property`` (profile ``ci``) in ``repo``; with ``full``, the README's whole
+    test command (``pytest -q -rs -p no:cacheprovider``, every test, the default profile)."""
+    env = {**os.environ, "PYTHONPATH": str(repo), "PYTHONDONTWRITEBYTECODE": "1"}
+    if full:
+        command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-rf"]
+        command += ["--durations=0", "--durations-min=0.5"]
+    else:
+        env["HYPOTHESIS_PROFILE"] = "ci"
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf"]
+        command += ["--durations=0", "--durations-min=0.5", "tests/property"]
     if stop:
         command.insert(3, "-x")
     started = time.monotonic()
@@ -299,7 +306,7 @@ def run_property_suite(repo: Path, timeout: float, stop: bool) -> tuple[str, flo
     return status, wall, output
 
 
-def measure(repo: Path, bug: Bug, timeout: float, stop: bool) -> Outcome:
+def measure(repo: Path, bug: Bug, timeout: float, stop: bool, full: bool = False) -> Outcome:
     originals: dict[Path, str] = {}
     for edit in bug.edits:
         target = repo / PACKAGE / edit.file
@@ -311,14 +318,14 @@ def measure(repo: Path, bug: Bug, timeout: float, stop: bool) -> Outcome:
             return Outcome("not applicable", tail=f"{edit.file}: {edit.old[:60]!r}")
         target.write_text(current.replace(edit.old, edit.new))
     try:
-        status, wall, output = run_property_suite(repo, timeout, stop)
+        status, wall, output = run_property_suite(repo, timeout, stop, full)
     finally:
         for path, original in originals.items():
             path.write_text(original)
     failed = re.findall(r"^FAILED (\S+)", output, re.M)
     outcome = Outcome(
         {"failed": "caught", "passed": "SURVIVED"}.get(status, status),
-        test=", ".join(f.split("::", 1)[-1] for f in failed),
+        test=", ".join(f if full else f.split("::", 1)[-1] for f in failed),
         wall=wall,
     )
     if failed:
@@ -341,8 +348,25 @@ def main() -> int:
     parser.add_argument("--no-baseline", action="store_true", help="skip the unplanted run")
     parser.add_argument("--show", action="store_true", help="print each falsifying example")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per bug")
+    parser.add_argument(
+        "--bugs",
+        choices=("issue23", "fresh"),
+        default="issue23",
+        help="which list: issue 23's sixteen (default) or issue 40's fresh list (fresh_bugs.py)",
+    )
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="the README's whole test command (with -x) instead of tests/property",
+    )
     args = parser.parse_args()
-    chosen = [b for b in BUGS if not args.numbers or b.number in args.numbers]
+    bugs: tuple[Bug, ...] = BUGS
+    if args.bugs == "fresh":
+        from fresh_bugs import BUGS as FRESH  # beside this file (on sys.path above)
+
+        bugs = FRESH
+    chosen = [b for b in bugs if not args.numbers or b.number in args.numbers]
+    suite = "the whole suite" if args.full else "tests/property"
     if args.list:
         for bug in chosen:
             files = ", ".join(sorted({e.file for e in bug.edits}))
@@ -355,14 +379,14 @@ def main() -> int:
         repo = copy_repo(Path(tmp))
         check_import(repo)
         if not args.no_baseline:
-            status, wall, output = run_property_suite(repo, args.timeout, True)
-            print(f"unplanted: tests/property {status} in {wall:.1f} s", flush=True)
+            status, wall, output = run_property_suite(repo, args.timeout, True, args.full)
+            print(f"unplanted: {suite} {status} in {wall:.1f} s", flush=True)
             if status != "passed":
                 print("\n".join(output.strip().splitlines()[-10:]))
                 return 2
         print(f"{'#':>2}  {'outcome':8}  {'wall s':>6}  {'test s':>6}  {'size':14}  test / bug")
         for bug in chosen:
-            o = measure(repo, bug, args.timeout, not args.all_tests)
+            o = measure(repo, bug, args.timeout, not args.all_tests, args.full)
             own = f"{o.test_seconds:6.1f}" if o.test_seconds is not None else "     -"
             print(
                 f"{bug.number:2}  {o.status:8}  {o.wall:6.1f}  {own}  {o.size:14}  "

@@ -118,7 +118,10 @@ class DiagramGraph:
 
 def callable_name(function: Any) -> str:
     """A readable name for a guard or callback: its ``__name__`` (``functools.partial`` unwrapped),
-    ``lambda`` for a lambda; safe for Mermaid and DOT labels."""
+    ``lambda`` for a lambda, a name itself (the table names its effects and actions); safe for
+    Mermaid and DOT labels."""
+    if isinstance(function, str):
+        return function
     while hasattr(function, "func"):  # functools.partial
         function = function.func
     name = getattr(function, "__name__", None) or type(function).__name__

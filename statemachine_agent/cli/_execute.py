@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from .._agent import Agent
 from .._hooks import Decision
 from .._machine import State
 from .._result import RunResult
+from .._sources import ToolSource
 from ..models._base import Model
 from ..workspace import Permissions, Sandbox, SandboxStatus, Workspace, workspace_tools
 from ._interrupts import Interrupts
@@ -49,13 +51,16 @@ def build_agent(
     max_turns: int = 50,
     session: Path | None = None,
     sandbox: SandboxStatus | Sandbox | None = None,
+    tool_sources: Sequence[ToolSource] = (),
     **kwargs: Any,
 ) -> Agent:
     """An agent with the workspace tools and the permission hook; with ``session``, it continues
-    (or starts) that session log. ``sandbox`` is passed to `workspace_tools` (default: auto)."""
+    (or starts) that session log. ``sandbox`` is passed to `workspace_tools` (default: auto);
+    ``tool_sources`` (the ``--mcp`` servers) add their tools."""
     system_prompt = system if system is not None else SYSTEM_PROMPT.format(root=workspace.root)
+    tools = workspace_tools(workspace, sandbox=sandbox if sandbox is not None else "auto")
     options: dict[str, Any] = {
-        "tools": workspace_tools(workspace, sandbox=sandbox if sandbox is not None else "auto"),
+        "tools": [*tools, *tool_sources],
         "system": system_prompt,
         "max_turns": max_turns,
         "before_tool_call": permissions,
@@ -117,6 +122,8 @@ def execute(
             with interrupts.installed(asyncio.get_running_loop()):
                 return await agent.run(prompt, decisions=decisions)
         finally:
+            if agent.tool_table is not None:  # MCP servers: stopped inside this event loop
+                await agent.tool_table.aclose()
             # Close the provider's HTTP client inside this event loop, before asyncio.run ends it.
             aclose = getattr(agent.model, "aclose", None)
             if aclose is not None:

@@ -22,9 +22,11 @@ def continue_command(
     yes: bool,
     allow: Sequence[str],
     sandbox_flags: Sequence[str] = (),
+    mcp_flags: Sequence[str] = (),
 ) -> str:
     """How to continue a run that stopped (``max_turns`` or ``aborted``) from the command line:
-    the same options and the session log, without a prompt. Without a session log there is
+    the same options (``mcp_flags``: the ``--mcp`` / ``--mcp-url`` words, so the logged MCP
+    calls find their tools again) and the session log, without a prompt. Without a session log there is
     nothing to continue from, so it says to rerun with one."""
     if session is None:
         return (
@@ -40,6 +42,7 @@ def continue_command(
     for rule in allow:
         words += ["--allow", rule]
     words += sandbox_flags
+    words += mcp_flags
     turns = f"{max_turns} more turn{'s' if max_turns != 1 else ''}"
     hint = f"To continue (up to {turns}; raise --max-turns for more): {shlex.join(words)}"
     if model_spec.startswith("script:"):

@@ -15,21 +15,24 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
 from rich.console import Console
 
 from .._agent import Agent
-from .._errors import AgentError, SessionCorruptError, UsageError
+from .._errors import AgentError, UsageError
 from .._hooks import Decision
 from .._machine import State
 from .._result import RunResult
+from .._sources import ToolSource
 from ..models._base import Model
+from ..session import SessionCorruptError
 from ..workspace import Permissions, SandboxStatus, Workspace
 from ._execute import EXIT_CODES, build_agent, execute, interactive_terminal
 from ._hints import continue_command, pending_text
+from ._mcp import check_allow_rules, mcp_option, mcp_servers, mcp_url_option
 from ._model_option import load_model
 from ._options import check_prompt, parse_decisions, resolve_sandbox
 from ._session import continue_refusal_of, corrupt_advice, repair_session, repaired_line
@@ -59,6 +62,8 @@ class RunOptions:
     decisions: dict[str, Decision] | None
     """``--approve`` / ``--deny``: the decisions on the session's pending calls."""
     json_lines: bool
+    mcp_flags: tuple[str, ...] = ()
+    """``--mcp`` / ``--mcp-url`` as command-line words (the continue and approve hints)."""
 
 
 @click.command("run")
@@ -129,6 +134,8 @@ class RunOptions:
 )
 # Tool sources besides the built-in workspace tools (e.g. MCP servers: --mcp NAME=CMD, --mcp-url
 # URL) go here, as RunOptions fields turned into tools in build_agent's call in `_agent_for`.
+@mcp_option
+@mcp_url_option
 @click.option(
     "--approve",
     "approve",
@@ -168,20 +175,22 @@ def run_command(
     deny: Sequence[str],
     json_lines: bool,
     repair: bool = False,
+    mcp_specs: Sequence[str] = (),
+    mcp_urls: Sequence[str] = (),
 ) -> None:
     """Run an agent on PROMPT in a workspace folder, showing the state machine as it goes.
 
     Without PROMPT, --session FILE must name an existing log: its run continues where it stopped
     (after max_turns or an abort), for up to --max-turns more turns.
 
-    Reading and listing files is always allowed. Commands and writes ask for confirmation in an
-    interactive terminal; --yes or --allow permit them up front; without a terminal (or with
+    Reading and listing files is always allowed. Commands, writes and MCP tool calls (--mcp,
+    --mcp-url) ask for confirmation in an interactive terminal; --yes or --allow permit them up front; without a terminal (or with
     --json) they are otherwise denied, and the model is told why. Ctrl-C aborts the run cleanly.
 
     Commands run in a bubblewrap sandbox where bwrap works: the workspace (and --writable paths)
     and a private /tmp are writable, the rest read-only; no network (--allow-network); ~/.ssh,
     ~/.aws, ~/.config/gcloud, ~/.netrc (and --hide paths) hidden; a short environment
-    allow-list. Where bwrap is missing, commands run unsandboxed with a warning
+    allow-list; --mcp servers run in the same sandbox. Where bwrap is missing, commands run unsandboxed with a warning
     (--sandbox=require refuses instead); --no-sandbox turns it off.
 
     With --session and no terminal, a command or write that no rule allows is not denied: the
@@ -210,9 +219,15 @@ def run_command(
         deny=deny,
         json_lines=json_lines,
     )
+    check_allow_rules(allow, mcp_specs, mcp_urls)
+    # Checked here, started by the run: stdio servers under the --sandbox settings.
+    tool_sources = mcp_servers(mcp_specs, mcp_urls, workspace, options.sandbox)
+    flags = [w for spec in mcp_specs for w in ("--mcp", spec)]
+    flags += [w for url in mcp_urls for w in ("--mcp-url", url)]
+    options = replace(options, mcp_flags=tuple(flags))
     if repair:
         _repair(options.session, console)
-    agent = _agent_for(options)
+    agent = _agent_for(options, tool_sources)
     result = _run_and_show(agent, options, console)
     _end(result, options, console)
 
@@ -250,6 +265,7 @@ def _checked_options(
             allow=allow,
             how_to_allow="The user can allow it by running again with --yes or --allow {tool}.",
             workspace=Workspace(workspace),
+            guard_other_tools=True,  # the --mcp servers' tools, as run_command
         )
     except UsageError as exc:
         raise click.BadParameter(str(exc), param_hint="--allow") from exc
@@ -317,9 +333,9 @@ def _repair(session: Path | None, console: Console) -> None:
         console.print(repaired_line(session, moved, side), soft_wrap=True, markup=False)
 
 
-def _agent_for(options: RunOptions) -> Agent:
-    """The agent of the run: the workspace tools, the permission hook, the session log (a
-    continued run may make ``--max-turns`` more turns).
+def _agent_for(options: RunOptions, tool_sources: Sequence[ToolSource] = ()) -> Agent:
+    """The agent of the run: the workspace tools (and ``tool_sources``: the ``--mcp`` servers),
+    the permission hook, the session log (a continued run may make ``--max-turns`` more turns).
 
     Raises:
         click.UsageError: the agent's configuration is refused.
@@ -335,6 +351,7 @@ def _agent_for(options: RunOptions) -> Agent:
             max_turns=options.max_turns,
             session=options.session,
             sandbox=options.sandbox,
+            tool_sources=tool_sources,
         )
     except UsageError as exc:
         raise click.UsageError(str(exc)) from exc
@@ -368,6 +385,7 @@ def _run_and_show(agent: Agent, options: RunOptions, console: Console) -> RunRes
         yes=options.yes,
         allow=options.allow,
         sandbox_flags=options.sandbox_flags,
+        mcp_flags=options.mcp_flags,
     )
     try:
         return execute(
@@ -411,6 +429,8 @@ def _approve_hint(options: RunOptions) -> str:
         f"[--deny ID:REASON] -w {shlex.quote(str(options.workspace))} "
         f"-m {shlex.quote(options.model_spec)}"
     )
+    if options.mcp_flags:  # the servers whose tools the pending calls need
+        hint += " " + shlex.join(options.mcp_flags)
     if options.model_spec.startswith("script:"):
         hint += "\n(a script plays from its first step again: give one holding the steps to come)"
     return hint
@@ -435,6 +455,8 @@ def _approve_hint(options: RunOptions) -> str:
 @click.option("--yes", "-y", is_flag=True, help="Allow every later command and write.")
 @click.option("--allow", multiple=True, metavar="RULE", help="As for run. Repeatable.")
 @click.option("--json", "json_lines", is_flag=True, help="Print events as JSON lines on stdout.")
+@mcp_option
+@mcp_url_option
 @click.pass_context
 def approve_command(
     ctx: click.Context,
@@ -448,6 +470,8 @@ def approve_command(
     yes: bool,
     allow: Sequence[str],
     json_lines: bool,
+    mcp_specs: Sequence[str] = (),
+    mcp_urls: Sequence[str] = (),
 ) -> None:
     """Decide the calls of a session awaiting approval and continue its run.
 
@@ -483,4 +507,6 @@ def approve_command(
         deny=deny,
         json_lines=json_lines,
         repair=False,
+        mcp_specs=mcp_specs,
+        mcp_urls=mcp_urls,
     )

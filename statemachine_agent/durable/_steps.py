@@ -10,8 +10,8 @@ from typing import Any, Protocol, runtime_checkable
 from dbos import DBOS, StepOptions
 from dbos import error as dbos_error
 
-from .._execution import BatchRun, _Slot
-from .._messages import AssistantMessage, ToolResultMessage
+from .._execution import BatchRun
+from .._messages import AssistantMessage, ToolCallBlock, ToolResultMessage
 from .._messages import text_result as _text_result
 from .._protocol import NO_RESULT
 from .._responses import RequestAborted, RequestFailed
@@ -71,17 +71,17 @@ def _current_incarnation() -> str:
 
 
 class DurableBatch(BatchRun):
-    """A `BatchRun` whose tool executions are DBOS steps, started in declaration order."""
+    """A `BatchRun` whose tool executions are DBOS steps, started in declaration order (through
+    the batch's per-call hooks `BatchRun.run_call` and `BatchRun.execute`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._order = {id(slot): i for i, slot in enumerate(self._slots)}
         self._started: list[asyncio.Future[None]] = []
 
     async def run(self) -> None:
         """Run the batch (see `BatchRun.run`)."""
         loop = asyncio.get_running_loop()
-        self._started = [loop.create_future() for _ in self._slots]
+        self._started = [loop.create_future() for _ in self.calls]
         await super().run()
 
     def _release(self, index: int) -> None:
@@ -97,15 +97,18 @@ class DurableBatch(BatchRun):
                 lambda _f: None if own.done() else own.set_result(None)
             )
 
-    async def _process(self, slot: _Slot) -> None:
+    async def run_call(self, index: int, call: ToolCallBlock) -> None:
+        """Process the call (`BatchRun.run_call`); the next call may then start its steps."""
         try:
-            await super()._process(slot)
+            await super().run_call(index, call)
         finally:
-            self._release(self._order[id(slot)])
+            self._release(index)
 
-    async def _execute(self, slot: _Slot, tool: Tool, kwargs: dict[str, Any]) -> ToolResultMessage:
-        index = self._order[id(slot)]
-        call = slot.call
+    async def execute(self, index: int, tool: Tool, kwargs: dict[str, Any]) -> ToolResultMessage:
+        """Run the tool as a ``tool:<call id>`` step once every earlier call has started its
+        own (preceded by a ``tool_start`` marker step for a tool that is not idempotent): on
+        replay, the recorded result (`BatchRun.execute`)."""
+        call = self.calls[index]
         try:
             if index > 0:
                 await asyncio.shield(self._started[index - 1])
@@ -117,14 +120,14 @@ class DurableBatch(BatchRun):
         except BaseException:
             self._release(index)
             raise
-        execute = super()._execute
+        execute = super().execute
 
         async def tool_call() -> str:
             if marker != process.incarnation:
                 # Started by a worker that died before the result was recorded.
                 result = _text_result(call, NO_RESULT, is_error=True)
             else:
-                result = await execute(slot, tool, kwargs)
+                result = await execute(index, tool, kwargs)
                 if tool.step_retries and result.is_error:
                     raise ToolStepFailed(dump_message(result))
             return dump_message(result)
@@ -134,7 +137,7 @@ class DurableBatch(BatchRun):
             options["retries_allowed"] = True
             options["max_attempts"] = tool.step_retries + 1
             options["interval_seconds"] = STEP_RETRY_INTERVAL_SECONDS
-        slot.started = True
+        self.call_started(index)
         # The step's position is taken synchronously when it starts: release the next call now.
         self._release(index)
         try:

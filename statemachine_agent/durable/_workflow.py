@@ -130,10 +130,15 @@ async def agent_workflow(
     """The run workflow: a fresh agent from the worker's factory, driven durably."""
     if process.factory is None:
         raise UsageError("no agent factory: call statemachine_agent.durable.launch() first")
-    result = await drive(
-        process.factory(),
-        prompt,
-        max_turns=max_turns,
-        approval_timeout_seconds=approval_timeout_seconds,
-    )
+    agent = process.factory()
+    try:
+        result = await drive(
+            agent,
+            prompt,
+            max_turns=max_turns,
+            approval_timeout_seconds=approval_timeout_seconds,
+        )
+    finally:
+        if agent.tool_table is not None:  # its MCP servers: stopped with the run
+            await agent.tool_table.aclose()
     return encode_result(result)

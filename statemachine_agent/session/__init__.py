@@ -8,7 +8,7 @@ resuming a session".
 
 from __future__ import annotations
 
-from .._errors import SessionCorruptError
+from .._session_seam import SessionLogLike, SessionSupport, provide_sessions
 from ._check import check_session
 from ._compaction import (
     SUMMARY_PREFIX,
@@ -19,6 +19,7 @@ from ._compaction import (
     kept_tokens_start,
     kept_window_start,
 )
+from ._errors import SessionCorruptError
 from ._html import render_html, write_html
 from ._html_model import page_model
 from ._log import RECOVERED, SessionLog, attach_session
@@ -45,6 +46,7 @@ __all__ = [
     "SessionCorruptError",
     "SessionData",
     "SessionLog",
+    "SessionLogLike",
     "SessionTrace",
     "Summarize",
     "attach_session",
@@ -60,3 +62,6 @@ __all__ = [
     "render_html",
     "write_html",
 ]
+
+# The core's `Agent(session=...)` and `Agent.resume` reach this package through this seam.
+provide_sessions(SessionSupport(attach=attach_session, open=SessionLog.open))

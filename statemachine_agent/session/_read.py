@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from .._errors import AgentError, SessionCorruptError
+from .._errors import AgentError
 from .._hooks import PendingCall
 from .._limits import RunCounts
 from .._machine import State
@@ -32,6 +32,7 @@ from .._messages import (
     text_result,
 )
 from .._protocol import INCOMPLETE_STOP_REASONS, NO_RESULT
+from ._errors import SessionCorruptError
 
 logger = logging.getLogger("statemachine_agent.session")
 

@@ -72,9 +72,18 @@ DeliveryMode = Literal["all", "one_at_a_time"]
 DELIVERY_MODES: tuple[DeliveryMode, ...] = ("all", "one_at_a_time")
 """The ways queued input is delivered (``Agent(steering_mode=..., follow_up_mode=...)``)."""
 
-FAMILIES: dict[str, int] = {"plain": 7, "limits": 2, "approval": 2, "cooperative": 1}
+FAMILIES: dict[str, int] = {
+    "plain": 10,
+    "limits": 4,
+    "approval": 2,
+    "cooperative": 1,
+    "reopen": 1,
+    "compacting": 1,
+}
 """The scenario families `scenarios` draws, with their weights: plain ones, ones with usage limits
-(no aborts), approval decisions, a cooperative tool aborted mid-batch."""
+(no aborts), approval decisions (half of them with the session log reopened after each run), a
+cooperative tool aborted mid-batch, plain ones with the session log reopened whole after each
+run (`Scenario.reopen`), plain ones on an agent that compacts mid-run (`Scenario.compaction`)."""
 
 
 def delivery_modes() -> st.SearchStrategy[DeliveryMode]:
@@ -111,6 +120,7 @@ _JOB_BEHAVIOURS: tuple[BehaviourName, ...] = (
     "cancel_itself",  # the tool's own CancelledError: an error result
     "cooperate",  # stops through ctx.signal.raise_if_aborted(): interrupted, never its own
     "cooperate",
+    "message",  # a ToolResultMessage built with another call's id: it answers its own call
 )
 
 
@@ -133,7 +143,7 @@ def oracle_calls(draw: st.DrawFn) -> Call:
             + ("rewrite", "deny", "terminate", "terminate", "raise", "raise", "abort")
         )
     )
-    after: AfterKind = draw(st.sampled_from(("keep",) * 8 + ("rewrite", "raise")))
+    after: AfterKind = draw(st.sampled_from(("keep",) * 8 + ("rewrite", "readdress", "raise")))
     key = draw(st.sampled_from(("a", "a", "b")))
     return Call(tool_name, behaviour, args, before, after, key)
 
@@ -317,6 +327,7 @@ _APPROVAL_CALLS: tuple[tuple[ToolName, BehaviourName], ...] = (
     ("job", "raise"),
     ("job", "tool_error"),
     ("job", "cooperate"),
+    ("job", "message"),
     ("write", "return"),
     ("limited", "return"),
 )
@@ -333,7 +344,7 @@ def approval_scenarios(draw: st.DrawFn) -> Scenario:
     for _ in range(n):
         tool_name, behaviour = draw(st.sampled_from(_APPROVAL_CALLS))
         before: BeforeKind = draw(st.sampled_from(("defer", "defer", "defer", "allow", "deny")))
-        after: AfterKind = draw(st.sampled_from(("keep", "keep", "keep", "rewrite")))
+        after: AfterKind = draw(st.sampled_from(("keep", "keep", "keep", "rewrite", "readdress")))
         calls.append(
             Call(tool_name, behaviour, "valid", before, after, draw(st.sampled_from("ab")))
         )
@@ -357,7 +368,19 @@ def approval_scenarios(draw: st.DrawFn) -> Scenario:
         mode=draw(st.sampled_from(("parallel", "sequential"))),
         max_turns=draw(st.sampled_from((50, 50, 1))),
         grace="realistic",
+        reopen=draw(st.sampled_from((True, True, False))),  # resumed while the batch waits
     )
+
+
+def _no_window_stops(spec: RunSpec) -> RunSpec:
+    # A context-window stop is not modelled with compaction on (the agent compacts and retries).
+    steps = tuple(
+        replace(step, kind="end_turn", calls=())
+        if step.kind == "model_context_window_exceeded"
+        else step
+        for step in spec.steps
+    )
+    return replace(spec, steps=steps)
 
 
 @st.composite
@@ -409,14 +432,30 @@ def scenarios(
         steps = (Step("tool_use", tuple(calls)), *draw(oracle_steps(max_steps=2)))
         first = RunSpec(steps, abort=Anchor("tool_start", draw(st.integers(1, 2))))
         grace = "realistic"
+    if family == "reopen":  # queued input is the agent's, not the log's: none left to resume
+        first = replace(first, inputs=())
+    compacting = family == "compacting"
+    if compacting:
+        first = _no_window_stops(first)
+        history = "none" if history == "mid_batch" else history
+        if draw(st.sampled_from((True, True, False))):
+            # A paused response, continued, then a batch: later requests carry it joined.
+            paused = (Step("pause_turn"), Step("tool_use", (draw(oracle_calls()),)))
+            first = replace(first, steps=(*paused, *first.steps))
     runs = [first]
     cut = None
-    thens = ("none", "none", "continue", "prompt", "resume", "resume")
-    then = draw(st.sampled_from(thens if limits is None else ("none", "prompt")))
+    thens: tuple[str, ...] = ("none", "none", "continue", "prompt", "resume", "resume")
+    if limits is not None:
+        thens = ("none", "prompt")
+    elif family in ("reopen", "compacting"):  # no cut log: reopened whole, or none
+        thens = ("none", "continue", "prompt")
+    then = draw(st.sampled_from(thens))
     if second_run and then != "none":
         second = draw(oracle_runs(prompt=then != "continue", max_steps=3, cancel=False))
         if then == "continue":
             second = replace(second, max_turns=max_turns + draw(st.integers(1, 2)))
+        if compacting:
+            second = _no_window_stops(second)
         runs.append(second if limits is None else _without_aborts(second))
         if then == "resume":
             cut = Cut(draw(st.integers(0, 12)), draw(st.booleans()))
@@ -434,4 +473,6 @@ def scenarios(
         follow_ups,
         limits,
         grace,
+        reopen=family == "reopen",
+        compaction=compacting,
     )

@@ -22,6 +22,7 @@ from ._paths import Workspace
 from ._permissions import (
     GUARDED,
     PREVIEW_LINES,
+    READ_TOOLS,
     CallPreview,
     Permissions,
     Question,
@@ -74,6 +75,7 @@ __all__ = [
     "MAX_READ_CHARS",
     "MAX_READ_LINES",
     "PREVIEW_LINES",
+    "READ_TOOLS",
     "CallPreview",
     "Permissions",
     "Question",

@@ -1,8 +1,9 @@
 """`Permissions`: the ``before_tool_call`` hook that guards commands and writes.
 
-Reading and listing are always allowed. ``run_command``, ``write_file`` and ``edit_file`` run when
-everything is allowed (``--yes``), when an allow rule covers the call, or when the person at the
-terminal says yes; otherwise they are denied with a reason the model reads.
+Reading and listing are always allowed. ``run_command``, ``write_file`` and ``edit_file`` (and,
+with ``guard_other_tools``, every tool that is not a workspace tool: an MCP server's, for one) run
+when everything is allowed (``--yes``), when an allow rule covers the call, or when the person at
+the terminal says yes; otherwise they are denied with a reason the model reads.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import json
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal
 
@@ -21,6 +24,9 @@ from ._paths import Workspace
 GUARDED = ("run_command", "write_file", "edit_file")
 """The tools that need permission."""
 WRITE_TOOLS = ("write_file", "edit_file")
+READ_TOOLS = ("list_files", "read_file")
+"""The workspace tools that never need permission (they only read the workspace)."""
+_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _SHELL_CONTROL = (";", "&", "|", "`", "$(", ">", "<", "\n")
 
 Confirm = Callable[[str], "bool | Awaitable[bool | None] | None"]
@@ -139,7 +145,10 @@ def describe_call(name: str, arguments: dict[str, Any]) -> str:
     if name == "edit_file":
         lines = len(str(arguments.get("old_text", "")).splitlines()) or 1
         return f"edit {arguments.get('path')} (replace {lines} line{'' if lines == 1 else 's'})"
-    return f"call {name}"
+    shown = json.dumps(arguments, ensure_ascii=False, default=str)
+    if len(shown) > 200:
+        shown = shown[:199] + "…"
+    return f"call {name} with {shown}"
 
 
 class Permissions:
@@ -163,6 +172,11 @@ class Permissions:
         on_decided: told each answer ``confirm`` gave, as a `CallDecided` (``approve`` or
             ``deny``), when it came; e.g. ``agent.session.record``, so the session log holds
             how long a call waited for the person (the replay page draws it apart).
+        guard_other_tools: also guard every tool that is not a workspace tool (`READ_TOOLS`
+            stay free), e.g. an MCP server's: such a tool can do whatever its server can, and
+            the server's own ``readOnlyHint`` is its claim, not a guarantee. An allow rule may
+            then also be such a tool's name (``notes_add_note``) or a name prefix ending in
+            ``*`` (``notes_*``: every tool of the ``--mcp notes=...`` server); the CLI sets it.
 
     Raises:
         UsageError: an allow rule names no guarded tool.
@@ -178,8 +192,10 @@ class Permissions:
         defer: bool = False,
         workspace: Workspace | None = None,
         on_decided: Callable[[CallDecided], object] | None = None,
+        guard_other_tools: bool = False,
     ) -> None:
         self.allow_all = allow_all
+        self.guard_other_tools = guard_other_tools
         self.workspace = workspace
         self.defer = defer
         self.on_decided = on_decided
@@ -187,6 +203,7 @@ class Permissions:
         self.confirm = confirm
         self.tools: set[str] = set()
         self.command_prefixes: list[str] = []
+        self.tool_prefixes: list[str] = []
         for rule in allow:
             rule = rule.strip()
             if rule == "writes":
@@ -195,16 +212,29 @@ class Permissions:
                 self.tools.add(rule)
             elif rule.startswith("run_command:") and rule.split(":", 1)[1].strip():
                 self.command_prefixes.append(rule.split(":", 1)[1].strip())
+            elif guard_other_tools and rule not in READ_TOOLS and _TOOL_NAME.fullmatch(rule):
+                self.tools.add(rule)
+            elif guard_other_tools and rule.endswith("*") and _TOOL_NAME.fullmatch(rule[:-1]):
+                self.tool_prefixes.append(rule[:-1])
             else:
+                others = ", a tool's name, or NAME_*" if guard_other_tools else ""
                 raise UsageError(
                     f"unknown allow rule {rule!r}: use run_command, write_file, edit_file, "
-                    "writes, or run_command:PREFIX"
+                    f"writes, run_command:PREFIX{others}"
                 )
+
+    def guards(self, name: str) -> bool:
+        """Calls of the tool ``name`` need permission (an allow rule, ``allow_all`` or a yes)."""
+        if name in GUARDED:
+            return True
+        return self.guard_other_tools and name not in READ_TOOLS
 
     def allows(self, name: str, arguments: dict[str, Any]) -> bool:
         """An allow rule (or ``allow_all``) covers this call without asking."""
-        if self.allow_all or name not in GUARDED or name in self.tools:
+        if self.allow_all or not self.guards(name) or name in self.tools:
             return True
+        if name not in GUARDED:  # another tool (an MCP server's): by name or NAME_* only
+            return any(name.startswith(prefix) for prefix in self.tool_prefixes)
         if name == "run_command":
             raw = str(arguments.get("command", ""))
             # Scanned before stripping (a trailing newline is a control character too) and

@@ -17,9 +17,7 @@ def tool_results(output: str) -> list[dict[str, Any]]:
     return [e["result"] for e in events if e["type"] == "tool_execution_end"]
 
 
-def test_case8_unknown_stop_reason_is_a_usage_error_naming_the_step(
-    folder: Path, tmp_path: Path
-) -> None:
+def test_unknown_stop_reason_is_a_usage_error_naming_the_step(folder: Path, tmp_path: Path) -> None:
     steps = [answer("Fine."), {"content": [{"type": "text", "text": "x"}], "stop_reason": "banana"}]
     result = invoke("run", "hi", "-w", str(folder), "-m", write_script(tmp_path, steps))
 
@@ -38,7 +36,7 @@ def test_case8_unknown_stop_reason_is_a_usage_error_naming_the_step(
     assert f"the known stop reasons are {', '.join(API_STOP_REASONS)}" in text
 
 
-def test_case8_empty_script_is_a_usage_error(folder: Path, tmp_path: Path) -> None:
+def test_empty_script_is_a_usage_error(folder: Path, tmp_path: Path) -> None:
     result = invoke("run", "hi", "-w", str(folder), "-m", write_script(tmp_path, []))
 
     assert result.exit_code == 2, result.output
@@ -49,7 +47,7 @@ def test_case8_empty_script_is_a_usage_error(folder: Path, tmp_path: Path) -> No
     assert result.exit_code == 2 and "holds no steps" in flat(result.output)
 
 
-def test_case8_a_script_file_given_as_a_model_name_suggests_script_prefix(
+def test_a_script_file_given_as_a_model_name_suggests_script_prefix(
     folder: Path, tmp_path: Path, monkeypatch: Any
 ) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
@@ -63,7 +61,7 @@ def test_case8_a_script_file_given_as_a_model_name_suggests_script_prefix(
     assert "ANTHROPIC_API_KEY" not in text
 
 
-def test_case8_timeout_above_the_cap_says_it_was_capped(folder: Path, tmp_path: Path) -> None:
+def test_timeout_above_the_cap_says_it_was_capped(folder: Path, tmp_path: Path) -> None:
     steps = [
         tool_step("t1", "run_command", command="echo hi", timeout_seconds=900),
         tool_step("t2", "run_command", command="echo ok", timeout_seconds=5),
@@ -81,7 +79,7 @@ def test_case8_timeout_above_the_cap_says_it_was_capped(folder: Path, tmp_path: 
     assert plain == "ok\n[exit code 0]"
 
 
-def test_case8_path_with_a_nul_byte_gets_the_usual_refusal(folder: Path, tmp_path: Path) -> None:
+def test_path_with_a_nul_byte_gets_the_usual_refusal(folder: Path, tmp_path: Path) -> None:
     steps = [
         tool_step("t1", "read_file", path="hello.txt\x00.png"),
         tool_step("t2", "write_file", path="new\x00.txt", content="x"),

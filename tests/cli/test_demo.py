@@ -27,7 +27,7 @@ def unittest_in(folder: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_case4_demo_ends_done_and_fixes_the_failing_test(tmp_path: Path) -> None:
+def test_demo_ends_done_and_fixes_the_failing_test(tmp_path: Path) -> None:
     before = tmp_path / "before"
     shutil.copytree(PROJECT, before, ignore=shutil.ignore_patterns("__pycache__"))
     failing = unittest_in(before)

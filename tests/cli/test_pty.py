@@ -89,7 +89,7 @@ def assert_aborted_cleanly(child: pexpect.spawn, tmp_path: Path) -> list[str]:
     return [r.text for r in results]
 
 
-def test_case5_ctrl_c_during_a_long_command_aborts_cleanly(tmp_path: Path) -> None:
+def test_ctrl_c_during_a_long_command_aborts_cleanly(tmp_path: Path) -> None:
     child = spawn(run_args(tmp_path, "--yes"), tmp_path)
     child.expect("run_command touch started")  # its spinner
     started = tmp_path / "ws" / "started"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 from docs.blocks import documentation_text
 from pydantic import ValidationError, create_model
+from test_diagram_views import always, review, run_cli, user_folder  # noqa: F401
 
 from statemachine_agent import HISTORY_ADAPTER
 from statemachine_agent.cli import main
@@ -274,3 +277,19 @@ def test_readme_script_example_runs(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "Fixed the typo in notes.txt." in result.output
     assert (folder / "notes.txt").read_text() == "hello world\n"
+
+
+def test_cli_agent_prefers_the_working_folder_over_an_installed_module(
+    user_folder: Path,  # noqa: F811 (the fixture)
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    installed = tmp_path / "site"  # an installed package of the same name, without `agent`
+    (installed / "mybot").mkdir(parents=True)
+    (installed / "mybot" / "__init__.py").write_text("", encoding="utf-8")
+    (installed / "mybot" / "app.py").write_text(textwrap.dedent("number = 1\n"), encoding="utf-8")
+    paths = [str(installed), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
+    done = run_cli(user_folder, "diagram", "--agent", "mybot.app:agent")
+    assert done.returncode == 0, done.stderr
+    assert "executing_tools --> reviewing : review_first\n" in done.stdout

@@ -26,6 +26,7 @@ REFERENCE = {
     "statemachine_agent.workspace": "reference/workspace/index.html",
     "statemachine_agent.durable": "reference/durable/index.html",
     "statemachine_agent.otel": "reference/otel/index.html",
+    "statemachine_agent.mcp": "reference/mcp/index.html",
 }
 
 

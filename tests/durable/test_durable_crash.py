@@ -61,7 +61,7 @@ def _lines(side: Path) -> list[str]:
 @pytest.mark.parametrize(
     "idempotent", [False, True], ids=["slow-not-idempotent", "slow-idempotent"]
 )
-def test_case1_sqlite_worker_killed_mid_batch(tmp_path: Path, idempotent: bool) -> None:
+def test_sqlite_worker_killed_mid_batch(tmp_path: Path, idempotent: bool) -> None:
     db_file = tmp_path / "runs.sqlite"
     db = f"sqlite:///{db_file}"
     side = tmp_path / "side-effects.txt"
@@ -129,7 +129,7 @@ def _stop(worker: subprocess.Popen[str], sig: int) -> None:
 
 
 @pytest.mark.parametrize("database", ["sqlite", "postgres"])
-def test_case3_killed_while_awaiting_approval_then_approved_from_a_third_process(
+def test_killed_while_awaiting_approval_then_approved_from_a_third_process(
     tmp_path: Path, database: str, request: pytest.FixtureRequest
 ) -> None:
     from durable_agents import DEPLOY_CALL

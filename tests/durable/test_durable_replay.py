@@ -82,7 +82,7 @@ async def counted(tmp_path: Path) -> AsyncIterator[Counted]:
         shutdown()
 
 
-async def test_case4_replay_over_recorded_steps_gives_the_same_history(counted: Counted) -> None:
+async def test_replay_over_recorded_steps_gives_the_same_history(counted: Counted) -> None:
     first = await run("Square some numbers.", run_id="det-run")
     assert first.state == "done"
     assert (counted.model_calls, counted.tool_calls) == (TURNS + 1, 2 * TURNS)

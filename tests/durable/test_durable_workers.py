@@ -73,7 +73,7 @@ def _wait_for(predicate: object, what: str) -> None:
         time.sleep(0.05)
 
 
-def test_case2_postgres_two_workers_one_killed(tmp_path: Path, postgres: ThrowawayPostgres) -> None:
+def test_postgres_two_workers_one_killed(tmp_path: Path, postgres: ThrowawayPostgres) -> None:
     run_dir = tmp_path / "runs"
     run_dir.mkdir()
     env = dict(os.environ)

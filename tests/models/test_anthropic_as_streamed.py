@@ -73,7 +73,7 @@ def test_the_replayed_stream_carries_citations_deltas_and_a_whitespace_block() -
     assert {"type": "text_delta", "text": " "} in deltas
 
 
-async def test_issue21_case1_streamed_whitespace_block_kept_and_not_sent(
+async def test_streamed_whitespace_block_kept_and_not_sent(
     server: ReplayServer,
 ) -> None:
     server.add(answer_reply(), end_turn("Yes."))
@@ -93,7 +93,7 @@ async def test_issue21_case1_streamed_whitespace_block_kept_and_not_sent(
     assert strip_cache(sent["messages"][1]) == {"role": "assistant", "content": EXPECTED_SENT}
 
 
-async def test_issue21_case2_recorded_non_streamed_step_gives_the_same_text() -> None:
+async def test_recorded_non_streamed_step_gives_the_same_text() -> None:
     scripted = ScriptedModel([ANSWER, {"content": [{"type": "text", "text": "Yes."}]}])
     agent = Agent(scripted)
     result = await agent.run("What is changing in S.F.?")
@@ -110,7 +110,7 @@ async def test_issue21_case2_recorded_non_streamed_step_gives_the_same_text() ->
     assert sent.content == [EXPECTED_BLOCKS[0], EXPECTED_BLOCKS[2]]
 
 
-async def test_issue21_case3_subscribed_text_events_join_to_result_text(
+async def test_subscribed_text_events_join_to_result_text(
     server: ReplayServer,
 ) -> None:
     server.add(answer_reply())
@@ -124,7 +124,7 @@ async def test_issue21_case3_subscribed_text_events_join_to_result_text(
     assert result.text == streamed
 
 
-async def test_issue14_case4_citations_survive_the_log_and_a_resume_and_are_sent_back(
+async def test_citations_survive_the_log_and_a_resume_and_are_sent_back(
     server: ReplayServer, tmp_path: Path
 ) -> None:
     log = tmp_path / "run.jsonl"

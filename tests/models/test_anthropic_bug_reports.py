@@ -25,8 +25,7 @@ from statemachine_agent import (
     tool,
 )
 from statemachine_agent._errors import ToolDefinitionError, UsageError
-from statemachine_agent._execution import TRUNCATED
-from statemachine_agent._protocol import STOPPED_NOT_RUN
+from statemachine_agent._protocol import STOPPED_NOT_RUN, TRUNCATED
 from statemachine_agent.models import AnthropicModel, ModelRequest, ToolDefinition
 from statemachine_agent.models import anthropic as anthropic_module
 from statemachine_agent.session import read_session
@@ -46,7 +45,7 @@ def text(value: str) -> dict[str, Any]:
 # -- case 5: the continuation policy --------------------------------------------------------------
 
 
-async def test_case5_policy_stop_never_sends_another_request_after_a_cut_tool_call(
+async def test_policy_stop_never_sends_another_request_after_a_cut_tool_call(
     server: ReplayServer, anthropic_fixtures: Path
 ) -> None:
     ran: list[str] = []
@@ -77,7 +76,7 @@ async def test_case5_policy_stop_never_sends_another_request_after_a_cut_tool_ca
     assert result.messages[-1] is answer
 
 
-async def test_case5_policy_stop_answers_a_complete_call_of_a_cut_response_without_running_it(
+async def test_policy_stop_answers_a_complete_call_of_a_cut_response_without_running_it(
     server: ReplayServer,
 ) -> None:
     ran: list[str] = []
@@ -102,7 +101,7 @@ async def test_case5_policy_stop_answers_a_complete_call_of_a_cut_response_witho
     ]
 
 
-async def test_case5_policy_stop_answers_the_cut_call_before_queued_input(
+async def test_policy_stop_answers_the_cut_call_before_queued_input(
     server: ReplayServer,
 ) -> None:
     call = {"type": "tool_use", "id": "toolu_q", "name": "read", "input": {"path": "a"}}
@@ -125,7 +124,7 @@ async def test_case5_policy_stop_answers_the_cut_call_before_queued_input(
     assert [b["type"] for b in sent[2]["content"]] == ["tool_result", "text"]
 
 
-async def test_case5_policy_continue_result_text_is_the_whole_answer(
+async def test_policy_continue_result_text_is_the_whole_answer(
     server: ReplayServer,
 ) -> None:
     server.add(
@@ -173,7 +172,7 @@ def kinds(message: dict[str, Any]) -> list[str]:
     return [block["type"] for block in message["content"]]
 
 
-async def test_case1_resumed_on_another_model_sends_no_thinking_of_finished_turns(
+async def test_resumed_on_another_model_sends_no_thinking_of_finished_turns(
     server: ReplayServer, tmp_path: Path
 ) -> None:
     log = tmp_path / "run.jsonl"
@@ -201,7 +200,7 @@ async def test_case1_resumed_on_another_model_sends_no_thinking_of_finished_turn
     assert "sig-opus" not in str(sent)
 
 
-async def test_case1_resumed_on_the_same_model_keeps_thinking_byte_for_byte(
+async def test_resumed_on_the_same_model_keeps_thinking_byte_for_byte(
     server: ReplayServer, tmp_path: Path
 ) -> None:
     log = tmp_path / "run.jsonl"
@@ -220,7 +219,7 @@ async def test_case1_resumed_on_the_same_model_keeps_thinking_byte_for_byte(
     assert server.requests[1].body["messages"][1] == sent["messages"][1]
 
 
-async def test_case1_model_changed_inside_an_unfinished_tool_turn_sends_it_without_thinking(
+async def test_model_changed_inside_an_unfinished_tool_turn_sends_it_without_thinking(
     server: ReplayServer,
 ) -> None:
     # Model A asked for a tool; its result is in; the run continues on model B (as after a
@@ -252,7 +251,7 @@ FS_NAME = os.fsdecode(b"caf\xe9.txt")  # 'caf\udce9.txt' on a UTF-8 system
 CUT_EMOJI = "bold \ud835 text"
 
 
-async def test_case2_lone_surrogates_are_sent_as_valid_utf8_and_logged_as_they_are(
+async def test_lone_surrogates_are_sent_as_valid_utf8_and_logged_as_they_are(
     server: ReplayServer, tmp_path: Path
 ) -> None:
     assert "\udce9" in FS_NAME
@@ -295,7 +294,7 @@ async def test_case2_lone_surrogates_are_sent_as_valid_utf8_and_logged_as_they_a
     assert again.state is State.DONE
 
 
-def test_case2_every_text_of_a_request_is_made_valid() -> None:
+def test_every_text_of_a_request_is_made_valid() -> None:
     # Steering, tool arguments echoed back, settings and tool descriptions: one body, checked
     # without a server (the SDK's own encoder is what refused the body before).
     body_model = AnthropicModel(
@@ -330,7 +329,7 @@ def test_case2_every_text_of_a_request_is_made_valid() -> None:
 # -- case 3: a client tool with a server tool's name ----------------------------------------------
 
 
-async def test_case3_client_tool_named_like_a_server_tool_is_a_usage_error_before_any_request(
+async def test_client_tool_named_like_a_server_tool_is_a_usage_error_before_any_request(
     server: ReplayServer,
 ) -> None:
     @tool
@@ -345,7 +344,7 @@ async def test_case3_client_tool_named_like_a_server_tool_is_a_usage_error_befor
     assert server.requests == []
 
 
-def test_case3_server_tool_names_are_checked_against_the_api_rules() -> None:
+def test_server_tool_names_are_checked_against_the_api_rules() -> None:
     with pytest.raises(UsageError, match="'name'"):
         AnthropicModel(MODEL, api_key="test", server_tools=[{"type": "web_search_20250305"}])
     with pytest.raises(UsageError, match="'web search'"):
@@ -359,7 +358,7 @@ def test_case3_server_tool_names_are_checked_against_the_api_rules() -> None:
             checker.check_tools([ToolDefinition(bad, "d", {"type": "object"})])
 
 
-def test_case3_a_tool_name_with_a_trailing_newline_is_refused_when_defined() -> None:
+def test_a_tool_name_with_a_trailing_newline_is_refused_when_defined() -> None:
     def read_file(path: str) -> str:
         """Read."""
         return path
@@ -371,7 +370,7 @@ def test_case3_a_tool_name_with_a_trailing_newline_is_refused_when_defined() -> 
 # -- case 6: an unreachable endpoint --------------------------------------------------------------
 
 
-async def test_case6_unreachable_base_url_named_with_its_environment_variable(
+async def test_unreachable_base_url_named_with_its_environment_variable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
@@ -389,7 +388,7 @@ async def test_case6_unreachable_base_url_named_with_its_environment_variable(
     assert result.error.lower().count("connection error") <= 1  # said once, in the kind
 
 
-async def test_case6_unreachable_url_without_the_variable_names_only_the_url(
+async def test_unreachable_url_without_the_variable_names_only_the_url(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
@@ -404,7 +403,7 @@ async def test_case6_unreachable_url_without_the_variable_names_only_the_url(
 
 
 @pytest.mark.parametrize("error", [httpx2.ConnectError, httpx2.ReadError])
-async def test_case6_a_connection_error_without_text_names_its_type_not_the_sdks_generic_text(
+async def test_a_connection_error_without_text_names_its_type_not_the_sdks_generic_text(
     error: type[httpx2.TransportError],
 ) -> None:
     # The transport fails with an empty message: the SDK's own text ("Connection error.") says
@@ -456,7 +455,7 @@ def warnings_when_made(*names: str, **kwargs: Any) -> list[str]:
     return [str(w.message) for w in caught]
 
 
-async def test_case7_a_deprecated_model_warns_once_not_per_request(
+async def test_a_deprecated_model_warns_once_not_per_request(
     server: ReplayServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(anthropic_module, "_warned_deprecated", set())
@@ -476,27 +475,27 @@ async def test_case7_a_deprecated_model_warns_once_not_per_request(
     assert "claude-sonnet-4-6" in str(about[0].message)  # what to use instead
 
 
-def test_case7_the_package_table_of_deprecated_models_can_be_extended(
+def test_the_package_table_of_deprecated_models_can_be_extended(
     old_model_listed: None,
 ) -> None:
     caught = warnings_when_made(OLD_MODEL, "claude-replay-current")
     assert [text.split(" is deprecated")[0] for text in caught] == [f"The model {OLD_MODEL!r}"]
 
 
-def test_case7_a_model_not_in_the_table_gets_no_warning(
+def test_a_model_not_in_the_table_gets_no_warning(
     warned_of_nothing: pytest.MonkeyPatch,
 ) -> None:
     assert warnings_when_made(OLD_MODEL, deprecated_models={}) == []
 
 
-def test_case7_an_empty_deprecated_models_table_turns_the_warning_off(
+def test_an_empty_deprecated_models_table_turns_the_warning_off(
     old_model_listed: None,
 ) -> None:
     # The package's table lists the model: ``deprecated_models={}`` still means "none".
     assert warnings_when_made(OLD_MODEL, deprecated_models={}) == []
 
 
-def test_case7_a_deprecated_models_table_replaces_the_package_table_not_merges(
+def test_a_deprecated_models_table_replaces_the_package_table_not_merges(
     old_model_listed: None,
 ) -> None:
     own = {"claude-replay-own": "July 1st, 2099"}
@@ -506,7 +505,7 @@ def test_case7_a_deprecated_models_table_replaces_the_package_table_not_merges(
     ]
 
 
-def test_case7_the_sdks_per_request_warning_for_a_listed_model_is_silenced_in_this_package(
+def test_the_sdks_per_request_warning_for_a_listed_model_is_silenced_in_this_package(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # What the SDK warns on each request for a model it lists, attributed (stacklevel) to the
@@ -535,7 +534,7 @@ def test_case7_the_sdks_per_request_warning_for_a_listed_model_is_silenced_in_th
     ]
 
 
-def test_case7_readme_and_package_name_a_current_model() -> None:
+def test_readme_and_package_name_a_current_model() -> None:
     root = Path(__file__).resolve().parents[2]
     texts = [root / "README.md", *sorted((root / "statemachine_agent").rglob("*.py"))]
     stale = [str(p.relative_to(root)) for p in texts if "claude-sonnet-4-5" in p.read_text()]

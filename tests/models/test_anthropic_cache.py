@@ -41,7 +41,7 @@ def breakpoints(value: Any, where: str = "") -> list[str]:
     return found
 
 
-async def test_bug8_provider_block_cache_control_is_dropped_three_breakpoints(
+async def test_provider_block_cache_control_is_dropped_three_breakpoints(
     server: ReplayServer,
 ) -> None:
     searched = AssistantMessage(

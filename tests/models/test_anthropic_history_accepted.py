@@ -108,7 +108,7 @@ def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
 @pytest.mark.parametrize(
     ("partial", "shown"), [('{"limit": 1e400}', "1e400"), ('{"limit": NaN}', "NaN")]
 )
-async def test_case5_streamed_non_finite_input_answered_and_next_request_strict_json(
+async def test_streamed_non_finite_input_answered_and_next_request_strict_json(
     server: ReplayServer, tmp_path: Path, partial: str, shown: str
 ) -> None:
     ran.clear()
@@ -146,7 +146,7 @@ async def test_case5_streamed_non_finite_input_answered_and_next_request_strict_
     assert ran == []
 
 
-async def test_case5_thirty_digit_integer_reaches_the_tool_exactly(server: ReplayServer) -> None:
+async def test_thirty_digit_integer_reaches_the_tool_exactly(server: ReplayServer) -> None:
     seen: list[int] = []
 
     @tool
@@ -171,7 +171,7 @@ def lookup(key: str) -> str:
 
 
 @pytest.mark.parametrize("choice", [{"type": "any"}, {"type": "auto"}])
-async def test_case6_summary_request_carries_no_tool_choice_on_the_wire(
+async def test_summary_request_carries_no_tool_choice_on_the_wire(
     server: ReplayServer, choice: dict[str, Any]
 ) -> None:
     history: list[Any] = [UserMessage("task")]
@@ -203,7 +203,7 @@ async def test_case6_summary_request_carries_no_tool_choice_on_the_wire(
     assert [t["name"] for t in turn["tools"]] == ["lookup"] and turn["tool_choice"] == choice
 
 
-def test_case6_body_without_tools_drops_tool_choice_and_server_tools_keep_it() -> None:
+def test_body_without_tools_drops_tool_choice_and_server_tools_keep_it() -> None:
     from statemachine_agent.models import ModelRequest
 
     plain = AnthropicModel(MODEL, api_key="test")
@@ -214,7 +214,7 @@ def test_case6_body_without_tools_drops_tool_choice_and_server_tools_keep_it() -
     assert served.body(request)["tool_choice"] == {"type": "any"}
 
 
-async def test_case6_server_tools_only_agent_keeps_tool_choice_and_tools_on_the_wire() -> None:
+async def test_server_tools_only_agent_keeps_tool_choice_and_tools_on_the_wire() -> None:
     """An agent with no function tools whose model sends server tools: every request offers a
     tool, so the user's ``tool_choice`` stays (dropping it would change what the model may do)."""
     search = {"type": "web_search_20250305", "name": "web_search"}

@@ -29,7 +29,7 @@ RESPONSE = message(
 )
 
 
-async def test_case8_chat_span_carries_response_id_and_request_max_tokens(
+async def test_chat_span_carries_response_id_and_request_max_tokens(
     server: ReplayServer,
 ) -> None:
     exporter = InMemorySpanExporter()

@@ -212,7 +212,7 @@ def page_steps(driver: Any) -> list[Any]:
 # -- the cases ---------------------------------------------------------------------------
 
 
-def test_case1_demo_log_shows_6_turns_done_and_the_first_batch_lights_executing_tools(
+def test_demo_log_shows_6_turns_done_and_the_first_batch_lights_executing_tools(
     tmp_path: Path, browser: Any
 ) -> None:
     from selenium.webdriver.common.keys import Keys
@@ -259,7 +259,7 @@ def test_case1_demo_log_shows_6_turns_done_and_the_first_batch_lights_executing_
     assert browser.find_element("id", "step-count").text == "step 2 / 12"
 
 
-def test_case2_parallel_bars_overlap_and_end_2nd_3rd_1st(tmp_path: Path, browser: Any) -> None:
+def test_parallel_bars_overlap_and_end_2nd_3rd_1st(tmp_path: Path, browser: Any) -> None:
     page = write_html(parallel_log(tmp_path / "parallel.jsonl"), tmp_path / "parallel.html")
     open_page(browser, page)
     rects = {
@@ -279,7 +279,7 @@ def test_case2_parallel_bars_overlap_and_end_2nd_3rd_1st(tmp_path: Path, browser
     assert width["c2"] < width["c3"] < width["c1"]
 
 
-def test_case3_killed_mid_batch_and_resumed_marks_the_repair_the_abort_and_the_new_run(
+def test_killed_mid_batch_and_resumed_marks_the_repair_the_abort_and_the_new_run(
     tmp_path: Path, browser: Any
 ) -> None:
     page = write_html(killed_and_resumed_log(tmp_path), tmp_path / "crash.html")
@@ -330,7 +330,7 @@ def test_case3_killed_mid_batch_and_resumed_marks_the_repair_the_abort_and_the_n
     assert turn["end"] == next(c["end"] for c in turn["calls"] if c["id"] == "c1")
 
 
-def test_case4_markup_in_a_tool_result_is_text_and_never_runs(tmp_path: Path, browser: Any) -> None:
+def test_markup_in_a_tool_result_is_text_and_never_runs(tmp_path: Path, browser: Any) -> None:
     log = xss_log(tmp_path / "xss.jsonl")
     page = write_html(log, tmp_path / "xss.html")
     raw = page.read_text()
@@ -349,7 +349,7 @@ def test_case4_markup_in_a_tool_result_is_text_and_never_runs(tmp_path: Path, br
     assert browser.title == "session xss.jsonl"
 
 
-def test_case5_screenshot_at_the_first_tool_batch(tmp_path: Path, browser: Any) -> None:
+def test_screenshot_at_the_first_tool_batch(tmp_path: Path, browser: Any) -> None:
     page = write_html(demo_log(tmp_path / "demo"), tmp_path / "demo.html")
     open_page(browser, page)
     step_to(browser, "awaiting_model → executing_tools")

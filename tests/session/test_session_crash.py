@@ -108,9 +108,7 @@ def results(messages: list[object]) -> dict[str, ToolResultMessage]:
 
 
 @pytest.mark.parametrize("kill", plan_kills(SEED), ids=str)
-def test_case4_sigkill_then_resume_loses_nothing_and_reruns_nothing(
-    tmp_path: Path, kill: Kill
-) -> None:
+def test_sigkill_then_resume_loses_nothing_and_reruns_nothing(tmp_path: Path, kill: Kill) -> None:
     log, markers = tmp_path / "s.jsonl", tmp_path / "markers.txt"
     print(f"SESSION_CRASH_SEED={SEED} kill={kill}")
     killed = run_and_kill(CHILD, log, markers, kill.reached, then_wait_seconds=kill.wait_seconds)
@@ -154,7 +152,7 @@ def grown_by(log: Path, lines: int) -> Callable[[LogLines], bool]:
     return lambda now: len(now) >= target
 
 
-def test_case4_the_child_itself_resumes_after_two_kills(tmp_path: Path) -> None:
+def test_the_child_itself_resumes_after_two_kills(tmp_path: Path) -> None:
     log, markers = tmp_path / "s.jsonl", tmp_path / "markers.txt"
     rng = random.Random(SEED)
     growths = [rng.randint(4, 12), rng.randint(2, 8)]

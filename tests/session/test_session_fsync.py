@@ -29,7 +29,7 @@ def run_logged(path: Path, *, fsync: bool) -> None:
 
 
 @pytest.mark.parametrize("fsync", [True, False])
-def test_bug3_fsync_once_per_written_line(
+def test_fsync_once_per_written_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool
 ) -> None:
     path = tmp_path / "run.jsonl"

@@ -135,7 +135,7 @@ def cuts_between_a_call_and_its_result(monkeypatch: pytest.MonkeyPatch) -> None:
         return start
 
     monkeypatch.setattr(Compaction, "kept_start", kept_start)
-    monkeypatch.setattr("statemachine_agent.session._compaction.compact_history", _unchecked)
+    monkeypatch.setattr("statemachine_agent._cuts.compact_history", _unchecked)
 
 
 def drops_a_tool_result(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -150,7 +150,7 @@ def drops_a_tool_result(monkeypatch: pytest.MonkeyPatch) -> None:
             del kept[results[0]]
         return [UserMessage(SUMMARY_PREFIX + summary), *kept]
 
-    monkeypatch.setattr("statemachine_agent.session._compaction.compact_history", compact_history)
+    monkeypatch.setattr("statemachine_agent._cuts.compact_history", compact_history)
 
 
 def cuts_inside_a_turn(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -166,7 +166,7 @@ def cuts_inside_a_turn(monkeypatch: pytest.MonkeyPatch) -> None:
         return start
 
     monkeypatch.setattr(Compaction, "kept_start", kept_start)
-    monkeypatch.setattr("statemachine_agent.session._compaction.compact_history", _unchecked)
+    monkeypatch.setattr("statemachine_agent._cuts.compact_history", _unchecked)
 
 
 @pytest.mark.parametrize(

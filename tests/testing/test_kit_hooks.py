@@ -138,7 +138,7 @@ def skips_into_a_user_state(kit: AgentKit) -> Agent:
 
 
 @pytest.mark.parametrize("factory", [skips_tool_results, skips_into_a_user_state])
-def test_case9_user_branch_before_tool_calls_keeps_every_call_answered_in_the_stored_history(
+def test_user_branch_before_tool_calls_keeps_every_call_answered_in_the_stored_history(
     factory: Any,
 ) -> None:
     """Issue 31, case 9: whichever state the user's branch enters, every call gets its result in

@@ -83,7 +83,7 @@ def test_non_utf8_output_is_replaced_not_fatal(workspace: Path, mode: SandboxMod
     assert results[0].details["exit_code"] == 4
 
 
-async def test_case3_abort_kills_the_process_group_and_skips_the_rest(
+async def test_abort_kills_the_process_group_and_skips_the_rest(
     workspace: Path, mode: SandboxMode
 ) -> None:
     calls = [

@@ -18,9 +18,7 @@ REFUSED_TAIL = (
 )
 
 
-def test_bug4_sibling_folder_sharing_the_root_prefix_is_outside(
-    workspace: Path, tmp_path: Path
-) -> None:
+def test_sibling_folder_sharing_the_root_prefix_is_outside(workspace: Path, tmp_path: Path) -> None:
     evil = tmp_path / "ws-evil"  # "ws-evil" starts with "ws", the root's name
     evil.mkdir()
     (evil / "secret.txt").write_text("SECRET-SIBLING")
@@ -41,7 +39,7 @@ def test_bug4_sibling_folder_sharing_the_root_prefix_is_outside(
     assert (evil / "secret.txt").read_text() == "SECRET-SIBLING"
 
 
-def test_bug9_recursive_listing_shows_an_outside_symlink_but_does_not_enter_it(
+def test_recursive_listing_shows_an_outside_symlink_but_does_not_enter_it(
     workspace: Path, tmp_path: Path
 ) -> None:
     outside = tmp_path / "outside"

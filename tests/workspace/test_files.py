@@ -147,7 +147,7 @@ def test_writes_to_one_file_queue_in_declaration_order(workspace: Path) -> None:
 # -- review of issue 6 (bugs 1-3, 6, 7) ---------------------------------------------------------
 
 
-def test_bug1_non_utf8_file_name_is_shown_escaped_and_usable_by_that_name(workspace: Path) -> None:
+def test_non_utf8_file_name_is_shown_escaped_and_usable_by_that_name(workspace: Path) -> None:
     (workspace / os.fsdecode(b"caf\xe9.txt")).write_text("hello\n")
     calls: list[tuple[str, dict[str, Any]]] = [
         ("list_files", {}),
@@ -168,7 +168,7 @@ def test_bug1_non_utf8_file_name_is_shown_escaped_and_usable_by_that_name(worksp
         message.model_dump_json().encode("utf-8")
 
 
-def test_bug2_edit_file_keeps_crlf_line_endings(workspace: Path) -> None:
+def test_edit_file_keeps_crlf_line_endings(workspace: Path) -> None:
     (workspace / "crlf.txt").write_bytes(b"alpha\r\nbeta\r\ngamma\r\n")
     _, results = run_calls(
         workspace,
@@ -182,7 +182,7 @@ def test_bug2_edit_file_keeps_crlf_line_endings(workspace: Path) -> None:
     assert (workspace / "crlf.txt").read_bytes() == b"A\r\nextra\r\ngamma\r\n"
 
 
-def test_bug2_edit_file_keeps_lf_lines_of_a_mostly_lf_file(workspace: Path) -> None:
+def test_edit_file_keeps_lf_lines_of_a_mostly_lf_file(workspace: Path) -> None:
     (workspace / "mixed.txt").write_bytes(b"one\ntwo\nthree\r\nfour\n")
     _, results = run_calls(
         workspace, [("edit_file", {"path": "mixed.txt", "old_text": "two", "new_text": "2\n2b"})]
@@ -191,7 +191,7 @@ def test_bug2_edit_file_keeps_lf_lines_of_a_mostly_lf_file(workspace: Path) -> N
     assert (workspace / "mixed.txt").read_bytes() == b"one\n2\n2b\nthree\r\nfour\n"
 
 
-def test_bug3_edit_file_refuses_non_utf8_and_binary_files_unchanged(workspace: Path) -> None:
+def test_edit_file_refuses_non_utf8_and_binary_files_unchanged(workspace: Path) -> None:
     latin = "caf\xe9 = 1\nx = 2\n".encode("latin-1")
     (workspace / "lat.txt").write_bytes(latin)
     (workspace / "blob.dat").write_bytes(b"x = 2\n\x00\x01")
@@ -219,7 +219,7 @@ def _peak_bytes(function: Any, **kwargs: Any) -> tuple[Any, int]:
         tracemalloc.stop()
 
 
-def test_bug6_read_file_streams_a_large_file_in_bounded_memory(workspace: Path) -> None:
+def test_read_file_streams_a_large_file_in_bounded_memory(workspace: Path) -> None:
     line = b"some text line\n"
     count = (24 << 20) // len(line)  # 24 MiB
     (workspace / "big.txt").write_bytes(line * count)
@@ -242,7 +242,7 @@ def test_bug6_read_file_streams_a_large_file_in_bounded_memory(workspace: Path) 
     assert cut.details == {"summary": "lines 1-1 of 1"}
 
 
-def test_bug7_line_numbers_split_on_newline_only(workspace: Path) -> None:
+def test_line_numbers_split_on_newline_only(workspace: Path) -> None:
     (workspace / "ff.py").write_text("a = 1\n\x0c\nb = 2\x85\u2028\x1c\nc = 3\r\nd = 4")
     _, results = run_calls(
         workspace,

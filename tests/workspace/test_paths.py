@@ -13,7 +13,7 @@ from statemachine_agent.workspace import Workspace
 from .conftest import run_calls
 
 
-def test_case1_paths_escaping_the_root_are_refused(workspace: Path, tmp_path: Path) -> None:
+def test_paths_escaping_the_root_are_refused(workspace: Path, tmp_path: Path) -> None:
     outside = tmp_path / "outside.txt"
     outside.write_text("SECRET-OUTSIDE")
     system = tmp_path / "system"  # stands in for a system folder such as /etc; never the real one
@@ -51,7 +51,7 @@ def test_absolute_path_inside_the_root_is_allowed(workspace: Path) -> None:
     assert "# demo" in results[0].text
 
 
-def test_case2_did_you_mean(workspace: Path) -> None:
+def test_a_missing_path_suggests_the_nearest_existing_ones(workspace: Path) -> None:
     _, results = run_calls(workspace, [("read_file", {"path": "src/maths.py"})])
     assert results[0].is_error
     assert results[0].text == "File not found: src/maths.py. Did you mean src/math.py?"
@@ -102,7 +102,7 @@ def test_write_queue_key_is_the_resolved_file(workspace: Path) -> None:
 # -- review of issue 6 (bugs 4, 5, 8) -----------------------------------------------------------
 
 
-def test_bug4_symlink_loop_does_not_break_listing_or_suggestions(workspace: Path) -> None:
+def test_symlink_loop_does_not_break_listing_or_suggestions(workspace: Path) -> None:
     os.symlink("loop2", workspace / "loop1")
     os.symlink("loop1", workspace / "loop2")
     _, results = run_calls(
@@ -120,7 +120,7 @@ def test_bug4_symlink_loop_does_not_break_listing_or_suggestions(workspace: Path
     assert results[3].is_error and results[3].text.startswith("Cannot resolve loop1")
 
 
-def test_bug5_nested_gitignore_negation_reincludes_a_file(workspace: Path) -> None:
+def test_nested_gitignore_negation_reincludes_a_file(workspace: Path) -> None:
     # Expected listing is what `git status --untracked-files=all` shows for this tree.
     (workspace / "g" / "sub").mkdir(parents=True)
     (workspace / "g" / ".gitignore").write_text("*.log\ndropped/\n")
@@ -140,7 +140,7 @@ def test_bug5_nested_gitignore_negation_reincludes_a_file(workspace: Path) -> No
     assert ws.is_ignored(workspace / "g" / "dropped" / "x.txt")
 
 
-def test_bug8_tilde_in_a_tool_path_is_not_expanded(
+def test_tilde_in_a_tool_path_is_not_expanded(
     workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     home = tmp_path / "home"

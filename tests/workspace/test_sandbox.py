@@ -85,9 +85,7 @@ def connect_command(port: int) -> str:
 
 
 @needs_bwrap
-def test_case1_writes_outside_the_workspace_fail_inside_work(
-    workspace: Path, tmp_path: Path
-) -> None:
+def test_writes_outside_the_workspace_fail_inside_work(workspace: Path, tmp_path: Path) -> None:
     evil = Path("/usr/local/evil")
     if evil.exists():
         pytest.skip("/usr/local/evil exists already: cannot tell whether the sandbox made it")
@@ -179,7 +177,7 @@ def test_no_capabilities_even_as_root(workspace: Path) -> None:
 
 
 @needs_bwrap
-def test_case2_no_network_unless_allowed(workspace: Path) -> None:
+def test_no_network_unless_allowed(workspace: Path) -> None:
     with listening() as server:
         port = server.getsockname()[1]
         _, results = run_calls(
@@ -198,7 +196,7 @@ def test_case2_no_network_unless_allowed(workspace: Path) -> None:
 
 
 @needs_bwrap
-def test_case2_cli_allow_network(tmp_path: Path, workspace: Path) -> None:
+def test_cli_allow_network(tmp_path: Path, workspace: Path) -> None:
     with listening() as server:
         model = write_script(tmp_path, [connect_command(server.getsockname()[1])])
         off = cli("run", "go", "-w", str(workspace), "-m", model, "--yes", "--sandbox=require")
@@ -225,7 +223,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @needs_bwrap
-def test_case3_ssh_key_hidden_and_api_key_not_in_env(
+def test_ssh_key_hidden_and_api_key_not_in_env(
     workspace: Path, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
@@ -318,7 +316,7 @@ async def abort_when_running(
 
 
 @needs_bwrap
-async def test_case4_abort_in_the_sandbox_leaves_no_process(workspace: Path) -> None:
+async def test_abort_in_the_sandbox_leaves_no_process(workspace: Path) -> None:
     grace = 2.0
     sleeps = [["sleep", "100"], ["sleep", "100"]]
     results, pids, elapsed = await abort_when_running(
@@ -359,7 +357,7 @@ def no_bwrap_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return empty
 
 
-def test_case5_require_without_bwrap_exits_2(
+def test_require_without_bwrap_exits_2(
     no_bwrap_path: Path, workspace: Path, tmp_path: Path
 ) -> None:
     model = write_script(tmp_path, ["echo x > made.txt"])

@@ -46,6 +46,10 @@ class BatchRules(CallRules):
                 p.labels.add("hook_rewrite")
             if call.tool == "job" and call.behaviour == "cooperate" and call.args == "valid":
                 p.labels.add("cooperative_tool")
+            if call.after == "readdress" or (
+                call.tool == "job" and call.behaviour == "message" and call.args == "valid"
+            ):
+                p.labels.add("readdressed_result")  # a result message built for another id
         tools_names = [c.tool for c in calls]
         if len(set(tools_names)) < len(tools_names):
             p.labels.add("one_tool_twice")

@@ -146,8 +146,8 @@ class CallRules:
 
     def _after_kind(self, call: Call, call_id: str, result: str) -> str:
         after = self._after(call, call_id)
-        if after == "rewrite":
-            return "rewritten"
+        if after in ("rewrite", "readdress"):
+            return "rewritten"  # addressed to this call whatever id the hook's message had
         if after == "user_rewrite":
             return "ok[*]" if not result.startswith("ok[") else result.split("[")[0] + "[*]"
         if after == "raise":
@@ -222,7 +222,11 @@ class CallRules:
             if self.static(call, call_id, step.kind in TRUNCATING and i == n - 1) is not None:
                 continue
             after = self._after(call, call_id)
-            if after in ("keep", "rewrite"):  # a ToolResultMessage keeps the tool's choice
+            if after in (
+                "keep",
+                "rewrite",
+                "readdress",
+            ):  # a ToolResultMessage keeps the tool's choice
                 return "yes"
             if after == "user_rewrite":
                 out = "maybe"

@@ -15,6 +15,7 @@ from ..._protocol import (
 from .kinds import matches
 from .play import RunObservation, ScenarioObservation, play
 from .prediction import Oracle
+from .requests import request_problems
 from .resume import predict_resume, predict_resumed_turns
 from .scenario import Call, Scenario, scenario_ids
 from .texts import FIXED_TEXTS, HOOK_DENIES, HOOK_TERMINATES, REWRITTEN
@@ -169,6 +170,13 @@ def compare(
     ids = scenario_ids(scenario)
     prediction = oracle.predict(scenario, ids)
     problems: list[str] = []
+    note = "a note from transform_context" if scenario.transform == "rewrite" else None
+    for n, got in enumerate(obs.runs, 1):
+        # Every request carries the projection of the history it was sent with; the run's
+        # RunResult says what the run added, its history and its usage.
+        problems += [f"run {n}: {p}" for p in request_problems(got.sent, note)]
+        problems += [f"run {n}: {p}" for p in got.result_problems]
+    problems += obs.reopen_problems
     for n, (pred, got) in enumerate(zip(prediction.runs, obs.runs, strict=False), 1):
         if pred is None and scenario.cut is not None and n > 1 and obs.log_lines is not None:
             tokens, state = predict_resume(obs.log_lines)

@@ -25,10 +25,11 @@ from ... import (
     ToolExecutionStart,
     ToolResultMessage,
     TurnStart,
+    Usage,
     UsageError,
     UserMessage,
 )
-from .._compaction import CompactionWatch
+from .._compaction import CompactionWatch, shift_past
 from .kinds import Token, classify, tokens_of
 from .scenario import AnchorEvent, Cut, RunSpec, Scenario, scenario_ids
 from .scenario_agent import (
@@ -63,11 +64,14 @@ class RunObservation:
     new_messages: list[Message] = field(default_factory=list)
     compaction_cuts: list[int] = field(default_factory=list)
     compaction_problems: list[str] = field(default_factory=list)
+    sent: list[tuple[list[Message], list[Message]]] = field(default_factory=list)
+    result_problems: list[str] = field(default_factory=list)
 
 
 @dataclass
 class ScenarioObservation:
-    """Every run, plus the history and state right after a resume."""
+    """Every run, plus the history and state right after a resume; ``reopen_problems``: what
+    an intact session log reopened after a run (`Scenario.reopen`) did not give back."""
 
     runs: list[RunObservation] = field(default_factory=list)
     resumed: list[Token] | None = None
@@ -75,6 +79,7 @@ class ScenarioObservation:
     log_lines: list[dict[str, Any]] | None = None
     histories: list[list[Message]] = field(default_factory=list)
     agent: Agent | None = None
+    reopen_problems: list[str] = field(default_factory=list)
 
 
 async def drive_scenario_run(
@@ -136,6 +141,8 @@ async def drive_scenario_run(
 
     hooks.agent = agent
     hooks.finished = []
+    if isinstance(model, ScenarioModel):
+        model.agent = agent  # each request is kept beside the history it was sent with
     before = len(agent.messages)
     watch = CompactionWatch(agent)
     unsubscribe = agent.subscribe(on_event)
@@ -173,10 +180,13 @@ async def drive_scenario_run(
     if agent.after_tool_call == hooks.after:
         obs.finished = [c for c in hooks.finished if c in journal]
     obs.requests = request_count(model) - first_request
+    if isinstance(model, ScenarioModel):
+        obs.sent, model.agent = list(model.sent), None
     if result is not None:
         obs.state = result.state.value
         obs.turns = result.turns
         obs.new_messages = list(result.new_messages)
+        obs.result_problems = result_problems(agent, result, before, watch)
     else:
         obs.new_messages = list(agent.messages[before:])
     if watch.cuts:  # what the run added, those messages its compactions replaced included
@@ -190,6 +200,38 @@ async def drive_scenario_run(
             obs.users += 1
             obs.user_texts.append(message.text)
     return obs
+
+
+def result_problems(
+    agent: Agent, result: RunResult, before: int, watch: CompactionWatch
+) -> list[str]:
+    """What `RunResult` says unlike the rules: ``messages`` is the history after the run;
+    ``new_messages`` what the run added that is still in it (a compaction replaced the rest
+    with its summary: the start moves as `shift_past` says); ``usage`` the sum of the usage
+    its responses reported, those a compaction replaced included."""
+    problems: list[str] = []
+    history = list(agent.messages)
+    if list(result.messages) != history:
+        problems.append("RunResult.messages is not the agent's history after the run")
+    start = shift_past(before, watch.cuts)
+    if list(result.new_messages) != history[start:]:
+        problems.append(
+            f"RunResult.new_messages has {len(result.new_messages)} messages, "
+            f"{tokens_of(result.new_messages)[:2]}...; the run added {len(history) - start} "
+            f"still in the history (from index {start} after compactions cutting {watch.cuts})"
+        )
+    added = watch.added_since(before)
+    usage = Usage()
+    for message in added:
+        if isinstance(message, AssistantMessage):
+            usage = usage + message.usage
+    got, want = result.usage, usage
+    if (got.input_tokens, got.output_tokens) != (want.input_tokens, want.output_tokens):
+        problems.append(
+            f"RunResult.usage {got.input_tokens} in / {got.output_tokens} out, the run's "
+            f"responses reported {want.input_tokens} / {want.output_tokens}"
+        )
+    return problems
 
 
 def request_count(model: Any) -> int:
@@ -226,7 +268,7 @@ async def play(
     obs = ScenarioObservation()
     tmp: tempfile.TemporaryDirectory[str] | None = None
     path: Path | None = None
-    if scenario.cut is not None:
+    if scenario.cut is not None or scenario.reopen:
         if workdir is None:
             tmp = tempfile.TemporaryDirectory(prefix="oracle-")
             workdir = Path(tmp.name)
@@ -252,6 +294,9 @@ async def play(
                 await drive_scenario_run(agent, model, run, steps[r], hooks, sync=sync_runs)
             )
             obs.histories.append(list(agent.messages))
+            if scenario.reopen:
+                assert path is not None
+                agent = reopen(agent, path, model, scenario, hooks, r + 1, obs.reopen_problems)
         obs.agent = agent
         if agent.session is not None:
             agent.session.close()
@@ -259,6 +304,38 @@ async def play(
         if tmp is not None:
             tmp.cleanup()
     return obs
+
+
+def held(agent: Agent) -> tuple[Any, ...]:
+    """What a resume of an intact log must give back: the history (each message's role, text,
+    call ids and result), the state and the pending calls (id, tool, arguments)."""
+    return (
+        [(m.role, m.text, tokens_of([m])[0]) for m in agent.messages],
+        str(agent.state),
+        [(p.id, p.tool_name, p.arguments) for p in agent.pending],
+    )
+
+
+def reopen(
+    agent: Agent,
+    path: Path,
+    model: Any,
+    scenario: Scenario,
+    hooks: ScenarioHooks,
+    run: int,
+    problems: list[str],
+) -> Agent:
+    """Close ``agent``'s session log and `Agent.resume` it whole; the resumed agent must hold
+    the same history, state and pending calls (what differs goes to ``problems``)."""
+    was = held(agent)
+    assert agent.session is not None
+    agent.session.close()
+    resumed = Agent.resume(path, model=model, **agent_options(scenario, hooks))
+    now = held(resumed)
+    for name, a, b in zip(("history", "state", "pending calls"), was, now, strict=True):
+        if a != b:
+            problems.append(f"after run {run}: the resumed log's {name} is {b}, the agent held {a}")
+    return resumed
 
 
 def cut_log(path: Path, cut: Cut) -> list[dict[str, Any]]:

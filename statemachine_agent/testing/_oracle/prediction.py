@@ -43,7 +43,7 @@ class Oracle(RunRules):
                 runs.append(None)
                 continue
             pred = self.predict_run(run, ids[n])
-            labels |= pred.labels
+            labels |= pred.labels | scenario_classes(scenario, run, pred)
             runs.append(pred)
             fuzzy = not pred.exact and run.abort is not None and run.abort.how == "cancel"
             if n and not run.prompt:
@@ -111,3 +111,24 @@ class Oracle(RunRules):
         last run counted: a run continued without a prompt goes on counting)."""
         last, dangling = last_of(tokens)
         self.world = World(turns=turns, last=last, dangling=dangling, paused=ends_paused(tokens))
+
+
+def scenario_classes(scenario: Scenario, run: RunSpec, pred: RunPrediction) -> set[str]:
+    """The classes a run adds to its scenario's (`hypothesis.event`): a session log reopened
+    after it (``reopen``; ``reopen_awaiting_approval`` when it stopped holding a batch), a
+    compacting agent (``compaction``), a ``pause_turn`` continuation followed by a further
+    request (``request_after_pause``: its requests carry the paused content)."""
+    out: set[str] = set()
+    if scenario.reopen:
+        out.add("reopen")
+        if "awaiting_approval" in pred.states:
+            out.add("reopen_awaiting_approval")
+    if scenario.compaction:
+        out.add("compaction")
+    kinds = [step.kind for step in run.steps]
+    if (
+        "pause_turn" in kinds[:-2]
+        and max(pred.requests, default=0) >= kinds.index("pause_turn") + 3
+    ):
+        out.add("request_after_pause")
+    return out

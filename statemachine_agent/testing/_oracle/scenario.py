@@ -12,13 +12,25 @@ ToolName = Literal["job", "limited", "write", "nope"]
 """``job`` (does what ``behaviour`` says), ``limited`` (``timeout_seconds=0.002``), ``write`` (a
 write queue: calls on one ``key`` run in declaration order), ``nope`` (no such tool)."""
 BehaviourName = Literal[
-    "return", "raise", "tool_error", "sleep", "hang", "slow", "finish", "cancel_itself", "cooperate"
+    "return",
+    "raise",
+    "tool_error",
+    "sleep",
+    "hang",
+    "slow",
+    "finish",
+    "cancel_itself",
+    "cooperate",
+    "message",
 ]
 BeforeKind = Literal["allow", "rewrite", "deny", "terminate", "raise", "abort", "defer"]
 DecisionKind = Literal["approve", "edit", "deny"]
 """A person's decision on a deferred call: approve it, approve it with edited arguments (its text
 becomes ``out-edited``), deny it."""
-AfterKind = Literal["keep", "rewrite", "raise"]
+AfterKind = Literal["keep", "rewrite", "readdress", "raise"]
+"""What ``after_tool_call`` does: keep the result, rewrite it (a `ToolResultMessage` built for
+this call), readdress (the same replacement built with another call's id: the engine answers the
+call the hook ran for), raise."""
 ArgsKind = Literal["valid", "invalid", "unparsable"]
 StepKind = Literal[
     "end_turn",
@@ -47,14 +59,16 @@ class Call:
             an abort), cooperate (works in chunks, stopping through
             ``ctx.signal.raise_if_aborted()``: "interrupted while running"), finish (returns ``ToolResult(..., terminate=True)``: the run ends ``done``
             after the batch), cancel_itself (raises its own `asyncio.CancelledError`: an error
-            result, the batch goes on); ``limited``: return, raise (`ValueError`), slow (times out); ignored for
-            ``write``.
+            result, the batch goes on), message (returns its text as a `ToolResultMessage` built
+            with another call's id: the engine addresses it to its own call); ``limited``:
+            return, raise (`ValueError`), slow (times out); ignored for ``write``.
         args: valid, invalid (fails validation) or unparsable (JSON text cut short).
         before: what the ``before_tool_call`` hook does with it: allow, rewrite (its ``text``
             argument), deny, terminate (deny and end the run), raise, abort (calls
             ``agent.abort()`` and allows it), defer (the run stops in ``awaiting_approval``
             until a `RunSpec.decisions` run decides it).
-        after: what ``after_tool_call`` does: keep, rewrite the result, raise.
+        after: what ``after_tool_call`` does (`AfterKind`): keep, rewrite the result, readdress
+            (a replacement built with another call's id), raise.
         key: the ``write`` tool's resource.
     """
 
@@ -153,6 +167,12 @@ class Scenario:
         limits: the agent's `UsageLimits` (`Limits`), None for none.
         grace: ``abort_grace_seconds``: short (2 ms) or realistic (1 s: a tool that stops on the
             abort always gets to).
+        reopen: run with a session log, closed and `Agent.resume`-d whole after every run: the
+            resumed agent holds the same history, state and pending calls (a batch waiting for
+            decisions waits on, the same ids), and the runs go on as one agent's would.
+        compaction: automatic compaction with a tiny threshold (`kit_compaction`): the runs
+            compact mid-run; `RunResult` ``new_messages``, ``messages`` and ``usage`` are checked
+            (each response then reports its usage).
     """
 
     runs: tuple[RunSpec, ...]
@@ -168,6 +188,8 @@ class Scenario:
     follow_up_mode: Literal["all", "one_at_a_time"] = "one_at_a_time"
     limits: Limits | None = None
     grace: Literal["short", "realistic"] = "short"
+    reopen: bool = False
+    compaction: bool = False
 
 
 def run_ids(spec: RunSpec, prefix: str) -> list[list[str]]:

@@ -15,6 +15,7 @@ from ... import (
     Allow,
     Approve,
     AssistantMessage,
+    Compaction,
     Defer,
     Deny,
     Message,
@@ -39,17 +40,21 @@ from .texts import (
     REFUSAL,
     REWRITTEN,
 )
-from .tools import ORACLE_TOOLS, call_block
+from .tools import ORACLE_TOOLS, call_block, foreign_id
 
 
 class ScenarioModel:
     """A `Model` that plays the steps of the current run: responses through `ScriptedModel`, a
-    ``cut`` step as a stream that stops before its end. Counts the requests of each run."""
+    ``cut`` step as a stream that stops before its end. Counts the requests of each run; with
+    ``agent`` set, keeps in ``sent`` each request's messages beside the agent's history when it
+    was sent (`requests.request_problems` compares them)."""
 
     def __init__(self) -> None:
         self._steps: list[dict[str, Any] | None] = []
         self._next = 0
         self.requests = 0
+        self.agent: Agent | None = None
+        self.sent: list[tuple[list[Message], list[Message]]] = []
 
     @property
     def name(self) -> str:
@@ -59,10 +64,13 @@ class ScenarioModel:
     def load(self, steps: Sequence[dict[str, Any] | None]) -> None:
         """Play ``steps`` from now on (None: a stream cut short); resets the request count."""
         self._steps, self._next, self.requests = list(steps), 0, 0
+        self.sent = []
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Play the next step."""
         self.requests += 1
+        if self.agent is not None:
+            self.sent.append((list(self.agent.messages), list(request.messages)))
         index = self._next
         self._next += 1
         if index < len(self._steps) and self._steps[index] is None:
@@ -168,9 +176,10 @@ class ScenarioHooks:
     async def _after(self, info: ToolCallInfo, result: ToolResultMessage) -> Any:
         call = self.calls.get(info.call.id)
         kind = call.after if call is not None else "keep"
-        if kind == "rewrite":
+        if kind in ("rewrite", "readdress"):
+            # readdress: built with another call's id; the engine answers the call it ran for.
             return ToolResultMessage(
-                tool_call_id=info.call.id,
+                tool_call_id=info.call.id if kind == "rewrite" else foreign_id(info.call.id),
                 tool_name=info.call.name,
                 content=[TextBlock(text=f"{REWRITTEN} {info.call.id}")],
             )
@@ -271,11 +280,23 @@ def agent_options(scenario: Scenario, hooks: ScenarioHooks) -> dict[str, Any]:
         "after_tool_call": hooks.after,
         "should_continue": should_continue_hook(scenario.should_continue),
         "transform_context": transform_hook(scenario.transform),
+        "compaction": scenario_compaction() if scenario.compaction else None,
     }
+
+
+def scenario_compaction() -> Compaction:
+    """`Scenario.compaction`'s: a tiny threshold (estimated tokens) so that short runs compact,
+    often more than once, keeping the newest two turns (so a cut often falls before the run's
+    own prompt), with a scripted summary naming how many messages it replaced."""
+
+    def summarize(old: Sequence[Message]) -> str:
+        return f"oracle summary of {len(old)} message(s)"
+
+    return Compaction(threshold=40, keep_recent_turns=2, summarize=summarize)
 
 
 def rendered_steps(scenario: Scenario) -> list[list[Any]]:
     """Each run's `ScriptedModel` steps."""
     ids = scenario_ids(scenario)
-    usage = scenario.limits is not None
+    usage = scenario.limits is not None or scenario.compaction
     return [run_steps(run, ids[r], usage=usage) for r, run in enumerate(scenario.runs)]

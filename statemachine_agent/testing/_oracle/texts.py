@@ -18,6 +18,8 @@ from ..._protocol import (
     unknown_stop_reason_text,
 )
 
+NO_RESULT_TEXT = NO_RESULT
+"""The synthetic result the projection gives a call without one."""
 CONTEXT_WINDOW = "model_context_window_exceeded"
 TRUNCATING = frozenset({"max_tokens", CONTEXT_WINDOW})
 PAUSE_TURN = StopReason.PAUSE_TURN.value

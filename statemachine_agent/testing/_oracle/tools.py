@@ -9,10 +9,12 @@ from typing import Any, Literal
 # Public names only (the engine's internals may change under it): the oracle sees the loop as a
 # user does.
 from ... import (
+    TextBlock,
     Tool,
     ToolContext,
     ToolError,
     ToolResult,
+    ToolResultMessage,
     tool,
 )
 from .scenario import Call
@@ -35,11 +37,19 @@ def _record(ctx: ToolContext) -> None:
 @tool
 async def job(
     behaviour: Literal[
-        "return", "raise", "tool_error", "sleep", "hang", "finish", "cancel_itself", "cooperate"
+        "return",
+        "raise",
+        "tool_error",
+        "sleep",
+        "hang",
+        "finish",
+        "cancel_itself",
+        "cooperate",
+        "message",
     ],
     ctx: ToolContext,
     text: str = "out-x",
-) -> str | ToolResult:
+) -> str | ToolResult | ToolResultMessage:
     """Do what ``behaviour`` says (the oracle's test tool).
 
     Args:
@@ -48,7 +58,9 @@ async def job(
             ``terminate=True`` (the run ends after the batch); cancel_itself: raise its own
             `asyncio.CancelledError` (nothing was aborted: an error result); cooperate: work in
             three 1 ms chunks, calling ``ctx.signal.raise_if_aborted()`` before each and at the
-            end (an abort makes it raise: "interrupted while running").
+            end (an abort makes it raise: "interrupted while running"); message: return ``text``
+            as a `ToolResultMessage` built with another call's id (`foreign_id`: the engine
+            addresses it to this call).
         text: what to return (or the error message).
     """
     _record(ctx)
@@ -56,6 +68,10 @@ async def job(
         raise RuntimeError(f"job raised: {text}")
     if behaviour == "finish":
         return ToolResult(text, terminate=True)
+    if behaviour == "message":
+        return ToolResultMessage(
+            tool_call_id=foreign_id(ctx.call_id), tool_name="write", content=[TextBlock(text=text)]
+        )
     if behaviour == "cancel_itself":
         raise asyncio.CancelledError(f"job cancelled itself: {text}")
     if behaviour == "tool_error":
@@ -133,6 +149,13 @@ def limited_behaviour(call: Call) -> str:
 
 def job_behaviour(call: Call) -> str:
     return call.behaviour if call.behaviour != "slow" else "hang"
+
+
+def foreign_id(call_id: str) -> str:
+    """Another call's id for a result message built for ``call_id``: the next call of the
+    scenario's numbering (``r1_2`` for ``r1_1``; it may be a call of the same batch)."""
+    prefix, _, number = call_id.rpartition("_")
+    return f"{prefix}_{int(number) + 1}" if number.isdigit() else f"{call_id}_other"
 
 
 def tag_of(call_id: str) -> str:

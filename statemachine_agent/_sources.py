@@ -1,0 +1,134 @@
+"""Tool sources: objects that give the agent tools at run time (an MCP server's, for one).
+
+The seam between the loop and anything whose tools are not known when the `Agent` is built:
+
+- `Agent(tools=[...])` takes a `ToolSource` beside `Tool` objects and functions;
+- the agent holds a `ToolTable` (its own tools and the sources), which the run's settings
+  carry; before each model request (`Run.request`) and on ``async with agent`` the table asks
+  each source for its current tools (`merge_tools`: the agent's own tools first, then each
+  source's, in the order given; a name given twice is a `ToolDefinitionError` naming both
+  owners);
+- `Agent.aclose` closes every source (`ToolTable.aclose`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+from ._errors import ToolDefinitionError
+from ._tools import Tool
+from .models._base import ToolDefinition
+
+
+@runtime_checkable
+class ToolSource(Protocol):
+    """Anything that gives the agent tools at run time (e.g. `statemachine_agent.mcp.MCPServer`).
+
+    Attributes:
+        name: names the source in errors (e.g. ``"MCP server 'files'"``).
+    """
+
+    name: str
+
+    async def tools(self) -> Sequence[Tool]:
+        """The source's current tools (connecting on first use).
+
+        Raises:
+            AgentError: the source cannot give its tools; the message names the source.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the source holds (a server process, a connection). Idempotent."""
+        ...
+
+
+async def merge_tools(own: Mapping[str, Tool], sources: Sequence[ToolSource]) -> dict[str, Tool]:
+    """The agent's tools by name: its own, then each source's current tools, in order.
+
+    Raises:
+        ToolDefinitionError: two tools share a name (the message names both owners).
+        AgentError: a source cannot give its tools.
+    """
+    merged = dict(own)
+    owners = dict.fromkeys(own, "a tool given to the agent")
+    for source in sources:
+        for item in await source.tools():
+            if item.name in merged:
+                raise ToolDefinitionError(
+                    f"tool name {item.name!r} clash: {source.name} gives a tool named "
+                    f"{item.name!r}, and so does {owners[item.name]}; give the server a "
+                    "prefix (prefix='...') to tell them apart"
+                )
+            merged[item.name] = item
+            owners[item.name] = source.name
+    return merged
+
+
+class ToolTable:
+    """The tools a run offers and executes: the agent's own, then its sources' current ones.
+
+    The agent holds one table for its lifetime (so a run continued after decisions executes the
+    calls against the tools the model saw); a run refreshes it before each model request
+    (`refresh`), and the run's batches and requests read `tools` and `definitions`.
+
+    Args:
+        own: the agent's own tools by name (read again at each refresh).
+        sources: the tool sources, in the order given to the agent.
+        check: the provider's check of tool definitions (e.g. `AnthropicModel.check_tools`),
+            run on each new table; None: no check.
+
+    Attributes:
+        tools: the current tools by name (the own tools until the first refresh).
+        definitions: the tools as the model sees them, in declaration order.
+    """
+
+    def __init__(
+        self,
+        own: Mapping[str, Tool],
+        sources: Sequence[ToolSource],
+        check: Callable[[list[ToolDefinition]], object] | None = None,
+    ) -> None:
+        self.own = own
+        self.sources = tuple(sources)
+        self.check = check
+        self.tools: dict[str, Tool] = dict(own)
+        self.definitions = definitions_of(self.tools)
+
+    async def refresh(self) -> None:
+        """List the sources' current tools into `tools` and `definitions` (unchanged when the
+        listing gives the same tools).
+
+        Raises:
+            ToolDefinitionError: two tools share a name (naming both owners); the provider
+                refuses a name.
+            AgentError: a source cannot give its tools (naming it).
+        """
+        tools = await merge_tools(self.own, self.sources)
+        if list(tools.values()) == list(self.tools.values()):
+            return
+        definitions = definitions_of(tools)
+        if self.check is not None:
+            self.check(definitions)
+        self.tools, self.definitions = tools, definitions
+
+    async def aclose(self) -> None:
+        """Close every source (`ToolSource.aclose`), each even when an earlier one failed.
+
+        Raises:
+            BaseException: the first error a source's ``aclose`` raised, after all were closed.
+        """
+        first: BaseException | None = None
+        for source in self.sources:
+            try:
+                await source.aclose()
+            except BaseException as exc:
+                first = first or exc
+        if first is not None:
+            raise first
+
+
+def definitions_of(tools: Mapping[str, Tool]) -> list[ToolDefinition]:
+    """The tools as the model sees them (name, description, input schema), in order."""
+    return [ToolDefinition(t.name, t.description, t.input_schema) for t in tools.values()]

@@ -1,0 +1,190 @@
+"""Events: their constructors and JSON form, and subscribers that raise."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import inspect
+import json
+import math
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from statemachine_agent import (
+    Agent,
+    AssistantMessage,
+    State,
+    ToolCallBlock,
+    ToolExecutionUpdate,
+    ToolResult,
+    ToolResultMessage,
+    event_to_dict,
+    tool,
+)
+from statemachine_agent.models import ScriptedModel
+from statemachine_agent.session import check_session
+from statemachine_agent.testing import assert_valid_history
+from statemachine_agent.testing.steps import call, text_response, tool_response
+
+
+def _call(i: int, name: str = "noop") -> AssistantMessage:
+    return AssistantMessage(
+        content=[ToolCallBlock(id=f"call_{i}", name=name, input={})], stop_reason="tool_use"
+    )
+
+
+async def noop() -> str:
+    """Do nothing."""
+    return "ok"
+
+
+def test_events_and_stream_objects_keep_their_dataclass_constructors() -> None:
+    """`fast_init` gives each class the signature ``dataclasses`` made: positional fields,
+    defaults, keyword-only ``run_id``/``seq``, a fresh default from a factory, frozen objects."""
+    import dataclasses
+
+    from statemachine_agent import MessageDelta, StateChanged, TurnEnd
+    from statemachine_agent.models import ModelRequest, ToolCallDelta
+
+    delta = MessageDelta(2, "text", "hi")
+    assert (delta.index, delta.kind, delta.delta, delta.tool_name) == (2, "text", "hi", None)
+    assert (delta.run_id, delta.seq) == ("", 0)
+    stamped = StateChanged("idle", "awaiting_model", "start", "start", run_id="r", seq=3)
+    assert (stamped.run_id, stamped.seq, stamped.label) == ("r", 3, "start")
+    assert stamped == StateChanged("idle", "awaiting_model", "start", "start")  # not compared
+    assert dataclasses.replace(stamped, dest="done").dest == "done"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        stamped.dest = "done"  # type: ignore[misc]
+    with pytest.raises(TypeError, match="missing"):
+        StateChanged("idle")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        StateChanged("a", "b", "c", "d", "e")  # type: ignore[call-arg]  # run_id is keyword-only
+    assert str(inspect.signature(TurnEnd)).startswith("(turn: 'int', message:")
+    first, second = ModelRequest([]), ModelRequest([])
+    assert first.settings == {} and first.settings is not second.settings
+    assert ModelRequest([], settings={"a": 1}).settings == {"a": 1}
+    assert ToolCallDelta(0, "c1", "noop", "{}") == ToolCallDelta(0, "c1", "noop", "{}")
+
+
+async def test_a_raising_subscriber_is_logged_with_its_traceback_and_the_event_type(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`Run.emit` delivers inline: a subscriber's exception is logged (error level, traceback,
+    the event's type) for each event it fails on, and the run goes on."""
+    import logging
+
+    agent = Agent(ScriptedModel([_call(1), AssistantMessage(content=[])]), tools=[tool(noop)])
+
+    def bad(event: Any) -> None:
+        if event.type == "tool_execution_end":
+            raise RuntimeError("subscriber bug")
+
+    agent.subscribe(bad)
+    with caplog.at_level(logging.ERROR, logger="statemachine_agent"):
+        result = await agent.run("go")
+    assert result.state is State.DONE
+    failed = [r for r in caplog.records if "failed on tool_execution_end" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info is not None
+    assert "subscriber bug" in str(failed[0].exc_info[1])
+
+
+class _Stop(BaseException):
+    """Not an `Exception`: a subscriber raising it is not a subscriber failure to log."""
+
+
+async def test_a_subscriber_raising_a_base_exception_is_not_swallowed() -> None:
+    """`Run.emit` catches a subscriber's `Exception` only (as ``Agent._emit`` did): a
+    `BaseException` such as ``KeyboardInterrupt`` or ``CancelledError`` comes out of the run."""
+    agent = Agent(ScriptedModel([_call(1), AssistantMessage(content=[])]), tools=[tool(noop)])
+
+    def stop(event: Any) -> None:
+        if event.type == "tool_execution_start":
+            raise _Stop
+
+    agent.subscribe(stop)
+    with pytest.raises(_Stop):
+        await agent.run("go")
+
+
+def strict_dumps(data: Any) -> str:
+    return json.dumps(data, allow_nan=False)
+
+
+@dataclasses.dataclass
+class _Eta:
+    order: str
+    eta: datetime.date
+
+
+class _Point(BaseModel):
+    x: float
+    y: float
+
+
+_LOCK = threading.Lock()
+
+
+@pytest.mark.parametrize(
+    ("update", "expected"),
+    [
+        ({"when": datetime.date(2024, 5, 1)}, {"when": "2024-05-01"}),
+        (_LOCK, "<unserializable _thread.lock>"),
+        ({"lock": _LOCK, "n": 1}, {"lock": "<unserializable _thread.lock>", "n": 1}),
+        (_Eta("A-17", datetime.date(2024, 5, 1)), {"order": "A-17", "eta": "2024-05-01"}),
+        (_Point(x=1, y=math.nan), {"x": 1.0, "y": None}),
+        ([math.inf, {1, 2}], [None, [1, 2]]),
+        ({"raw": b"\xff", "ok": "é"}, {"raw": "<unserializable bytes>", "ok": "é"}),
+        (10**30, 10**30),
+    ],
+    ids=["date", "lock", "nested_lock", "dataclass", "model_nan", "inf_set", "bad_bytes", "int"],
+)
+def test_event_to_dict_gives_json_ready_progress_updates_never_raising(
+    update: Any, expected: Any
+) -> None:
+    event = ToolExecutionUpdate(call_id="t1", update=update)
+    data = event_to_dict(event)
+    assert data["update"] == expected
+    assert json.loads(strict_dumps(data))["update"] == expected
+
+
+def test_every_event_of_a_run_with_unserializable_updates_is_strict_json(tmp_path: Path) -> None:
+    """A generator yielding a date and a lock, returning details holding both, with a session
+    log: every event's JSON form dumps, the log is written whole, ``check`` passes, resume
+    gives the same history."""
+
+    @tool
+    def report() -> Iterator[Any]:
+        """Report with odd data."""
+        yield {"when": datetime.date(2024, 5, 1)}
+        yield _LOCK
+        return ToolResult(
+            "reported", details={"when": datetime.date(2024, 5, 1), "lock": _LOCK, "nan": math.nan}
+        )
+
+    path = tmp_path / "run.jsonl"
+    model = ScriptedModel([tool_response(call("report", {}, id="t1")), text_response("ok")])
+    agent = Agent(model, tools=[report], session=path)
+    dumped: list[dict[str, Any]] = []
+    agent.subscribe(lambda event: dumped.append(json.loads(strict_dumps(event_to_dict(event)))))
+    result = agent.run_sync("go")
+    agent.close()
+    assert result.state == "done"
+    updates = [d["update"] for d in dumped if d["type"] == "tool_execution_update"]
+    assert updates == [{"when": "2024-05-01"}, "<unserializable _thread.lock>"]
+    assert agent.session is not None and agent.session.errors == []  # every line written
+    _, problems = check_session(path)
+    assert problems == []
+    resumed = Agent.resume(path, model=ScriptedModel([]), tools=[report])
+    resumed.close()
+    (answer,) = [m for m in resumed.messages if isinstance(m, ToolResultMessage)]
+    assert (answer.text, answer.details) == (
+        "reported",
+        {"when": "2024-05-01", "lock": "<unserializable _thread.lock>", "nan": None},
+    )
+    assert len(resumed.messages) == len(agent.messages)
+    assert_valid_history(resumed.messages)

@@ -1,0 +1,102 @@
+"""Issue 40, the fresh list's survivors by kind: the oracle's scenario classes that catch them,
+each pinned on one scenario with the values the rules give (tools/fresh_bugs.py, bugs 5, 7,
+14, 15 and 16)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from statemachine_agent import ToolResultMessage
+from statemachine_agent.testing import Call, RunSpec, Scenario, Step, check_scenario, play
+from statemachine_agent.testing._oracle import compare
+from statemachine_agent.testing._oracle.requests import expected_request, shown
+
+
+def test_a_result_message_built_for_another_call_answers_the_call_it_came_from() -> None:
+    """A tool returning a `ToolResultMessage` built with another call's id, and an after hook
+    replacing a result with one built so, each answer their own call (bug 5)."""
+    scenario = Scenario(
+        (RunSpec((Step("tool_use", (Call("job", "message"), Call(after="readdress"))), Step())),)
+    )
+    obs = asyncio.run(play(scenario))
+    run = obs.runs[0]
+    results = [m for m in run.new_messages if isinstance(m, ToolResultMessage)]
+    assert [(m.tool_call_id, m.tool_name, m.text) for m in results] == [
+        ("r1_1", "job", "out-r11"),
+        ("r1_2", "job", "after-rewritten r1_2"),
+    ]
+    problems, prediction = compare(scenario, obs)
+    assert problems == []
+    assert "readdressed_result" in prediction.labels
+
+
+def test_every_request_after_a_paused_response_carries_its_content_joined() -> None:
+    """A pause_turn response, its continuation (a batch), a final answer: the third request
+    holds the paused response's text joined before the continuation's (bug 7)."""
+    scenario = Scenario(
+        (RunSpec((Step("pause_turn"), Step("tool_use", (Call(),)), Step())),), compaction=False
+    )
+    obs = asyncio.run(play(scenario))
+    sent = obs.runs[0].sent
+    assert len(sent) == 3
+    assert [shown(m) for m in sent[2][1]] == [
+        ("user", "do the task"),
+        ("assistant", (("text", "step 1"), ("text", "step 2"), ("call", "r1_1", "job"))),
+        ("result", "r1_1", "out-r11", False),
+    ]
+    assert [shown(m) for m in sent[2][1]] == expected_request(sent[2][0])
+    prediction = check_scenario(scenario)
+    assert "request_after_pause" in prediction.labels
+
+
+def test_after_a_mid_run_compaction_new_messages_start_at_the_runs_first_kept_message() -> None:
+    """An agent that compacts mid-run: `RunResult.new_messages` is what the run added that the
+    compactions kept (never the summary, never an earlier run's message), `messages` the
+    history, `usage` its responses' sum (bug 14)."""
+    scenario = Scenario(
+        (
+            RunSpec((Step("tool_use", (Call(),)), Step())),
+            RunSpec((Step("tool_use", (Call(),)), Step())),
+        ),
+        compaction=True,
+    )
+    obs = asyncio.run(play(scenario))
+    second = obs.runs[1]
+    # The second run's second request compacts, keeping the newest two turns: the cut (3) is
+    # before the run's prompt (4), which moves to 2, just after the summary and the kept
+    # answer of the first run.
+    assert second.compaction_cuts == [3]
+    assert second.result_problems == []
+    assert [(m.role, m.text) for m in second.new_messages] == [
+        ("user", "do the task"),
+        ("assistant", "step 1"),
+        ("tool_result", "out-r21"),
+        ("assistant", "step 2"),
+    ]
+    check_scenario(scenario)
+
+
+def test_a_reopened_log_keeps_the_batch_waiting_and_never_runs_a_finished_call_again(
+    tmp_path: Path,
+) -> None:
+    """A batch of a call that ran and one deferred, the log reopened whole while it waits: the
+    resumed agent has the same pending id, the ran call's result is kept (not pending, not run
+    again) and the decision applies (bugs 15 and 16)."""
+    scenario = Scenario(
+        (
+            RunSpec((Step("tool_use", (Call(), Call(before="defer"))),)),
+            RunSpec((Step(),), prompt=False, decisions=(("r1_2", "approve"),)),
+        ),
+        grace="realistic",
+        reopen=True,
+    )
+    obs = asyncio.run(play(scenario, tmp_path))
+    assert obs.reopen_problems == []
+    first, second = obs.runs
+    assert first.state == "awaiting_approval" and first.ran == ["r1_1"]
+    assert second.ran == ["r1_2"] and second.state == "done"
+    assert second.results == [("r1_1", "ok[out-r11]"), ("r1_2", "ok[out-r12]")]
+    problems, prediction = compare(scenario, obs)
+    assert problems == []
+    assert {"reopen", "reopen_awaiting_approval"} <= prediction.labels
