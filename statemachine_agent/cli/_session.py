@@ -42,7 +42,8 @@ from ..session import SessionData, SessionLog, read_session, write_html
 from ..session._check import check_session
 from ..session._html import REPLACEMENT, read_log_to_render
 from ..session._read import Record
-from ._view import PYTHON_ADVICE, result_lines, result_mark, usage_text
+from ._result_text import result_lines, result_mark
+from ._view import PYTHON_ADVICE, usage_text
 
 _STATE_STYLES = {
     "idle": "dim",
