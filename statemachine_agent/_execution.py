@@ -122,7 +122,7 @@ class BatchRun:
         approved: bool = False,
         run: Any = None,
     ) -> None:
-        self._run = run
+        self.owner = run
         self._slots = [_Slot(call, index=index) for index, call in enumerate(calls)]
         self._tools = tools
         self._mode = mode
@@ -528,7 +528,7 @@ class BatchRun:
         ctx = None
         if tool.needs_context:
             ctx = call_context(
-                call, self._signal, self._deps, self._emit, lambda: slot.result, self._run
+                call, self._signal, self._deps, self._emit, lambda: slot.result, self.owner
             )
         slot.started = True
         deadline = None

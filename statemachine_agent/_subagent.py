@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from ._accounting import reported_context
+from ._conversation import as_user
 from ._errors import ToolDefinitionError
 from ._events import Event, ParentRef
 from ._limits import UsageLimits
@@ -84,6 +85,7 @@ def agent_tool(
         args_model=input_type or SubAgentPrompt,
         timeout_seconds=timeout_seconds,
         context_param="ctx",
+        durable_steps=True,
     )
 
 
@@ -130,11 +132,16 @@ class _SubAgent:
         parent = ctx.run if isinstance(ctx.run, Run) else None
         if not self.persistent:
             child.messages = []  # a fresh history per call
-        claimed = child.run(prompt, max_turns=self.max_turns)
+        # Of the parent's run class: under a durable parent, its steps are the workflow's,
+        # named under the call's id.
+        run_class = type(parent) if parent is not None else Run
+        claimed = child.claim(None, as_user(prompt), max_turns=self.max_turns, run_class=run_class)
         run = claimed.run
         seed = None
         if parent is not None:
             seed = _join_tree(run, parent)
+            prefix = f"{parent.settings.step_prefix}{ctx.call_id}/"
+            run.settings = dataclasses.replace(run.settings, step_prefix=prefix)
         unsubscribe = None
         if parent is not None:
             unsubscribe = child.subscribe(_forwarder(parent, ctx))
