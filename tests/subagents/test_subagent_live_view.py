@@ -8,8 +8,9 @@ from typing import Any
 
 from rich.console import Console
 
-from statemachine_agent import Event, RunEnd, ToolExecutionEnd, ToolExecutionStart
+from statemachine_agent import Agent, Event, RunEnd, ToolExecutionEnd, ToolExecutionStart
 from statemachine_agent.cli._view import NESTED_INDENT, LiveView
+from statemachine_agent.models import ScriptedModel
 from statemachine_agent.testing.steps import call, text_response, tool_response
 
 from .subagent_helpers import USAGE, orchestrator, researcher
@@ -94,3 +95,27 @@ async def test_live_view_keeps_the_parents_state_and_calls_apart_from_a_sub_agen
     assert "p1" in running  # the parent's call p1 is still running
     assert "research {" in live
     assert seen["after child end"] == ("executing_tools", 1)
+
+
+async def test_live_view_indents_a_sub_agents_own_sub_agent_one_level_deeper() -> None:
+    grandchild = researcher()
+    middle = Agent(
+        ScriptedModel(
+            [
+                tool_response(call("deeper", {"prompt": "otters"}, id="m1"), usage=USAGE),
+                text_response("Middle: otters hold hands.", usage=USAGE),
+            ]
+        ),
+        tools=[grandchild.as_tool("deeper", "Research deeper.")],
+    )
+    parent = orchestrator(middle)
+    console, out = _console()
+    view = LiveView(console)
+    parent.subscribe(view.handle)
+    await parent.run("go")
+    output = out.getvalue()
+    assert _indent(_line(output, "✓ research")) == 0
+    assert _indent(_line(output, "✓ deeper")) == NESTED_INDENT
+    assert _indent(_line(output, "↳ deeper (call m1)")) == 2 * NESTED_INDENT
+    assert _indent(_line(output, "✓ lookup")) == 2 * NESTED_INDENT
+    assert _indent(_line(output, "Otters hold hands.")) == 2 * NESTED_INDENT
