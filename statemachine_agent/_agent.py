@@ -239,6 +239,51 @@ class Agent(AgentBase):
             log.close()  # release the log's lock for the caller's next attempt
             raise
 
+    def as_tool(
+        self,
+        name: str,
+        description: str,
+        *,
+        input_type: type[BaseModel] | None = None,
+        persistent: bool = False,
+        max_turns: int | None = None,
+        timeout_seconds: float | None = None,
+    ) -> Tool:
+        """This agent as a `Tool` of another agent (a sub-agent): each call runs this agent,
+        with its own machine, tools, hooks and ``max_turns``, as part of the calling run's tree.
+
+        The call's result is the run's final text (or its typed ``output`` as JSON) when it ends
+        ``done``; any other ending is an error result naming the state and why. The run's events
+        reach the parent agent's subscribers with ``event.parent`` set (`ParentRef`); the
+        parent's abort aborts it; what it uses counts toward the parent's `UsageLimits`. Calls
+        are serialized (one run of this agent at a time). See ``docs/guides/subagents.md``.
+
+        Args:
+            name: the tool's name (1-64 letters, digits, ``_`` or ``-``).
+            description: what the sub-agent does, for the calling model.
+            input_type: a pydantic model class: the tool's arguments are its fields and the
+                prompt is their JSON; None (default): one ``prompt`` string argument.
+            persistent: keep one conversation across calls (default False: each call starts
+                from an empty history).
+            max_turns: this sub-agent's turn cap per call (default: the agent's ``max_turns``).
+            timeout_seconds: cancel a call that runs longer (its run ends ``aborted``).
+
+        Raises:
+            ToolDefinitionError: ``input_type`` is not a pydantic model class, or ``name`` is
+                invalid.
+        """
+        from ._subagent import agent_tool
+
+        return agent_tool(
+            self,
+            name,
+            description,
+            input_type=input_type,
+            persistent=persistent,
+            max_turns=max_turns,
+            timeout_seconds=timeout_seconds,
+        )
+
     def abort(self, reason: str = "aborted by the caller") -> bool:
         """Stop the current run: it ends in ``aborted`` with every issued call answered.
 

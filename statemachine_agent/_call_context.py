@@ -23,10 +23,12 @@ def call_context(
     deps: Any,
     emit: Callable[[Event], None],
     result: Callable[[], object],
+    run: Any = None,
 ) -> ToolContext:
     """The `ToolContext` of ``call``. ``result()`` is the call's result so far (None while it
     runs): an update that comes after it (from a background task or thread the tool left
-    running) is dropped. Updates from a worker thread are delivered on the loop's thread."""
+    running) is dropped. Updates from a worker thread are delivered on the loop's thread.
+    ``run`` is the `Run` executing the call (`ToolContext.run`)."""
     loop = asyncio.get_running_loop()
     loop_thread = threading.get_ident()
 
@@ -49,4 +51,4 @@ def call_context(
         except RuntimeError:  # the loop is closed: the run is long over
             logger.debug("dropped a progress update of call %s: its loop is closed", call.id)
 
-    return ToolContext(call.id, call.name, signal, progress, deps)
+    return ToolContext(call.id, call.name, signal, progress, deps, run)

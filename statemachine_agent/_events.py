@@ -7,6 +7,11 @@ always match: each ``ToolExecutionStart`` has one ``ToolExecutionEnd``, each ``T
 Every event carries ``run_id`` (the run that emitted it, as in ``RunResult.run_id``) and ``seq``
 (1 for the run's ``run_start``, then one more per event of that run): both are stamped when the
 event is emitted, so a gap in ``seq`` shows a consumer that it missed events.
+
+``parent`` is None for the events of the agent's own runs. A sub-agent's events (`Agent.as_tool`)
+reach the parent agent's subscribers too, unchanged but for ``parent``: a `ParentRef` naming the
+parent's run and the tool call that runs the sub-agent (``run_id`` and ``seq`` stay the
+sub-agent run's own). A consumer of one agent's own run filters on ``event.parent is None``.
 """
 
 from __future__ import annotations
@@ -32,11 +37,29 @@ SLOW_SUBSCRIBER_SECONDS = 0.02
 
 
 @dataclass(frozen=True, slots=True)
+class ParentRef:
+    """Where a sub-agent's event comes from: the parent's run and the tool call running it.
+
+    Attributes:
+        run_id: the parent run's id (``RunResult.run_id`` of the parent).
+        call_id: the id of the parent's tool call that runs the sub-agent.
+        tool_name: the name of that tool.
+    """
+
+    run_id: str
+    call_id: str
+    tool_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class EventBase:
-    """What every event carries: ``run_id`` and ``seq`` (stamped when emitted; not compared)."""
+    """What every event carries: ``run_id`` and ``seq`` (stamped when emitted; not compared),
+    and ``parent``: None for an agent's own run, a `ParentRef` for a sub-agent's event passed on
+    to the parent agent's subscribers (see the module docstring)."""
 
     run_id: str = field(default="", compare=False, kw_only=True)
     seq: int = field(default=0, compare=False, kw_only=True)
+    parent: ParentRef | None = field(default=None, compare=False, kw_only=True)
 
 
 # `Run.emit` stamps each event through its slots: frozen for subscribers, not for its emitter.
@@ -246,6 +269,8 @@ def event_to_dict(event: Any) -> dict[str, Any]:
     model or dataclass a dict), NaN and infinities become None, and a value pydantic cannot
     serialize becomes a marker naming its type, ``"<unserializable _thread.lock>"``.
 
+    ``parent`` is present only for a sub-agent's event (``{"run_id", "call_id", "tool_name"}``).
+
     A ``run_end`` event's ``result`` is the outcome without the history (``state``, ``turns``,
     ``usage``, ``stop_reason``, ``error``, ``refusal``, ``text``, ``new_messages``: how many
     messages the run added, each already sent as a ``message_end`` event), so its size does not
@@ -254,6 +279,8 @@ def event_to_dict(event: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"type": event.type} if hasattr(event, "type") else {}
     for f in dataclasses.fields(event):
         value = getattr(event, f.name)
+        if value is None and f.name == "parent":
+            continue  # an agent's own event: the shape it always had
         out[f.name] = _result_summary(value) if isinstance(event, RunEnd) else _plain(value)
     return out
 

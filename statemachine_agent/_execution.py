@@ -102,6 +102,7 @@ class BatchRun:
         listening: whether anyone receives events (skips building them when not).
         on_result: called with each call's result the moment it is final (completion order).
         approved: the calls were approved by a person (tools that require approval run).
+        run: the run executing the batch, given to the tools as `ToolContext.run`.
     """
 
     def __init__(
@@ -119,7 +120,9 @@ class BatchRun:
         listening: Callable[[], bool] = lambda: True,
         on_result: Callable[[ToolResultMessage], None] = lambda _result: None,
         approved: bool = False,
+        run: Any = None,
     ) -> None:
+        self.owner = run
         self._slots = [_Slot(call, index=index) for index, call in enumerate(calls)]
         self._tools = tools
         self._mode = mode
@@ -524,7 +527,9 @@ class BatchRun:
         # Only a tool that takes a `ToolContext` (or may yield progress) gets one.
         ctx = None
         if tool.needs_context:
-            ctx = call_context(call, self._signal, self._deps, self._emit, lambda: slot.result)
+            ctx = call_context(
+                call, self._signal, self._deps, self._emit, lambda: slot.result, self.owner
+            )
         slot.started = True
         deadline = None
         try:

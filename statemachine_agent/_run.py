@@ -559,6 +559,7 @@ class Run:
             after=settings.after_tool_call,
             deps=settings.deps,
             approved=approved,
+            run=self,
         )
 
     async def _build_request(self) -> ModelRequest:

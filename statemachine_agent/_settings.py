@@ -41,6 +41,8 @@ class RunSettings:
             the sources' tools into it before each request and reads its tools instead of
             ``tools`` and ``tool_definitions``; None without sources.
         session: where a compaction inside the run records the new history, or None.
+        step_prefix: what a durable run's step names start with: empty for an agent's own run,
+            ``<call id>/`` for a sub-agent's (``p1/model_request``), nested for deeper ones.
     """
 
     model: Model
@@ -67,17 +69,21 @@ class RunSettings:
     output_retries: int
     compaction: Compaction | None
     session: HistoryLog | None
+    step_prefix: str = ""
 
     @classmethod
     def read(cls, config: object, **given: Any) -> Self:
         """The settings read from ``config`` (an `Agent`: each field from its attribute of the
-        same name), with the fields in ``given`` taken from there instead.
+        same name; a field with a default that ``config`` lacks keeps it), with the fields in
+        ``given`` taken from there instead.
 
         Raises:
             AttributeError: ``config`` lacks one of the fields not given.
         """
-        values = {
-            f.name: given[f.name] if f.name in given else getattr(config, f.name)
-            for f in dataclasses.fields(cls)
-        }
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name in given:
+                values[f.name] = given[f.name]
+            elif hasattr(config, f.name) or f.default is dataclasses.MISSING:
+                values[f.name] = getattr(config, f.name)
         return cls(**values)

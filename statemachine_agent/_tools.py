@@ -42,6 +42,9 @@ class ToolContext:
         signal: the run's abort signal.
         progress: ``progress(update)`` emits a tool-execution update event.
         deps: the ``deps`` object given to the `Agent`.
+        run: the `Run` executing the call (None when the tool is called outside a run): a
+            sub-agent (`Agent.as_tool`) reads its id, event bus, counts and limits to join the
+            run tree.
     """
 
     call_id: str
@@ -49,6 +52,7 @@ class ToolContext:
     signal: AbortSignal
     progress: Callable[[Any], None]
     deps: Any = None
+    run: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +103,9 @@ class Tool:
             worker died; any other such call is answered "no result recorded" instead.
         step_retries: in a durable run, how many times a failed call (an error result) is run
             again by the workflow engine before its error result is kept (default 0: none).
+        durable_steps: in a durable run, a call is not one step: the steps it takes itself are
+            the workflow's (a sub-agent's model requests and tool calls, `Agent.as_tool`), and
+            the batch's next call starts its steps once it has ended.
         positional_only: the function's positional-only parameters (``def f(a, /, b)``), in
             order: passed positionally, before the keywords. Each is an argument's keyword (its
             name in the schema) or ``context_param``; `tool` fills it in.
@@ -120,6 +127,7 @@ class Tool:
     sequential: bool = False
     idempotent: bool = False
     step_retries: int = 0
+    durable_steps: bool = False
     positional_only: tuple[str, ...] = ()
     is_async: bool = field(init=False)
     needs_context: bool = field(init=False)

@@ -69,6 +69,7 @@ from ._events import (
     MessageEnd,
     MessageStart,
     ModelRetry,
+    ParentRef,
     RunEnd,
     RunStart,
     StateChanged,
@@ -114,6 +115,7 @@ class _RunSpans:
     run: Span
     chat: _CurrentSpan | None = None
     tools: dict[str, _CurrentSpan] = field(default_factory=dict)
+    nested: bool = False  # a sub-agent's run (its events carry ``parent``)
 
 
 class Instrumentation:
@@ -236,6 +238,9 @@ class Instrumentation:
         }
         if self._content and event.prompt is not None:
             attributes["gen_ai.input.messages"] = _json([event.prompt])
+        parent = event.parent
+        if parent is not None:  # a sub-agent's run: under the parent's execute_tool span
+            return self._nested_run_start(event, parent, attributes)
         links = []
         if self.paused is not None:  # this run decides the calls the paused run left pending
             links.append(Link(self.paused, {"statemachine_agent.link.type": "resumes"}))
@@ -244,6 +249,24 @@ class Instrumentation:
             "invoke_agent", kind=SpanKind.INTERNAL, attributes=attributes, links=links
         )
         self._runs[event.run_id] = _RunSpans(span)
+
+    def _nested_run_start(
+        self, event: RunStart, parent: ParentRef, attributes: dict[str, Any]
+    ) -> None:
+        """A sub-agent's run (`Agent.as_tool`): its ``invoke_agent`` span is a child of the
+        parent run's ``execute_tool`` span of the call running it (its model is the
+        sub-agent's, not this agent's: ``gen_ai.request.model`` is left out)."""
+        del attributes["gen_ai.request.model"]
+        attributes["gen_ai.agent.name"] = parent.tool_name
+        attributes["statemachine_agent.parent_run_id"] = parent.run_id
+        attributes["statemachine_agent.parent_call_id"] = parent.call_id
+        outer = self._runs.get(parent.run_id)
+        held = None if outer is None else outer.tools.get(parent.call_id)
+        context = None if held is None else trace.set_span_in_context(held.span)
+        span = self._tracer.start_span(
+            "invoke_agent", context=context, kind=SpanKind.INTERNAL, attributes=attributes
+        )
+        self._runs[event.run_id] = _RunSpans(span, nested=True)
 
     def _chat_start(self, spans: _RunSpans, turn: int) -> None:
         if spans.chat is not None:  # a request that never answered (refused as too long)
@@ -352,8 +375,10 @@ class Instrumentation:
         run.set_attribute("statemachine_agent.turns", result.turns)
         if result.pending:
             run.set_attribute("statemachine_agent.pending_call_ids", [c.id for c in result.pending])
-            self.paused = run.get_span_context()
-        self._record_trace(run.get_span_context(), result.pending)
+        if not spans.nested:  # a sub-agent's run is no pause of this agent's, nor its trace
+            if result.pending:
+                self.paused = run.get_span_context()
+            self._record_trace(run.get_span_context(), result.pending)
         for name, value in _usage_attributes(result.usage).items():
             run.set_attribute(name, value)
         if self._content and result.state is State.DONE:

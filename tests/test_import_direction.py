@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("_effects", "_compacting", "_bindings"),
     ("_run",),
     ("_handles",),
-    ("_agent_base", "_agent"),
+    ("_agent_base", "_agent", "_subagent"),
     ("session", "durable", "otel", "testing", "cli", "_worker_registry", "demo", "__init__",
      "__main__", "mcp"),
 ]  # fmt: skip

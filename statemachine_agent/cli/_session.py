@@ -42,7 +42,8 @@ from ..session import SessionData, SessionLog, read_session, write_html
 from ..session._check import check_session
 from ..session._html import REPLACEMENT, read_log_to_render
 from ..session._read import Record
-from ._view import PYTHON_ADVICE, result_lines, result_mark, usage_text
+from ._result_text import result_lines, result_mark
+from ._view import PYTHON_ADVICE, usage_text
 
 _STATE_STYLES = {
     "idle": "dim",
@@ -312,6 +313,8 @@ def _print_record(console: Console, record: Record, runs: list[int]) -> None:
             # The engine's advice is for Python callers; the replay ends with the command line.
             error = str(body["error"]).split(PYTHON_ADVICE, 1)[0]
             console.print(Text(f"  {error}", style="dim"))
+    elif record.type == "child" and record.inner is not None:
+        _print_child(console, record)
     elif record.type == "history":
         console.print(
             f"[magenta]history replaced ({escape(str(body.get('reason')))}): "
@@ -319,6 +322,22 @@ def _print_record(console: Console, record: Record, runs: list[int]) -> None:
         )
         if body.get("summary"):
             console.print(Text(f"  summary: {_clip(str(body['summary']))}", style="dim"))
+
+
+def _print_child(console: Console, record: Record) -> None:
+    """A sub-agent's record, indented under the call that runs it (its run's start named)."""
+    inner = record.inner
+    assert inner is not None
+    body = record.body
+    if inner.type == "run_start":
+        console.print(
+            Text(f"    ┌ sub-agent {body.get('tool_name')} [{body.get('call_id')}]", style="cyan")
+        )
+        return
+    with console.capture() as captured:
+        _print_record(console, inner, [])
+    for line in captured.get().splitlines():
+        console.print(Text("    │ ", style="cyan") + Text.from_ansi(line))
 
 
 def _print_header(console: Console, data: SessionData) -> None:

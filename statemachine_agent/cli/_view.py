@@ -3,6 +3,11 @@
 `LiveView` keeps finished things (streamed answers, tool results, state transitions) in the
 scrollback and shows what is happening now below them in a rich ``Live`` region: the machine's
 state, turn and token counters, the text being streamed, and a spinner per running tool call.
+
+A sub-agent's events (``event.parent`` set, see `Agent.as_tool`) are shown indented under the
+parent's call, four spaces a level, with their own state, turn and streamed text: they never
+change the parent's status line (only the token counter, which counts the whole run tree, as
+the parent's ``RunResult.counts.usage`` does).
 """
 
 from __future__ import annotations
@@ -11,15 +16,16 @@ import contextlib
 import json
 import os
 import queue
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import IO, Any
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
+from rich.padding import Padding
 from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
@@ -30,7 +36,9 @@ from .._events import (
     MessageEnd,
     MessageStart,
     ModelRetry,
+    ParentRef,
     RunEnd,
+    RunStart,
     StateChanged,
     ToolExecutionEnd,
     ToolExecutionStart,
@@ -39,9 +47,10 @@ from .._events import (
     event_to_dict,
 )
 from .._machine import State
-from .._messages import AssistantMessage, ToolCallBlock, ToolResultMessage, Usage
+from .._messages import AssistantMessage, ToolCallBlock, Usage
 from .._result import RunResult
 from ..workspace import INSTALL_HINT, CallPreview, SandboxStatus
+from ._result_text import LINE_WIDTH, call_summary, result_lines, result_mark
 
 STATE_STYLES = {
     "idle": "dim",
@@ -52,157 +61,8 @@ STATE_STYLES = {
     "max_turns": "bold magenta",
     "failed": "bold red",
 }
-_ARG_KEYS = ("command", "path")
-_LINE = 100
-
-
-def _short(text: str, limit: int = _LINE) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def call_summary(call: ToolCallBlock) -> str:
-    """``name arg`` for a tool call: its command or path, else its arguments as JSON."""
-    args = call.input if isinstance(call.input, dict) else {}
-    for key in _ARG_KEYS:
-        if isinstance(args.get(key), str):
-            extra = ""
-            if call.name == "read_file" and ("start_line" in args or "end_line" in args):
-                extra = f" [{args.get('start_line', 1)}-{args.get('end_line', 'end')}]"
-            return f"{call.name} {_short(args[key], 70)}{extra}"
-    raw = json.dumps(call.input, ensure_ascii=False) if call.input else ""
-    return f"{call.name} {_short(raw, 70)}".rstrip()
-
-
-ERROR_LINES = 5
-"""How many lines of an error result the views show: enough for an invalid-arguments error's
-heading and its first field errors."""
-HEAD_LINES = 3
-"""How many first lines of a tool result without a summary of its own the views show."""
-COMMAND_TAIL_LINES = 8
-"""How many last lines of a failing command's output the views show (where a test runner or a
-compiler says what went wrong); a command that succeeded shows its first `HEAD_LINES`."""
-FAILING_TEST_LINES = 5
-"""How many lines naming a failing test (`FAILING_TEST`) before a failing command's last lines
-the views show too."""
-FAILING_TEST = re.compile(r"(?:FAIL|ERROR): \S|(?:FAILED|ERROR) \S")
-"""A line naming a failing test: unittest's ``FAIL: test_x (...)`` / ``ERROR: test_x (...)``
-headings and pytest's ``FAILED path::test_x - ...`` / ``ERROR path::test_x`` summary lines."""
-_EXIT_LINE = re.compile(r"^\[exit code -?\d+\]$")
-
-
-def _lines(text: str) -> list[str]:
-    return [line for line in text.splitlines() if line.strip()]
-
-
-def _count(number: int) -> str:
-    return f"{number} line{'s' if number != 1 else ''}"
-
-
-def result_summary(
-    result: ToolResultMessage, *, max_lines: int = 1, width: int | None = _LINE
-) -> str:
-    """A short account of a tool result: the tool's own ``details["summary"]``, else its first
-    ``max_lines`` non-empty lines (each cut to ``width`` characters unless ``width`` is None,
-    joined by newlines) and ``(+N lines)`` when more follow."""
-    summary = result.details.get("summary") if isinstance(result.details, dict) else None
-    if isinstance(summary, str):
-        return summary
-    lines = _lines(result.text)
-    shown = "\n".join(_cut(line, width) for line in lines[:max_lines])
-    rest = len(lines) - max_lines
-    if rest > 0:
-        shown += f" (+{_count(rest)})"
-    return shown
-
-
-def _cut(line: str, width: int | None) -> str:
-    """``line`` cut to ``width`` characters (None: whole), its spacing kept (a traceback's frames
-    are indented under their heading, a file's lines under their numbers)."""
-    line = line.rstrip()
-    if width is None:
-        return line
-    line = line.expandtabs(4)  # a line is cut by the characters it shows
-    return line if len(line) <= width else line[: width - 1] + "…"
-
-
-def _failing_command_lines(output: list[str]) -> list[str]:
-    """The lines of a failing command's output the views show: the last `COMMAND_TAIL_LINES`,
-    and before them the first `FAILING_TEST_LINES` lines naming a failing test (a test runner
-    names the test above its traceback), each gap marked ``(… N lines)``."""
-    tail = len(output) - COMMAND_TAIL_LINES
-    if tail <= 0:
-        return output
-    named = [i for i in range(tail) if FAILING_TEST.match(output[i].lstrip())]
-    shown: list[str] = []
-    previous = -1
-    for index in [*named[:FAILING_TEST_LINES], *range(tail, len(output))]:
-        gap = index - previous - 1
-        if gap:
-            shown.append(f"(… {_count(gap)} before)" if previous < 0 else f"(… {_count(gap)})")
-        shown.append(output[index])
-        previous = index
-    return shown
-
-
-def result_mark(result: ToolResultMessage) -> tuple[str, str]:
-    """The mark of a finished tool call and its rich style, one rule for every view (the live
-    view, ``replay``): ``⏸`` deferred for a person's decision, ``✗`` an error result, ``!`` a
-    command that ran and exited with a code other than 0 (worth a look, not a tool error),
-    ``✓`` otherwise."""
-    details = result.details if isinstance(result.details, dict) else {}
-    if details.get("awaiting_approval") is True:
-        return "⏸", "yellow"  # deferred: it has not run; a person decides
-    if result.is_error:
-        return "✗", "red"
-    if details.get("exit_code") not in (None, 0):
-        return "!", "yellow"
-    return "✓", "green"
-
-
-def result_lines(result: ToolResultMessage, *, width: int | None = _LINE) -> str:
-    """A tool result as the views show it (the live view and ``replay``): continuation lines
-    indented by four spaces.
-
-    - A command (``details["exit_code"]``): its summary, then the last `COMMAND_TAIL_LINES`
-      lines of its output when it failed (with the lines before them that name a failing
-      test, `FAILING_TEST`), else the first `HEAD_LINES`.
-    - An error result: its first `ERROR_LINES` lines (what is wrong and what to do).
-    - Any other result: the tool's own summary (when it has one) and its first `HEAD_LINES`
-      lines (a one-line result is its summary alone): e.g. the first lines ``read_file`` read.
-
-    Lines keep their leading indentation.
-
-    Args:
-        width: lines longer than this are cut with ``…``; None prints them whole (for output
-            that is not a terminal, where nothing should be lost).
-    """
-    details = result.details if isinstance(result.details, dict) else {}
-    if "exit_code" in details:
-        summary = str(details.get("summary") or f"exit code {details.get('exit_code')}")
-        output = [line for line in _lines(result.text) if not _EXIT_LINE.match(line.strip())]
-        if output == ["(no output)"]:
-            output = []
-        failed = result.is_error or details.get("exit_code") not in (None, 0)
-        if failed:
-            shown = _failing_command_lines(output)
-        else:
-            shown = output[:HEAD_LINES]
-            if len(output) > HEAD_LINES:
-                shown.append(f"(+{_count(len(output) - HEAD_LINES)})")
-        text = "\n".join([summary, *(_cut(line, width) for line in shown)])
-    elif isinstance(details.get("summary"), str) and not result.is_error:
-        text = str(details["summary"])
-        output = _lines(result.text)
-        if len(output) > 1:
-            text += "".join(f"\n{_cut(line, width)}" for line in output[:HEAD_LINES])
-            if len(output) > HEAD_LINES:
-                text += f" (+{_count(len(output) - HEAD_LINES)})"
-    else:
-        lines = ERROR_LINES if result.is_error else HEAD_LINES
-        summary_only = isinstance(details.get("summary"), str)
-        text = result_summary(result, max_lines=1 if summary_only else lines, width=width)
-    return text.replace("\n", "\n    ")
+NESTED_INDENT = 4
+"""How many columns a sub-agent's activity is indented per level in the live view."""
 
 
 _DIFF_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
@@ -279,6 +139,40 @@ def sandbox_line(status: SandboxStatus) -> Text:
     )
 
 
+@dataclass
+class NestedRun:
+    """A sub-agent run under way as the live view shows it: its own state, turn and streamed
+    text, drawn indented under the parent's call.
+
+    Attributes:
+        depth: 1 for a sub-agent of the agent the view follows, 2 for its sub-agent, ...
+        name: the tool name of the call that runs it (`ParentRef.tool_name`).
+    """
+
+    depth: int
+    name: str
+    state: str = "idle"
+    turn: int = 0
+    streaming: str = ""
+    preparing: str | None = None
+
+    def render(self) -> RenderableType:
+        """Its streamed text (or the call being written) over a status line: name, state, turn."""
+        parts: list[RenderableType] = []
+        if self.streaming.strip():
+            parts.append(Text(self.streaming))
+        if self.preparing:
+            parts.append(Spinner("dots", text=Text(f"writing the {self.preparing} call", "dim")))
+        parts.append(
+            Text.assemble(
+                (f"{self.name}  ", "bold"),
+                (self.state, STATE_STYLES.get(self.state, "bold")),
+                (f"  turn {self.turn}", "dim"),
+            )
+        )
+        return Group(*parts)
+
+
 class LiveView:
     """Renders an agent's events on a rich console (subscribe `handle` to the agent).
 
@@ -295,13 +189,16 @@ class LiveView:
         self.console = console
         self.show_transitions = show_transitions
         # Lines are cut to fit a terminal; anywhere else (a file, a pipe) they are kept whole.
-        self.width: int | None = _LINE if console.is_terminal else None
+        self.width: int | None = LINE_WIDTH if console.is_terminal else None
         self.state = "idle"
         self.turn = 0
         self.usage = Usage()
         self.streaming = ""
         self.preparing: str | None = None
-        self.running: dict[str, tuple[ToolCallBlock, Spinner]] = {}
+        # Running calls by id (a sub-agent's by ``run_id/call id``: ids repeat across runs).
+        self.running: dict[str, tuple[ToolCallBlock, RenderableType]] = {}
+        # The sub-agent runs under way, by run id.
+        self.nested: dict[str, NestedRun] = {}
         self.notice: str | None = None
         self.started = time.monotonic()
         self._paused = False
@@ -380,7 +277,10 @@ class LiveView:
     # -- events ---------------------------------------------------------------------------------
 
     def handle(self, event: Event) -> None:
-        """Update the view with one event."""
+        """Update the view with one event (a sub-agent's: see `NestedRun`)."""
+        if event.parent is not None:
+            self._handle_nested(event, event.parent)
+            return
         print_ = self._print
         if isinstance(event, StateChanged):
             self.state = event.dest
@@ -437,6 +337,82 @@ class LiveView:
         elif isinstance(event, RunEnd):
             self.state = event.result.state.value
 
+    def _handle_nested(self, event: Event, ref: ParentRef) -> None:
+        """A sub-agent's event: its own lane (state, turn, streamed text), its lines indented
+        one level deeper than the run that called it."""
+        lane = self.nested.get(event.run_id)
+        if lane is None:
+            outer = self.nested.get(ref.run_id)
+            depth = outer.depth + 1 if outer is not None else 1
+            lane = self.nested[event.run_id] = NestedRun(depth, ref.tool_name or "sub-agent")
+        indent = lane.depth * NESTED_INDENT
+
+        def print_(renderable: RenderableType) -> None:
+            self._print(Padding(renderable, (0, 0, 0, indent)))
+
+        if isinstance(event, RunStart):
+            print_(Text(f"↳ {lane.name} (call {ref.call_id})", style="dim"))
+        elif isinstance(event, StateChanged):
+            lane.state = event.dest
+            if self.show_transitions:
+                print_(
+                    Text.assemble(
+                        (event.source, "dim"),
+                        (" → ", "dim"),
+                        (event.dest, STATE_STYLES.get(event.dest, "")),
+                        (f"  ({event.trigger}: {event.label})", "dim"),
+                    )
+                )
+        elif isinstance(event, TurnStart | TurnEnd):
+            lane.turn = event.turn
+        elif isinstance(event, MessageStart):
+            lane.streaming, lane.preparing = "", None
+        elif isinstance(event, MessageDelta):
+            if event.kind == "text":
+                lane.streaming += event.delta
+            elif event.kind == "tool_call":
+                lane.preparing = event.tool_name or lane.preparing
+        elif isinstance(event, MessageEnd) and isinstance(event.message, AssistantMessage):
+            self.usage = self.usage + event.message.usage  # the tree's total, as counts.usage
+            text = event.message.text.strip()
+            if text:
+                print_(Text(text))
+            lane.streaming, lane.preparing = "", None
+        elif isinstance(event, ToolExecutionStart):
+            spinner = Spinner("dots", text=Text(call_summary(event.call), style="yellow"))
+            running = Padding(spinner, (0, 0, 0, indent))
+            self.running[f"{event.run_id}/{event.call.id}"] = (event.call, running)
+        elif isinstance(event, ToolExecutionEnd):
+            self.running.pop(f"{event.run_id}/{event.call.id}", None)
+            mark, style = result_mark(event.result)
+            print_(
+                Text.assemble(
+                    (f"{mark} ", style),
+                    (call_summary(event.call), "bold"),
+                    (" — ", "dim"),
+                    (result_lines(event.result, width=self.width), "dim" if mark == "✓" else style),
+                )
+            )
+        elif isinstance(event, ModelRetry):
+            print_(
+                Text(
+                    f"model request failed ({event.error}); retry {event.attempt} in "
+                    f"{event.delay_seconds:g} s",
+                    style="yellow",
+                )
+            )
+        elif isinstance(event, RunEnd):
+            del self.nested[event.run_id]
+            state = event.result.state.value
+            turns = event.result.turns
+            print_(
+                Text.assemble(
+                    (f"↳ {lane.name}: ", "dim"),
+                    (state, STATE_STYLES.get(state, "bold")),
+                    (f" · {turns} turn{'s' if turns != 1 else ''}", "dim"),
+                )
+            )
+
     # -- drawing --------------------------------------------------------------------------------
 
     def _status(self) -> Table:
@@ -457,6 +433,8 @@ class LiveView:
             parts.append(Spinner("dots", text=Text(f"writing the {self.preparing} call", "dim")))
         # A snapshot: the refresh thread draws while the loop's thread updates the view.
         parts.extend(spinner for _, spinner in list(self.running.values()))
+        for lane in list(self.nested.values()):
+            parts.append(Padding(lane.render(), (0, 0, 0, lane.depth * NESTED_INDENT)))
         if self.state == "awaiting_model" and not self.streaming and not self.preparing:
             parts.append(Spinner("dots", text=Text("waiting for the model", style="dim")))
         parts.append(self._status())

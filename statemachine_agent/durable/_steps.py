@@ -109,17 +109,24 @@ class DurableBatch(BatchRun):
         own (preceded by a ``tool_start`` marker step for a tool that is not idempotent): on
         replay, the recorded result (`BatchRun.execute`)."""
         call = self.calls[index]
+        prefix = self.owner.settings.step_prefix if isinstance(self.owner, Run) else ""
         try:
             if index > 0:
                 await asyncio.shield(self._started[index - 1])
+            if tool.durable_steps:  # its own steps are the workflow's: none around it
+                self.call_started(index)
+                return await super().execute(index, tool, kwargs)
             marker = process.incarnation
             if not tool.idempotent:
                 marker = await DBOS.run_step_async(
-                    {"name": f"tool_start:{call.id}"}, _current_incarnation
+                    {"name": f"{prefix}tool_start:{call.id}"}, _current_incarnation
                 )
         except BaseException:
             self._release(index)
             raise
+        finally:
+            if tool.durable_steps:  # ended: the next call may start its steps
+                self._release(index)
         execute = super().execute
 
         async def tool_call() -> str:
@@ -132,7 +139,7 @@ class DurableBatch(BatchRun):
                     raise ToolStepFailed(dump_message(result))
             return dump_message(result)
 
-        options: StepOptions = {"name": f"tool:{call.id}"}
+        options: StepOptions = {"name": f"{prefix}tool:{call.id}"}
         if tool.step_retries:
             options["retries_allowed"] = True
             options["max_attempts"] = tool.step_retries + 1
@@ -180,7 +187,8 @@ class DurableRun(Run):
                 data[_POSITION_KEY] = str(positioned.calls)
             return data
 
-        data = await DBOS.run_step_async({"name": "model_request"}, model_request)
+        name = f"{self.settings.step_prefix}model_request"
+        data = await DBOS.run_step_async({"name": name}, model_request)
         if not asked and positioned is not None and _POSITION_KEY in data:
             # Replayed from the database: the model was not asked, so its position is where
             # the recorded step left it (an error and its retries may have played several).
@@ -191,7 +199,8 @@ class DurableRun(Run):
         # Before each model request, a durable check for an abort sent from any process: the
         # message is received (and recorded) here, so a replay sees it at the same place.
         request = await super()._build_request()
-        if not self.signal.aborted:
+        # (A sub-agent's run leaves the message to its parent, whose abort reaches it.)
+        if not self.signal.aborted and not self.settings.step_prefix:
             reason = await DBOS.recv_async(ABORT_TOPIC, timeout_seconds=0)
             if reason is not None:
                 self.signal.set(str(reason))

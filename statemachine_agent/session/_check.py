@@ -46,7 +46,26 @@ def check_session(path: str | os.PathLike[str]) -> tuple[SessionData, list[str]]
     )
     problems += [f"history {p}" for p in find_violations(messages)]
     problems += _check_states_and_runs(data)
+    problems += _check_children(data)
     return data, problems
+
+
+def _check_children(data: SessionData) -> list[str]:
+    """The problems of each sub-agent run logged inline (`SessionData.children`), each named
+    by the call that ran it: its history against the protocol, its states and runs."""
+    problems: list[str] = []
+    for call_id, child in data.children.items():
+        where = f"sub-agent run of call {call_id!r}:"
+        problems += [f"{where} {note}" for note in child.notes]
+        for repair in child.repairs:
+            problems.append(
+                f"{where} call {repair.tool_call_id!r} ({repair.tool_name}) has no recorded "
+                "result (the process died before it finished)"
+            )
+        problems += [f"{where} history {p}" for p in find_violations(child.messages)]
+        problems += [f"{where} {p}" for p in _check_states_and_runs(child)]
+        problems += [f"{where} {p}" for p in _check_children(child)]
+    return problems
 
 
 def _check_states_and_runs(data: SessionData) -> list[str]:

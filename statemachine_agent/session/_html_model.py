@@ -34,8 +34,30 @@ def page_model(data: SessionData) -> dict[str, Any]:
     person's decision between ``start`` and ``run``, and the turn's seconds ``waited``), the
     ``summary``, ``extra_edges`` (transitions
     the log took that the built-in machine does not draw, e.g. ``resume``) and ``end`` (the
-    last line's seconds)."""
+    last line's seconds).
+
+    A tool call that ran a sub-agent (`SessionData.children`) has its run under its result
+    item's ``child``: the sub-agent's ``tool`` name, ``run_id``, final ``state``, ``turns``,
+    ``usage``, and its own ``items`` and ``steps`` (the same shapes, its own state changes), its
+    sub-agents' under their results in turn. The page folds it under the call."""
     return _Builder(data).build()
+
+
+def _child_model(child: SessionData) -> dict[str, Any]:
+    """A sub-agent run's part of the page's data (see `page_model`)."""
+    built = _Builder(child).build()
+    link = child.link or {}
+    summary = built["summary"]
+    return {
+        "tool": link.get("tool_name") or "sub-agent",
+        "call": link.get("call_id"),
+        "run_id": link.get("run_id"),
+        "state": summary["state"],
+        "turns": summary["turns"],
+        "usage": summary["usage"],
+        "items": built["items"],
+        "steps": built["steps"],
+    }
 
 
 class _Builder:
@@ -193,6 +215,9 @@ class _Builder:
             },
             pending=repair,
         )
+        child = self.data.children.get(message.tool_call_id)
+        if child is not None:
+            self.items[index]["child"] = _child_model(child)
         if entry is not None and entry["end"] is None:
             entry["item"] = index
             entry["error"] = message.is_error

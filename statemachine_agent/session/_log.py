@@ -111,6 +111,8 @@ class SessionLog:
         self.errors: list[str] = []
         # Results written when their call finished, not yet appended to the history.
         self._early: set[str] = set()
+        # The same, for each sub-agent run whose events reach the log (by its run id).
+        self._child_early: dict[str, set[str]] = {}
         self.trace: SessionTrace | None = None
 
     # -- opening ------------------------------------------------------------------------------
@@ -155,40 +157,12 @@ class SessionLog:
         if data.valid_bytes and os.pread(fd, 1, data.valid_bytes - 1) != b"\n":
             self._file.write(b"\n")  # a complete last line missing its newline
             self._file.flush()
-        for repair in data.repairs:
-            self._write({"type": "tool_result", "repair": True, "message": _dump(repair)})
-        if data.run_open and data.state in RUN_STOPS:
-            # The process died between the run's last state change and its end: the run did
-            # end, in that state; only its end line is missing.
-            self._write(
-                {
-                    "type": "run_end",
-                    "state": data.state.value,
-                    "error": None,
-                    "counts": data.counts.to_json(),
-                }
-            )
-            data.run_open = False
-        elif data.run_open:
-            source = data.state_name or (data.state or State.IDLE).value
-            self._write(
-                {
-                    "type": "state",
-                    "source": source,
-                    "dest": State.ABORTED.value,
-                    "trigger": "resume",
-                    "label": "recovered",
-                }
-            )
-            self._write(
-                {
-                    "type": "run_end",
-                    "state": State.ABORTED.value,
-                    "error": RECOVERED,
-                    "counts": data.counts.to_json(),
-                }
-            )
-            data.state, data.run_open = State.ABORTED, False
+        for child in _open_children(data):  # a sub-agent's run the crash cut, deepest first
+            link = child.link or {}
+            for body in _repairs(child):
+                self._write({"type": "child", **link, "record": body})
+        for body in _repairs(data):
+            self._write(body)
 
     @property
     def messages(self) -> list[Message]:
@@ -340,56 +314,79 @@ class SessionLog:
             )
 
     def _record(self, event: Event) -> None:
+        parent = event.parent
+        if parent is not None:  # a sub-agent's event: a ``child`` line wrapping its record
+            early = self._child_early.setdefault(event.run_id, set())
+            inner = self._body(event, early)
+            if inner is not None:
+                self._write(
+                    {
+                        "type": "child",
+                        "parent_run_id": parent.run_id,
+                        "call_id": parent.call_id,
+                        "tool_name": parent.tool_name,
+                        "run_id": event.run_id,
+                        "record": inner,
+                    }
+                )
+            if isinstance(event, RunEnd):
+                self._child_early.pop(event.run_id, None)
+            return
+        body = self._body(event, self._early)
+        if body is not None:
+            self._write(body)
+        if isinstance(event, RunStart) and self.trace is not None and self.trace.paused is not None:
+            self.trace = SessionTrace(self.trace.conversation_id)  # decided by this run
+
+    def _body(self, event: Event, early: set[str]) -> dict[str, Any] | None:
+        """The line ``event`` is logged as (None: not logged); ``early`` holds the ids of
+        results written when their call finished."""
         if isinstance(event, ToolExecutionEnd):
             # A result is written the moment its call finishes (completion order), so a crash
             # keeps it; its message_end (in declaration order, once appended) is not written again.
             finished = event.result
-            if not awaits_decision(finished):
-                self._write({"type": "tool_result", "message": _dump(finished)})
-                self._early.add(finished.tool_call_id)
+            if awaits_decision(finished):
+                return None
+            early.add(finished.tool_call_id)
+            return {"type": "tool_result", "message": _dump(finished)}
         elif isinstance(event, MessageEnd):
             message = event.message
             if isinstance(message, ToolResultMessage):
-                if message.tool_call_id in self._early:
-                    self._early.discard(message.tool_call_id)
-                    return
-                self._write({"type": "tool_result", "message": _dump(message)})
-            else:
-                self._write({"type": "message", "message": _dump(message)})
+                if message.tool_call_id in early:
+                    early.discard(message.tool_call_id)
+                    return None
+                return {"type": "tool_result", "message": _dump(message)}
+            return {"type": "message", "message": _dump(message)}
         elif isinstance(event, ToolExecutionStart):
-            self._write({"type": "tool_start", "call_id": event.call.id, "name": event.call.name})
+            return {"type": "tool_start", "call_id": event.call.id, "name": event.call.name}
         elif isinstance(event, StateChanged):
-            self._write(
-                {
-                    "type": "state",
-                    "source": event.source,
-                    "dest": event.dest,
-                    "trigger": event.trigger,
-                    "label": event.label,
-                }
-            )
+            return {
+                "type": "state",
+                "source": event.source,
+                "dest": event.dest,
+                "trigger": event.trigger,
+                "label": event.label,
+            }
         elif isinstance(event, RunStart):
             # A run without a prompt continues the last one's counts (`RunCounts`).
-            self._write({"type": "run_start", "continued": event.prompt is None})
-            if self.trace is not None and self.trace.paused is not None:
-                self.trace = SessionTrace(self.trace.conversation_id)  # decided by this run
+            return {"type": "run_start", "continued": event.prompt is None}
         elif isinstance(event, ApprovalRequested | CallDecided):
             body = event_to_dict(event)
+            body.pop("parent", None)
             body["type"] = "pending" if isinstance(event, ApprovalRequested) else "decision"
-            self._write(body)
+            return body
         elif isinstance(event, RunEnd):
             result = event.result
-            self._write(
-                {
-                    "type": "run_end",
-                    "state": result.state.value,
-                    "turns": result.turns,
-                    "usage": result.usage.model_dump(mode="json"),
-                    "stop_reason": None if result.stop_reason is None else str(result.stop_reason),
-                    "error": result.error,
-                    "counts": result.counts.to_json(),
-                }
-            )
+            return {
+                "type": "run_end",
+                "state": result.state.value,
+                "turns": result.turns,
+                "usage": result.usage.model_dump(mode="json"),
+                "stop_reason": None if result.stop_reason is None else str(result.stop_reason),
+                "error": result.error,
+                "counts": result.counts.to_json(),
+            }
+        return None
 
     def record_trace(self, trace: SessionTrace) -> None:
         """Log a ``trace`` line (the tracing of the agent's runs: see `SessionTrace`); `trace`
@@ -492,6 +489,57 @@ class _Syncer:
             self._cond.notify_all()
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+
+
+def _open_children(data: SessionData) -> list[SessionData]:
+    """The sub-agent runs of ``data`` with a call or a run left open, deepest first."""
+    found: list[SessionData] = []
+    for child in data.children.values():
+        found += _open_children(child)
+        if child.repairs or child.run_open:
+            found.append(child)
+    return found
+
+
+def _repairs(data: SessionData) -> list[dict[str, Any]]:
+    """The lines that close what a crash left open in ``data`` (updated to match): an error
+    result for each call without one, and the end of a run that never ended."""
+    lines: list[dict[str, Any]] = [
+        {"type": "tool_result", "repair": True, "message": _dump(repair)} for repair in data.repairs
+    ]
+    if data.run_open and data.state in RUN_STOPS:
+        # The process died between the run's last state change and its end: the run did
+        # end, in that state; only its end line is missing.
+        lines.append(
+            {
+                "type": "run_end",
+                "state": data.state.value,
+                "error": None,
+                "counts": data.counts.to_json(),
+            }
+        )
+        data.run_open = False
+    elif data.run_open:
+        source = data.state_name or (data.state or State.IDLE).value
+        lines.append(
+            {
+                "type": "state",
+                "source": source,
+                "dest": State.ABORTED.value,
+                "trigger": "resume",
+                "label": "recovered",
+            }
+        )
+        lines.append(
+            {
+                "type": "run_end",
+                "state": State.ABORTED.value,
+                "error": RECOVERED,
+                "counts": data.counts.to_json(),
+            }
+        )
+        data.state, data.run_open = State.ABORTED, False
+    return lines
 
 
 def _release(file: BinaryIO, syncer: _Syncer | None) -> None:

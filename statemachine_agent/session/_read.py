@@ -58,6 +58,7 @@ RECORD_TYPES = frozenset(
         "pending",
         "decision",
         "trace",
+        "child",
     }
 )
 
@@ -100,13 +101,14 @@ class SessionTrace:
 class Record:
     """One readable line: its 1-based ``line`` number, ``type`` and parsed ``body`` (the JSON
     object), plus ``message`` for ``message`` and ``tool_result`` lines and ``messages`` for
-    ``history`` lines."""
+    ``history`` lines, and ``inner`` for ``child`` lines (a sub-agent's record it wraps)."""
 
     line: int
     type: str
     body: dict[str, Any]
     message: Message | None = None
     messages: tuple[Message, ...] = ()
+    inner: Record | None = None
 
 
 @dataclass(slots=True)
@@ -136,6 +138,13 @@ class SessionData:
         trace: the last ``trace`` line's conversation id and paused span (`SessionTrace`;
             the paused span is dropped once a later run starts), or None for a log without
             one (one written untraced, or before the line existed).
+        children: the runs of sub-agents (`Agent.as_tool`) logged inline as ``child`` lines,
+            each rebuilt as its own `SessionData` (its ``records`` keep the file's line
+            numbers), by the id of the call that ran it; a sub-agent's own sub-agents are in its
+            ``children``. A call answered without a logged run (the process died before it
+            started) has none.
+        link: for a sub-agent run (one of ``children``), what its ``child`` lines carry
+            besides the record: ``parent_run_id``, ``call_id``, ``tool_name``, ``run_id``.
         counts: what the last run counted toward its limits (`RunCounts`): its ``run_end``
             line's ``counts``; for a run the process died in (or a log written before runs
             recorded them), rebuilt from its lines: the counts it started from (a run continued
@@ -161,6 +170,8 @@ class SessionData:
     pending_results: list[ToolResultMessage] = field(default_factory=list)
     counts: RunCounts = field(default_factory=RunCounts)
     trace: SessionTrace | None = None
+    children: dict[str, SessionData] = field(default_factory=dict)
+    link: dict[str, str] | None = None
 
     @property
     def usage(self) -> Usage:
@@ -192,9 +203,21 @@ def _parse(line: int, raw: bytes) -> Record:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"not valid JSON ({exc})") from None
+    return _record_of(line, body)
+
+
+def _record_of(line: int, body: Any) -> Record:
+    """The record of one line's JSON value. Raises ValueError saying what is wrong."""
     if not isinstance(body, dict) or not isinstance(body.get("type"), str):
         raise ValueError("not a JSON object with a 'type'")
     kind = body["type"]
+    if kind == "child":
+        if not all(isinstance(body.get(k), str) for k in ("parent_run_id", "call_id", "run_id")):
+            raise ValueError("not a valid 'child' line (parent_run_id, call_id, run_id: text)")
+        inner = _record_of(line, body.get("record"))
+        if inner.type in ("header", "child"):
+            raise ValueError(f"not a valid 'child' line (it wraps a {inner.type!r} record)")
+        return Record(line, kind, body, inner=inner)
     try:
         if kind in ("message", "tool_result"):
             message = MESSAGE_ADAPTER.validate_python(body.get("message"))
@@ -374,12 +397,38 @@ def read_session(path: str | os.PathLike[str], *, strict: bool = True) -> Sessio
         data.records.append(record)
     data.valid_bytes = len(raw) - (len(chunks[-1]) if data.torn_tail else 0)
     _rebuild(data)
+    data.children = _children(data)
     if data.corrupt:
         if strict:
             raise SessionCorruptError(data.path, data.corrupt, data)
         for number, why in data.corrupt:
             logger.warning("session log %s: line %d skipped: %s", data.path, number, why)
     return data
+
+
+_LINK_KEYS = ("parent_run_id", "call_id", "tool_name", "run_id")
+
+
+def _children(data: SessionData) -> dict[str, SessionData]:
+    """The sub-agent runs of ``data``'s ``child`` lines, nested, by the id of their call."""
+    runs: dict[str, SessionData] = {}
+    parents: dict[str, tuple[str, str]] = {}
+    for record in data.records:
+        if record.type != "child" or record.inner is None:
+            continue
+        run_id = str(record.body["run_id"])
+        child = runs.get(run_id)
+        if child is None:
+            link = {k: str(record.body.get(k, "")) for k in _LINK_KEYS}
+            child = runs[run_id] = SessionData(data.path, header=data.header, link=link)
+            parents[run_id] = (link["parent_run_id"], link["call_id"])
+        child.records.append(record.inner)
+    top: dict[str, SessionData] = {}
+    for run_id, child in runs.items():
+        _rebuild(child)
+        parent_run, call_id = parents[run_id]
+        (runs[parent_run].children if parent_run in runs else top)[call_id] = child
+    return top
 
 
 def _check_header(path: Path, header: dict[str, Any]) -> None:

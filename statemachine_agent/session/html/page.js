@@ -130,7 +130,12 @@ let items = null; // lazyList of the transcript: items.node(index) -> element
 const callNodes = new Map(); // tool call id -> its block in the assistant message (once built)
 const callItem = new Map(); // tool call id -> index of the assistant message holding it
 
-function buildItem(item, index) {
+const TOP = { steps: DATA.steps, top: true }; // the scope of the logged agent's own items
+
+// An item of the transcript; `scope` is TOP, or a sub-agent run's (its own steps; its calls are
+// not the page's: call ids repeat across runs).
+function buildItem(item, index, scope) {
+  scope = scope || TOP;
   const node = el("article", "item " + item.kind);
   node.dataset.index = String(index);
   if (item.step !== null) node.dataset.step = String(item.step);
@@ -161,7 +166,7 @@ function buildItem(item, index) {
           if (block.truncated) title.append(el("span", "badge error", "truncated by max_tokens: not run"));
           const args = block.raw !== null ? block.raw : JSON.stringify(block.input, null, 2);
           call.append(title, foldedText("pre", "args", args === undefined ? "null" : args));
-          callNodes.set(block.id, call);
+          if (scope.top) callNodes.set(block.id, call);
           node.append(call);
         } else {
           node.append(el("div", "meta", block.text));
@@ -177,9 +182,10 @@ function buildItem(item, index) {
       if (item.error) head.append(el("span", "badge error", "error"));
       if (item.repair) head.append(el("span", "badge repair", "repair: answered on resume"));
       node.append(head, foldedText("pre", "result-text", item.text));
+      if (item.child) node.append(buildChild(item.child));
       break;
     case "state": {
-      const step = DATA.steps[item.step];
+      const step = scope.steps[item.step];
       node.textContent = (step.recovered ? "⚠ " : "") + step.source + " → " + step.dest +
         "  (" + step.trigger + ": " + step.label + ")";
       break;
@@ -238,6 +244,69 @@ function buildTranscript() {
     const node = event.target.closest(".item");
     if (node && node.dataset.step !== undefined) show(Number(node.dataset.step));
   });
+}
+
+// A sub-agent's run, folded under the call that ran it: a strip of the states it went through
+// (click one to light it in the diagram with its items) over its own transcript, built when
+// first unfolded.
+function buildChild(child) {
+  const box = el("details", "child-run");
+  box.dataset.call = child.call;
+  box.append(el("summary", null, "sub-agent " + child.tool + " (run " + child.run_id + "): " +
+    child.state + " · " + child.turns + " turns · " + usageText(child.usage)));
+  let built = false;
+  box.addEventListener("toggle", () => {
+    if (!box.open || built) return;
+    built = true;
+    const strip = el("div", "child-states");
+    const chips = child.steps.map((step, k) => {
+      const chip = el("button", "child-state", step.dest);
+      chip.type = "button";
+      chip.dataset.state = step.dest;
+      chip.dataset.step = String(k);
+      chip.title = step.source + " → " + step.dest + " (" + step.trigger + ": " + step.label + ")";
+      strip.append(chip);
+      return chip;
+    });
+    const body = el("div", "child-items");
+    const scope = { steps: child.steps, top: false };
+    const nodes = child.items.map((item, i) => body.appendChild(buildItem(item, i, scope)));
+    box.append(strip, body);
+    strip.addEventListener("click", (event) => {
+      const chip = event.target.closest(".child-state");
+      if (!chip) return;
+      event.stopPropagation();
+      showChild(child, Number(chip.dataset.step), chips, nodes);
+    });
+    body.addEventListener("click", (event) => {
+      if (event.target.closest("button, summary")) return;
+      const node = event.target.closest(".item");
+      if (!node || node.parentElement !== body || node.dataset.step === undefined) return;
+      event.stopPropagation();
+      showChild(child, Number(node.dataset.step), chips, nodes);
+    });
+  });
+  return box;
+}
+
+// Light step k of a sub-agent's run: its state (and edge) in the diagram, its chip and items.
+function showChild(child, k, chips, nodes) {
+  for (const node of lit) node.classList.remove("lit", "current", "taken");
+  lit = [];
+  const step = child.steps[k];
+  const mark = (node, cls) => { if (node) { node.classList.add(cls); lit.push(node); } };
+  const state = document.getElementById(step.node);
+  // An extra edge's id is the sub-agent's own numbering: not drawn on this diagram.
+  const edge = step.edge && !step.edge.startsWith("edge_x") ? document.getElementById(step.edge) : null;
+  mark(state, "current");
+  mark(edge, "taken");
+  follow([state, ...(edge ? edgeParts(edge) : [])].filter(Boolean));
+  mark(chips[k], "current");
+  for (const i of step.items) mark(nodes[i], "lit");
+  document.getElementById("step-text").textContent = "sub-agent " + child.tool + " (call " +
+    child.call + ") step " + (k + 1) + " / " + child.steps.length + ": " + step.source + " → " +
+    step.dest + " (" + step.trigger + ": " + step.label + ")";
+  document.body.dataset.state = step.dest;
 }
 
 // -- timeline --------------------------------------------------------------------------------
