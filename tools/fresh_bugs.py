@@ -274,9 +274,9 @@ _FRESH: tuple[tuple[int, str, tuple[tuple[Edit, ...], str]], ...] = (
         16,
         "the log writes a deferred call's placeholder, not the results",
         _e(
-            "session/_log.py",
-            "            if not awaits_decision(finished):\n",
-            "            if awaits_decision(finished):\n",
+            "session/_log.py",  # the sub-agents change spelled the test the other way round
+            "            if awaits_decision(finished):\n                return None\n",
+            "            if not awaits_decision(finished):\n                return None\n",
             "results are no longer written the moment each call ends (a crash mid-batch loses "
             'finished results, which a resume then answers "no result recorded"), and a '
             '"Awaiting approval" placeholder is logged as a deferred call\'s result',

@@ -88,7 +88,7 @@ BUGS: tuple[Bug, ...] = (
         "no cancellation sent to the server on abort",
         _e(
             "mcp/_server.py",
-            "        await _cancel(call)\n        if ctx.signal.aborted:\n",
+            "        await cancel_task(call)\n        if ctx.signal.aborted:\n",
             "        if ctx.signal.aborted:\n",
         ),
     ),
@@ -143,8 +143,8 @@ BUGS: tuple[Bug, ...] = (
         "the server's idempotent flag not given to its tools (durable recovery)",
         _e(
             "mcp/_server.py",
-            "t.resource, t.idempotent = self.resource, self.idempotent",
-            "t.resource, t.idempotent = self.resource, False",
+            "                        t.idempotent = self.idempotent\n",
+            "                        t.idempotent = False\n",
         ),
     ),
     Bug(
@@ -152,8 +152,8 @@ BUGS: tuple[Bug, ...] = (
         "the CLI's --mcp-url servers dropped",
         _e(
             "cli/_mcp.py",
-            "    return servers + [MCPServer.http(url) for url in urls]\n",
-            "    return servers\n",
+            "    for name, url in map(_named_url, urls):\n",
+            "    for name, url in map(_named_url, urls[:0]):\n",
         ),
     ),
 )

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import httpx2
 import mcp.types as mt
@@ -26,6 +26,7 @@ from .._errors import AgentError, ToolError
 from .._tools import ResourceKey, ToolContext, ToolResult
 from ..workspace._sandbox import Sandbox, bwrap_arguments, check_sandbox, sandbox_environment
 from ._convert import MCPTool, mcp_tool, progress_update, to_tool_result
+from ._helpers import cancel_task, describe, errlog, list_all
 
 logger = logging.getLogger("statemachine_agent.mcp")
 
@@ -192,7 +193,7 @@ class MCPServer:
                 # skips; "strict" (the SDK's default) ends the whole connection instead.
                 encoding_error_handler="replace",
             )
-            transport = stdio_client(params, errlog=_errlog())
+            transport = stdio_client(params, errlog=errlog())
             return Client(transport, cache=None, message_handler=server._on_message)
 
         server = cls(
@@ -301,14 +302,14 @@ class MCPServer:
                 try:
                     async with asyncio.timeout(self.startup_timeout_seconds):
                         try:
-                            listed = await _list_all(connection.client)
+                            listed = await list_all(connection.client)
                         except MCPError:
                             if not connection.session_lost:
                                 raise
                             # The server forgot the session (restarted): list on a new one.
                             connection = await self._connected()
                             connection.changed = False
-                            listed = await _list_all(connection.client)
+                            listed = await list_all(connection.client)
                 except TimeoutError:
                     raise MCPServerError(
                         f"{self.name} did not list its tools within "
@@ -357,7 +358,7 @@ class MCPServer:
             connection = _Connection(self)
         except Exception as exc:  # no such executable, a bad parameter
             raise MCPServerError(
-                f"{self.name} could not be started or reached{self.origin}: {_describe(exc)}"
+                f"{self.name} could not be started or reached{self.origin}: {describe(exc)}"
             ) from exc
         self.connections += 1
         try:
@@ -379,7 +380,7 @@ class MCPServer:
                 )
                 raise MCPServerError(
                     f"{self.name} could not be started or reached{self.origin}: "
-                    f"{_describe(exc)}{hint}"
+                    f"{describe(exc)}{hint}"
                 ) from exc
             raise
         self._connection = connection
@@ -443,7 +444,7 @@ class MCPServer:
             waits: set[asyncio.Future[Any]] = {call, connection.task, aborted}
             await asyncio.wait(waits, return_when="FIRST_COMPLETED")
         except asyncio.CancelledError:  # a timeout, or the run's task: cancel the request
-            await _cancel(call)
+            await cancel_task(call)
             raise
         finally:
             aborted.cancel()
@@ -461,10 +462,10 @@ class MCPServer:
                 ) from exc
             except Exception as exc:
                 if connection.alive():
-                    raise ToolError(f"{self.name}: the call failed: {_describe(exc)}") from exc
+                    raise ToolError(f"{self.name}: the call failed: {describe(exc)}") from exc
                 raise ToolError(self._lost(tool)) from exc
             return to_tool_result(result)
-        await _cancel(call)
+        await cancel_task(call)
         if ctx.signal.aborted:
             raise asyncio.CancelledError("aborted")  # answered like any aborted call
         raise ToolError(self._lost(tool))
@@ -554,7 +555,7 @@ class _Connection:
                     await self.stop.wait()
                 finally:
                     if listener is not None:
-                        await _cancel(listener)
+                        await cancel_task(listener)
             self._end_group()
         except BaseException as exc:
             self._end_group()
@@ -562,7 +563,7 @@ class _Connection:
                 self.ready.set_exception(exc)
                 return
             if not isinstance(exc, asyncio.CancelledError):
-                logger.warning("%s: the connection ended: %s", self.server.name, _describe(exc))
+                logger.warning("%s: the connection ended: %s", self.server.name, describe(exc))
                 return
             raise
 
@@ -574,7 +575,7 @@ class _Connection:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the server has no subscriptions, or the stream dropped
-            logger.debug("%s: no list_changed stream: %s", self.server.name, _describe(exc))
+            logger.debug("%s: no list_changed stream: %s", self.server.name, describe(exc))
 
     async def close(self) -> None:
         self.stop.set()
@@ -584,45 +585,9 @@ class _Connection:
             async with asyncio.timeout(STOP_TIMEOUT_SECONDS):
                 await asyncio.shield(self.task)
         except TimeoutError:
-            await _cancel(self.task)
+            await cancel_task(self.task)
         except asyncio.CancelledError:
-            await _cancel(self.task)  # killed with its process group (the client's exit)
+            await cancel_task(self.task)  # killed with its process group (the client's exit)
             raise
         except Exception:
             pass
-
-
-async def _cancel(task: asyncio.Future[Any]) -> None:
-    """Cancel ``task`` and wait for it to end (its own outcome retrieved)."""
-    task.cancel()
-    with contextlib.suppress(BaseException):
-        await asyncio.wait({task})
-    if task.done() and not task.cancelled():
-        task.exception()
-
-
-async def _list_all(client: Client) -> list[mt.Tool]:
-    tools: list[mt.Tool] = []
-    cursor: str | None = None
-    while True:
-        page = await client.list_tools(cursor=cursor, cache_mode="refresh")
-        tools.extend(page.tools)
-        cursor = page.next_cursor
-        if cursor is None:
-            return tools
-
-
-def _errlog() -> TextIO:
-    """Where a stdio server's stderr goes: this process's, the real one when ``sys.stderr`` was
-    replaced by an object with no file descriptor (a test's capture, a notebook)."""
-    try:
-        sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):
-        return sys.__stderr__ or open(os.devnull, "w")
-    return sys.stderr
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_describe(e) for e in exc.exceptions)
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
