@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from ._agent_base import AgentBase
 from ._compacting import Compaction, context_window
 from ._conversation import DeliveryMode, as_user
-from ._errors import AgentBusyError, ToolDefinitionError, UsageError
+from ._errors import AgentBusyError, UsageError
 from ._execution import ToolExecution
 from ._handles import (
     ClaimedRun,
@@ -32,20 +32,20 @@ from ._hooks import (
 from ._limits import RunCounts, UsageLimits
 from ._machine import LoopMachine, MaxTokensPolicy
 from ._messages import Message, UserMessage
-from ._output import output_tool
 from ._result import RunResult
 from ._run import Run, continue_refusal
 from ._session_seam import SessionLogLike, session_support
 from ._settings import RunSettings
-from ._sources import ToolSource, ToolTable
+from ._sources import ToolSource, ToolTable, agent_tools
 from ._states import Trigger
-from ._tools import Tool, ToolFunction, tool_from_function
+from ._subagent import AgentAsTool
+from ._tools import Tool, ToolFunction
 from .models._base import Model, ToolDefinition
 
 __all__ = ["Agent", "DeliveryMode", "continue_refusal"]
 
 
-class Agent(AgentBase):
+class Agent(AgentBase, AgentAsTool):
     """An agent: a model, tools and a history, driven by the loop's state machine.
 
     Args:
@@ -152,30 +152,7 @@ class Agent(AgentBase):
         super().__init__(messages, steering_mode, follow_up_mode)
         self.model = model
         self.owns_model = owns_model
-        self.tools: dict[str, Tool] = {}
-        sources: list[ToolSource] = []
-        for item in tools:
-            if isinstance(item, ToolSource) and not isinstance(item, Tool):
-                sources.append(item)
-                continue
-            if not isinstance(item, Tool) and not callable(item):
-                raise ToolDefinitionError(
-                    f"tools must be Tool objects or typed functions, got {item!r}"
-                )
-            t = item if isinstance(item, Tool) else tool_from_function(item)
-            if t.name in self.tools:
-                raise ToolDefinitionError(f"two tools are named {t.name!r}")
-            self.tools[t.name] = t
-        self.output_type: type[BaseModel] | None = None
-        if output_type is not None and output_type is not str:
-            final = output_tool(output_type)  # type: ignore[arg-type]
-            if final.name in self.tools:
-                raise ToolDefinitionError(
-                    f"a tool is named {final.name!r}: that name is the final result tool's "
-                    "when output_type is given"
-                )
-            self.tools[final.name] = final
-            self.output_type = final.args_model
+        self.tools, sources, self.output_type = agent_tools(tools, output_type)
         self.output_retries, self.system, self.max_turns = output_retries, system, max_turns
         self.tool_execution: ToolExecution = tool_execution
         self.abort_grace_seconds = abort_grace_seconds
@@ -238,51 +215,6 @@ class Agent(AgentBase):
         except BaseException:
             log.close()  # release the log's lock for the caller's next attempt
             raise
-
-    def as_tool(
-        self,
-        name: str,
-        description: str,
-        *,
-        input_type: type[BaseModel] | None = None,
-        persistent: bool = False,
-        max_turns: int | None = None,
-        timeout_seconds: float | None = None,
-    ) -> Tool:
-        """This agent as a `Tool` of another agent (a sub-agent): each call runs this agent,
-        with its own machine, tools, hooks and ``max_turns``, as part of the calling run's tree.
-
-        The call's result is the run's final text (or its typed ``output`` as JSON) when it ends
-        ``done``; any other ending is an error result naming the state and why. The run's events
-        reach the parent agent's subscribers with ``event.parent`` set (`ParentRef`); the
-        parent's abort aborts it; what it uses counts toward the parent's `UsageLimits`. Calls
-        are serialized (one run of this agent at a time). See ``docs/guides/subagents.md``.
-
-        Args:
-            name: the tool's name (1-64 letters, digits, ``_`` or ``-``).
-            description: what the sub-agent does, for the calling model.
-            input_type: a pydantic model class: the tool's arguments are its fields and the
-                prompt is their JSON; None (default): one ``prompt`` string argument.
-            persistent: keep one conversation across calls (default False: each call starts
-                from an empty history).
-            max_turns: this sub-agent's turn cap per call (default: the agent's ``max_turns``).
-            timeout_seconds: cancel a call that runs longer (its run ends ``aborted``).
-
-        Raises:
-            ToolDefinitionError: ``input_type`` is not a pydantic model class, or ``name`` is
-                invalid.
-        """
-        from ._subagent import agent_tool
-
-        return agent_tool(
-            self,
-            name,
-            description,
-            input_type=input_type,
-            persistent=persistent,
-            max_turns=max_turns,
-            timeout_seconds=timeout_seconds,
-        )
 
     def abort(self, reason: str = "aborted by the caller") -> bool:
         """Stop the current run: it ends in ``aborted`` with every issued call answered.

@@ -13,11 +13,14 @@ The seam between the loop and anything whose tools are not known when the `Agent
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel
 
 from ._errors import ToolDefinitionError
-from ._tools import Tool
+from ._output import output_tool
+from ._tools import Tool, ToolFunction, tool_from_function
 from .models._base import ToolDefinition
 
 
@@ -132,3 +135,41 @@ class ToolTable:
 def definitions_of(tools: Mapping[str, Tool]) -> list[ToolDefinition]:
     """The tools as the model sees them (name, description, input schema), in order."""
     return [ToolDefinition(t.name, t.description, t.input_schema) for t in tools.values()]
+
+
+def agent_tools(
+    tools: Iterable[Tool | ToolFunction | ToolSource], output_type: type[Any] | None
+) -> tuple[dict[str, Tool], list[ToolSource], type[BaseModel] | None]:
+    """An agent's ``tools`` argument sorted out: its own tools by name (typed functions wrapped
+    with `tool`; with an ``output_type`` model, the ``final_result`` tool last), its tool
+    sources, and the output model (None for a text answer).
+
+    Raises:
+        ToolDefinitionError: an entry is neither a tool, a function nor a source, or two tools
+            share a name (the final result tool's included).
+    """
+    own: dict[str, Tool] = {}
+    sources: list[ToolSource] = []
+    for item in tools:
+        if isinstance(item, ToolSource) and not isinstance(item, Tool):
+            sources.append(item)
+            continue
+        if not isinstance(item, Tool) and not callable(item):
+            raise ToolDefinitionError(
+                f"tools must be Tool objects or typed functions, got {item!r}"
+            )
+        t = item if isinstance(item, Tool) else tool_from_function(item)
+        if t.name in own:
+            raise ToolDefinitionError(f"two tools are named {t.name!r}")
+        own[t.name] = t
+    output_model: type[BaseModel] | None = None
+    if output_type is not None and output_type is not str:
+        final = output_tool(output_type)
+        if final.name in own:
+            raise ToolDefinitionError(
+                f"a tool is named {final.name!r}: that name is the final result tool's "
+                "when output_type is given"
+            )
+        own[final.name] = final
+        output_model = final.args_model
+    return own, sources, output_model

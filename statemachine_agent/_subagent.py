@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
@@ -253,3 +253,50 @@ def _minus(usage: Usage, seed: Usage) -> Usage:
         cache_write_tokens=usage.cache_write_tokens - seed.cache_write_tokens,
         cache_read_tokens=usage.cache_read_tokens - seed.cache_read_tokens,
     )
+
+
+class AgentAsTool:
+    """`Agent.as_tool`: an agent as a tool of another agent (a mixin of `Agent`)."""
+
+    def as_tool(
+        self,
+        name: str,
+        description: str,
+        *,
+        input_type: type[BaseModel] | None = None,
+        persistent: bool = False,
+        max_turns: int | None = None,
+        timeout_seconds: float | None = None,
+    ) -> Tool:
+        """This agent as a `Tool` of another agent (a sub-agent): each call runs this agent,
+        with its own machine, tools, hooks and ``max_turns``, as part of the calling run's tree.
+
+        The call's result is the run's final text (or its typed ``output`` as JSON) when it ends
+        ``done``; any other ending is an error result naming the state and why. The run's events
+        reach the parent agent's subscribers with ``event.parent`` set (`ParentRef`); the
+        parent's abort aborts it; what it uses counts toward the parent's `UsageLimits`. Calls
+        are serialized (one run of this agent at a time). See ``docs/guides/subagents.md``.
+
+        Args:
+            name: the tool's name (1-64 letters, digits, ``_`` or ``-``).
+            description: what the sub-agent does, for the calling model.
+            input_type: a pydantic model class: the tool's arguments are its fields and the
+                prompt is their JSON; None (default): one ``prompt`` string argument.
+            persistent: keep one conversation across calls (default False: each call starts
+                from an empty history).
+            max_turns: this sub-agent's turn cap per call (default: the agent's ``max_turns``).
+            timeout_seconds: cancel a call that runs longer (its run ends ``aborted``).
+
+        Raises:
+            ToolDefinitionError: ``input_type`` is not a pydantic model class, or ``name`` is
+                invalid.
+        """
+        return agent_tool(
+            cast("Agent", self),
+            name,
+            description,
+            input_type=input_type,
+            persistent=persistent,
+            max_turns=max_turns,
+            timeout_seconds=timeout_seconds,
+        )

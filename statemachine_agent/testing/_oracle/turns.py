@@ -1,6 +1,6 @@
 """The predictor's run (`RunRules`): one method per trigger of the transition table.
 
-`statemachine_agent._machine`'s table beside this module: each branch is marked
+`_machine`'s table beside this module: each branch is marked
 ``trigger [label] -> dest`` with the label of the transition it predicts (``start``,
 ``model_replied``, ``tools_finished``, ``abort``, ``fail``; ``decided`` is `BatchRules._decided`).
 The rules come from the README and the public docstrings, not from the engine's code.
@@ -52,7 +52,7 @@ class RunRules(BatchRules):
 
     # -- one run: a method per trigger of the table, a branch per transition ---------------
     #
-    # Each branch is marked ``trigger [label] -> dest`` after `statemachine_agent._machine`'s
+    # Each branch is marked ``trigger [label] -> dest`` after `_machine`'s
     # table; a method returns the terminal state the run ends in, or None to go on (the next
     # request: ``awaiting_model``).
 
