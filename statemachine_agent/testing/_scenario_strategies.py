@@ -34,40 +34,6 @@ from ._oracle import (
     ToolName,
 )
 
-Behaviour = Literal[
-    "return",
-    "raise",
-    "tool_error",
-    "sleep",
-    "ignore_abort",
-    "deny",
-    "deny_stop",
-    "finish",
-    "defer",
-]
-BEHAVIOURS: tuple[Behaviour, ...] = (
-    "return",
-    "raise",
-    "tool_error",
-    "sleep",
-    "ignore_abort",
-    "deny",
-    "deny_stop",
-    "finish",
-)
-"""What a call of the kit's ``act`` tool does: return its text, raise an exception, raise a
-`ToolError`, sleep (cooperatively stopping on abort), sleep ignoring the abort, be denied by the kit's
-``before_tool_call`` hook, be denied with ``terminate=True``, return its text as a result marked
-``terminate=True`` (the run ends ``done`` with it)."""
-
-KNOWN_TOOLS = ("act", "lookup")
-UNKNOWN_TOOLS = ("no_such_tool", "act_v2", "Lookup")
-
-API_STOP_REASONS: tuple[str, ...] = tuple(
-    r.value for r in StopReason if r not in (StopReason.ABORTED, StopReason.ERROR)
-)
-"""The stop reasons a provider sends (``aborted`` and ``error`` are recorded by the engine only)."""
-
 DeliveryMode = Literal["all", "one_at_a_time"]
 DELIVERY_MODES: tuple[DeliveryMode, ...] = ("all", "one_at_a_time")
 """The ways queued input is delivered (``Agent(steering_mode=..., follow_up_mode=...)``)."""
