@@ -41,6 +41,9 @@ COPIED = (
     "mkdocs.yml",
     "pyproject.toml",
     "README.md",
+    "benchmarks",  # its README holds the figures the pages link to (tests/docs, tests/cli)
+    "tools",
+    ".ci",  # tests/test_ci_script.py reads .ci/run
 )
 
 
