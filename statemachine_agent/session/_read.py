@@ -27,6 +27,7 @@ from .._messages import (
     AssistantMessage,
     Message,
     StopReason,
+    TextBlock,
     ToolResultMessage,
     Usage,
     text_result,
@@ -474,6 +475,20 @@ def _rebuild(data: SessionData) -> None:
                 if isinstance(m, ToolResultMessage):
                     results[m.tool_call_id] = m
                     result_lines[m.tool_call_id] = record.line
+        elif record.type == "decision" and record.body.get("decision") == "deny":
+            # A denied call's result is held until its batch's other calls are decided; the
+            # decision line is its record until then (the engine answers it "Denied: reason").
+            call_id = str(record.body.get("call_id"))
+            denied = deferred.get(call_id)
+            if denied is not None and call_id not in result_lines:
+                text = f"Denied: {record.body.get('reason')}"
+                results[call_id] = ToolResultMessage(
+                    tool_call_id=call_id,
+                    tool_name=denied.tool_name,
+                    content=[TextBlock(text=text)],
+                    is_error=True,
+                )
+                result_lines[call_id] = record.line
         elif isinstance(message, ToolResultMessage):
             known = result_lines.get(message.tool_call_id)
             if known is None:

@@ -100,3 +100,27 @@ def test_a_reopened_log_keeps_the_batch_waiting_and_never_runs_a_finished_call_a
     problems, prediction = compare(scenario, obs)
     assert problems == []
     assert {"reopen", "reopen_awaiting_approval"} <= prediction.labels
+
+
+def test_a_reopened_log_keeps_a_denied_call_of_a_partly_decided_batch_answered() -> None:
+    """Found by the explore pass (seed 1980920301): three deferred calls, the first denied while
+    the other two still wait; the log is closed and resumed. The denial's result is held until
+    the batch ends, so the log's decision line is its record: the resumed agent must not list
+    the denied call as pending again, and approving the other two ends the run ``done``."""
+
+    def deferred_write() -> Call:
+        return Call(tool="job", behaviour="return", args="valid", before="defer", key="a")
+
+    scenario = Scenario(
+        runs=(
+            RunSpec(steps=(Step(kind="tool_use", calls=(deferred_write(),) * 3),)),
+            RunSpec(steps=(), prompt=False, decisions=(("r1_1", "deny"),)),
+            RunSpec(
+                steps=(Step(kind="end_turn"),),
+                prompt=False,
+                decisions=(("r1_2", "approve"), ("r1_3", "approve")),
+            ),
+        ),
+        reopen=True,
+    )
+    check_scenario(scenario)
