@@ -4,12 +4,11 @@ bubblewrap sandbox; against the real demo server (tests/mcp/servers/demo_server.
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp_servers import stdio_server
+from mcp_servers import calls, results, stdio_server, text
 
 from statemachine_agent import (
     Agent,
@@ -23,27 +22,9 @@ from statemachine_agent.models import ScriptedModel
 from statemachine_agent.session import read_session
 from statemachine_agent.workspace import Sandbox, check_sandbox
 
-_ids = itertools.count()
-
-
-def calls(*items: tuple[str, dict[str, Any]]) -> dict[str, Any]:
-    content = [
-        {"type": "tool_use", "id": f"toolu_loop{next(_ids)}", "name": name, "input": args}
-        for name, args in items
-    ]
-    return {"content": content, "stop_reason": "tool_use"}
-
 
 def answer(text: str = "done") -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "stop_reason": "end_turn"}
-
-
-def results(result: Any) -> list[ToolResultMessage]:
-    return [m for m in result.new_messages if isinstance(m, ToolResultMessage)]
-
-
-def text(message: ToolResultMessage) -> str:
-    return "\n".join(getattr(b, "text", "") for b in message.content)
 
 
 async def test_before_tool_call_deny_keeps_an_mcp_call_from_reaching_the_server(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import mcp.types as mt
+from mcp_servers import DONE, results, text
 
 from statemachine_agent import Agent, State, ToolCallInfo, ToolResultMessage, tool
 from statemachine_agent.mcp import MCPServer
@@ -33,17 +34,6 @@ def calls(*names: str) -> dict[str, Any]:
         for name in names
     ]
     return {"content": content, "stop_reason": "tool_use"}
-
-
-DONE = {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"}
-
-
-def results(result: Any) -> list[ToolResultMessage]:
-    return [m for m in result.new_messages if isinstance(m, ToolResultMessage)]
-
-
-def text(message: ToolResultMessage) -> str:
-    return "\n".join(getattr(b, "text", "") for b in message.content)
 
 
 async def test_a_paged_listing_gives_every_tool_in_declaration_order_after_the_agents_own() -> None:

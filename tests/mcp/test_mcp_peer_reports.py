@@ -17,40 +17,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp_servers import free_port
+from mcp_servers import DONE, calls, free_port, results, text
 
-from statemachine_agent import AbortSignal, Agent, State, ToolContext, ToolResultMessage
+from statemachine_agent import AbortSignal, Agent, State, ToolContext
 from statemachine_agent.mcp import MCPServer
 from statemachine_agent.models import ScriptedModel
 
 PEER = Path(__file__).parent / "servers" / "peer_server.py"
 
-_ids = itertools.count()
-
-
-def calls(*items: tuple[str, dict[str, Any]]) -> dict[str, Any]:
-    """A model step calling each (name, input) in order (call ids unique in the process)."""
-    content = [
-        {"type": "tool_use", "id": f"toolu_peer{next(_ids)}", "name": name, "input": args}
-        for name, args in items
-    ]
-    return {"content": content, "stop_reason": "tool_use"}
-
-
-DONE = {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"}
-
-
-def results(result: Any) -> list[ToolResultMessage]:
-    return [m for m in result.new_messages if isinstance(m, ToolResultMessage)]
-
-
-def text(message: ToolResultMessage) -> str:
-    return "\n".join(getattr(b, "text", "") for b in message.content)
-
 
 def peer(*options: str, **kwargs: Any) -> MCPServer:
     """The peer server as a stdio `MCPServer` named ``peer``."""
     return MCPServer.stdio(sys.executable, [str(PEER), *options], name="peer", **kwargs)
+
+
+_ids = itertools.count()
 
 
 def context(name: str) -> ToolContext:

@@ -4,7 +4,6 @@ subprocesses (stdio) and on 127.0.0.1 (streamable HTTP)."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import os
 import select
@@ -12,7 +11,7 @@ import sys
 from typing import Any
 
 import pytest
-from mcp_servers import SERVER, stdio_server
+from mcp_servers import DONE, SERVER, calls, results, stdio_server, text
 
 from statemachine_agent import (
     AbortSignal,
@@ -28,28 +27,6 @@ from statemachine_agent import (
 )
 from statemachine_agent.mcp import MCPServer, MCPServerError
 from statemachine_agent.models import ScriptedModel
-
-_ids = itertools.count()
-
-
-def calls(*items: tuple[str, dict[str, Any]]) -> dict[str, Any]:
-    """A model step calling each (name, input) in order (call ids unique in the process)."""
-    content = [
-        {"type": "tool_use", "id": f"toolu_{next(_ids)}", "name": name, "input": args}
-        for name, args in items
-    ]
-    return {"content": content, "stop_reason": "tool_use"}
-
-
-DONE = {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"}
-
-
-def results(result: Any) -> list[ToolResultMessage]:
-    return [m for m in result.new_messages if isinstance(m, ToolResultMessage)]
-
-
-def text(message: ToolResultMessage) -> str:
-    return "\n".join(getattr(b, "text", "") for b in message.content)
 
 
 async def run_calls(server: MCPServer, *items: tuple[str, dict[str, Any]], **agent_options: Any):
