@@ -287,18 +287,23 @@ def run_property_suite(
     stop: bool,
     full: bool = False,
     tests: tuple[str, ...] = ("tests/property",),
+    profile: str = "ci",
+    seed: int | None = None,
 ) -> tuple[str, float, str]:
-    """Run ``tests`` (profile ``ci``; by default ``tests/property``) in ``repo``; with ``full``,
-    the README's whole test command (``pytest -q -rs -p no:cacheprovider``, every test, the
-    default profile)."""
+    """Run ``tests`` (hypothesis profile ``profile``, ``ci`` by default; ``tests/property`` by
+    default) in ``repo``; with ``full``, the README's whole test command (``pytest -q -rs -p
+    no:cacheprovider``, every test, the default profile). ``seed``: ``--hypothesis-seed`` (the
+    ``explore`` profile draws fresh examples; a seed makes a run repeatable)."""
     env = {**os.environ, "PYTHONPATH": str(repo), "PYTHONDONTWRITEBYTECODE": "1"}
     if full:
         command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-rf"]
         command += ["--durations=0", "--durations-min=0.5"]
     else:
-        env["HYPOTHESIS_PROFILE"] = "ci"
+        env["HYPOTHESIS_PROFILE"] = profile
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf"]
         command += ["--durations=0", "--durations-min=0.5", *tests]
+        if seed is not None:
+            command.append(f"--hypothesis-seed={seed}")
     if stop:
         command.insert(3, "-x")
     started = time.monotonic()
@@ -321,6 +326,8 @@ def measure(
     stop: bool,
     full: bool = False,
     tests: tuple[str, ...] = ("tests/property",),
+    profile: str = "ci",
+    seed: int | None = None,
 ) -> Outcome:
     originals: dict[Path, str] = {}
     for edit in bug.edits:
@@ -333,7 +340,7 @@ def measure(
             return Outcome("not applicable", tail=f"{edit.file}: {edit.old[:60]!r}")
         target.write_text(current.replace(edit.old, edit.new))
     try:
-        status, wall, output = run_property_suite(repo, timeout, stop, full, tests)
+        status, wall, output = run_property_suite(repo, timeout, stop, full, tests, profile, seed)
     finally:
         for path, original in originals.items():
             path.write_text(original)
@@ -376,6 +383,16 @@ def main() -> int:
         help="the README's whole test command (with -x) instead of tests/property",
     )
     parser.add_argument(
+        "--profile",
+        choices=("ci", "explore"),
+        default="ci",
+        help="the hypothesis profile for tests/property (ci: derandomized, 60 examples; "
+        "explore: fresh examples, 150)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=None, help="--hypothesis-seed for the explore profile"
+    )
+    parser.add_argument(
         "--copy-in", type=Path, default=None, help="make the copy in this folder (default: temp)"
     )
     args = parser.parse_args()
@@ -390,7 +407,7 @@ def main() -> int:
 
         bugs, tests = mutants_mcp.BUGS, mutants_mcp.TESTS
     chosen = [b for b in bugs if not args.numbers or b.number in args.numbers]
-    suite = "the whole suite" if args.full else " ".join(tests)
+    suite = "the whole suite" if args.full else " ".join(tests) + f" (profile {args.profile})"
     if args.list:
         for bug in chosen:
             files = ", ".join(sorted({e.file for e in bug.edits}))
@@ -403,14 +420,25 @@ def main() -> int:
         repo = copy_repo(Path(tmp))
         check_import(repo)
         if not args.no_baseline:
-            status, wall, output = run_property_suite(repo, args.timeout, True, args.full, tests)
+            status, wall, output = run_property_suite(
+                repo, args.timeout, True, args.full, tests, args.profile, args.seed
+            )
             print(f"unplanted: {suite} {status} in {wall:.1f} s", flush=True)
             if status != "passed":
                 print("\n".join(output.strip().splitlines()[-10:]))
                 return 2
         print(f"{'#':>2}  {'outcome':8}  {'wall s':>6}  {'test s':>6}  {'size':14}  test / bug")
         for bug in chosen:
-            o = measure(repo, bug, args.timeout, not args.all_tests, args.full, tests)
+            o = measure(
+                repo,
+                bug,
+                args.timeout,
+                not args.all_tests,
+                args.full,
+                tests,
+                args.profile,
+                args.seed,
+            )
             own = f"{o.test_seconds:6.1f}" if o.test_seconds is not None else "     -"
             print(
                 f"{bug.number:2}  {o.status:8}  {o.wall:6.1f}  {own}  {o.size:14}  "
