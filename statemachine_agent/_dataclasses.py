@@ -7,7 +7,7 @@ import inspect
 from typing import Any
 
 
-def fast_init(cls: type[Any]) -> None:
+def fast_init(cls: type[Any], unset: tuple[str, ...] = ()) -> None:
     """Give the frozen, slotted dataclass ``cls`` an ``__init__`` with the dataclass's own
     signature (positional and keyword-only fields, defaults, default factories) that writes each
     field through its slot descriptor.
@@ -17,6 +17,10 @@ def fast_init(cls: type[Any]) -> None:
     several every turn (the figures: benchmarks/README.md, "Why the code is shaped this way").
     The instances are the same (fields,
     equality, hashing, ``repr``, ``dataclasses.replace``, frozen to their readers).
+
+    ``unset``: fields with a default that the ``__init__`` leaves unset when it is given the
+    default itself; ``cls`` must read such an empty slot as its default (a ``__getattr__``,
+    which Python calls only when the slot is empty). For fields stamped later, or rarely set.
     """
     params: list[str] = ["self"]
     keyword: list[str] = []
@@ -28,6 +32,12 @@ def fast_init(cls: type[Any]) -> None:
         if f.default is not dataclasses.MISSING:
             namespace[f"_default_{f.name}"] = f.default
             param = f"{f.name}=_default_{f.name}"
+            if f.name in unset:
+                (keyword if f.kw_only else params).append(param)
+                body.append(
+                    f"    if {f.name} is not _default_{f.name}:\n        _set_{f.name}(self, {f.name})"
+                )
+                continue
         elif f.default_factory is not dataclasses.MISSING:
             namespace[f"_factory_{f.name}"] = f.default_factory
             param = f"{f.name}=_MISSING"

@@ -61,6 +61,17 @@ class EventBase:
     seq: int = field(default=0, compare=False, kw_only=True)
     parent: ParentRef | None = field(default=None, compare=False, kw_only=True)
 
+    if not TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Any:
+            # Only for an empty slot: the events' __init__ leaves these three unset when given
+            # their defaults (`fast_init`'s ``unset``), and `Run.emit` stamps two of them.
+            if name in _UNSET_DEFAULTS:
+                return _UNSET_DEFAULTS[name]
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+_UNSET_DEFAULTS: dict[str, Any] = {"run_id": "", "seq": 0, "parent": None}
 
 # `Run.emit` stamps each event through its slots: frozen for subscribers, not for its emitter.
 SET_RUN_ID = EventBase.__dict__["run_id"].__set__
@@ -304,4 +315,4 @@ def _result_summary(value: Any) -> Any:
 
 
 for _event_class in get_args(Event):
-    fast_init(_event_class)
+    fast_init(_event_class, unset=tuple(_UNSET_DEFAULTS))

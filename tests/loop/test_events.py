@@ -71,6 +71,33 @@ def test_events_and_stream_objects_keep_their_dataclass_constructors() -> None:
     assert ToolCallDelta(0, "c1", "noop", "{}") == ToolCallDelta(0, "c1", "noop", "{}")
 
 
+def test_an_events_unstamped_run_id_seq_and_parent_read_as_their_defaults_everywhere() -> None:
+    """An event's ``__init__`` leaves ``run_id``, ``seq`` and ``parent`` unset when given their
+    defaults (they are stamped later): every way of reading the event still sees the defaults,
+    and a value given is kept."""
+    import copy
+    import dataclasses
+    import pickle
+
+    from statemachine_agent import ParentRef, TurnStart, event_to_dict
+
+    bare = TurnStart(1)
+    assert (bare.run_id, bare.seq, bare.parent) == ("", 0, None)
+    assert getattr(bare, "parent", "missing") is None and hasattr(bare, "seq")
+    assert dataclasses.asdict(bare) == {"run_id": "", "seq": 0, "parent": None, "turn": 1}
+    assert repr(bare) == "TurnStart(run_id='', seq=0, parent=None, turn=1)"
+    assert event_to_dict(bare) == {"type": "turn_start", "run_id": "", "seq": 0, "turn": 1}
+    for twin in (copy.copy(bare), copy.deepcopy(bare), pickle.loads(pickle.dumps(bare))):
+        assert (twin.run_id, twin.seq, twin.parent, twin.turn) == ("", 0, None, 1)
+    ref = ParentRef("r0", "c1", "child")
+    given = TurnStart(2, run_id="r1", seq=4, parent=ref)
+    assert (given.run_id, given.seq, given.parent) == ("r1", 4, ref)
+    assert dataclasses.replace(bare, turn=3).parent is None
+    assert dataclasses.replace(given, turn=3).parent == ref
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        bare.nope  # type: ignore[attr-defined]  # noqa: B018
+
+
 async def test_a_raising_subscriber_is_logged_with_its_traceback_and_the_event_type(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
