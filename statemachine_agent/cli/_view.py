@@ -141,11 +141,11 @@ def sandbox_line(status: SandboxStatus) -> Text:
 
 @dataclass
 class NestedRun:
-    """A sub-agent run under way as the live view shows it: its own state, turn and streamed
-    text, drawn indented under the parent's call.
+    """A run as the live view shows it: its own state, turn and streamed text; a sub-agent's is
+    drawn indented under the parent's call.
 
     Attributes:
-        depth: 1 for a sub-agent of the agent the view follows, 2 for its sub-agent, ...
+        depth: 0 for the agent the view follows, 1 for its sub-agent, 2 for that one's, ...
         name: the tool name of the call that runs it (`ParentRef.tool_name`).
     """
 
@@ -190,11 +190,8 @@ class LiveView:
         self.show_transitions = show_transitions
         # Lines are cut to fit a terminal; anywhere else (a file, a pipe) they are kept whole.
         self.width: int | None = LINE_WIDTH if console.is_terminal else None
-        self.state = "idle"
-        self.turn = 0
+        self.own = NestedRun(0, "")  # the followed agent's own run
         self.usage = Usage()
-        self.streaming = ""
-        self.preparing: str | None = None
         # Running calls by id (a sub-agent's by ``run_id/call id``: ids repeat across runs).
         self.running: dict[str, tuple[ToolCallBlock, RenderableType]] = {}
         # The sub-agent runs under way, by run id.
@@ -277,86 +274,27 @@ class LiveView:
     # -- events ---------------------------------------------------------------------------------
 
     def handle(self, event: Event) -> None:
-        """Update the view with one event (a sub-agent's: see `NestedRun`)."""
-        if event.parent is not None:
-            self._handle_nested(event, event.parent)
-            return
-        print_ = self._print
-        if isinstance(event, StateChanged):
-            self.state = event.dest
-            if self.show_transitions:
-                print_(
-                    Text.assemble(
-                        ("  ", ""),
-                        (event.source, "dim"),
-                        (" → ", "dim"),
-                        (event.dest, STATE_STYLES.get(event.dest, "")),
-                        (f"  ({event.trigger}: {event.label})", "dim"),
-                    )
-                )
-        elif isinstance(event, TurnStart):
-            self.turn = event.turn
-        elif isinstance(event, MessageStart):
-            self.streaming, self.preparing = "", None
-        elif isinstance(event, MessageDelta):
-            if event.kind == "text":
-                self.streaming += event.delta
-            elif event.kind == "tool_call":
-                self.preparing = event.tool_name or self.preparing
-        elif isinstance(event, MessageEnd) and isinstance(event.message, AssistantMessage):
-            message = event.message
-            self.usage = self.usage + message.usage
-            text = message.text.strip()
-            if text:
-                print_(Text(text))
-            self.streaming, self.preparing = "", None
-        elif isinstance(event, ToolExecutionStart):
-            spinner = Spinner("dots", text=Text(call_summary(event.call), style="yellow"))
-            self.running[event.call.id] = (event.call, spinner)
-        elif isinstance(event, ToolExecutionEnd):
-            self.running.pop(event.call.id, None)
-            mark, style = result_mark(event.result)
-            print_(
-                Text.assemble(
-                    (f"{mark} ", style),
-                    (call_summary(event.call), "bold"),
-                    (" — ", "dim"),
-                    (result_lines(event.result, width=self.width), "dim" if mark == "✓" else style),
-                )
-            )
-        elif isinstance(event, TurnEnd):
-            self.turn = event.turn
-        elif isinstance(event, ModelRetry):
-            print_(
-                Text(
-                    f"model request failed ({event.error}); retry {event.attempt} in "
-                    f"{event.delay_seconds:g} s",
-                    style="yellow",
-                )
-            )
-        elif isinstance(event, RunEnd):
-            self.state = event.result.state.value
-
-    def _handle_nested(self, event: Event, ref: ParentRef) -> None:
-        """A sub-agent's event: its own lane (state, turn, streamed text), its lines indented
-        one level deeper than the run that called it."""
-        lane = self.nested.get(event.run_id)
-        if lane is None:
-            outer = self.nested.get(ref.run_id)
-            depth = outer.depth + 1 if outer is not None else 1
-            lane = self.nested[event.run_id] = NestedRun(depth, ref.tool_name or "sub-agent")
-        indent = lane.depth * NESTED_INDENT
+        """Update the view with one event: the followed agent's own run, or a sub-agent's (its
+        own lane, `NestedRun`, its lines indented one level deeper than the run that called it)."""
+        ref = event.parent
+        if ref is None:
+            lane, indent, key = self.own, 0, ""
+        else:
+            lane = self.nested.get(event.run_id) or self._open_lane(event.run_id, ref)
+            indent, key = lane.depth * NESTED_INDENT, f"{event.run_id}/"  # ids repeat across runs
 
         def print_(renderable: RenderableType) -> None:
-            self._print(Padding(renderable, (0, 0, 0, indent)))
+            self._print(Padding(renderable, (0, 0, 0, indent)) if indent else renderable)
 
         if isinstance(event, RunStart):
-            print_(Text(f"↳ {lane.name} (call {ref.call_id})", style="dim"))
+            if ref is not None:
+                print_(Text(f"↳ {lane.name} (call {ref.call_id})", style="dim"))
         elif isinstance(event, StateChanged):
             lane.state = event.dest
             if self.show_transitions:
                 print_(
                     Text.assemble(
+                        ("" if indent else "  ", ""),
                         (event.source, "dim"),
                         (" → ", "dim"),
                         (event.dest, STATE_STYLES.get(event.dest, "")),
@@ -380,10 +318,10 @@ class LiveView:
             lane.streaming, lane.preparing = "", None
         elif isinstance(event, ToolExecutionStart):
             spinner = Spinner("dots", text=Text(call_summary(event.call), style="yellow"))
-            running = Padding(spinner, (0, 0, 0, indent))
-            self.running[f"{event.run_id}/{event.call.id}"] = (event.call, running)
+            shown = Padding(spinner, (0, 0, 0, indent)) if indent else spinner
+            self.running[key + event.call.id] = (event.call, shown)
         elif isinstance(event, ToolExecutionEnd):
-            self.running.pop(f"{event.run_id}/{event.call.id}", None)
+            self.running.pop(key + event.call.id, None)
             mark, style = result_mark(event.result)
             print_(
                 Text.assemble(
@@ -402,16 +340,42 @@ class LiveView:
                 )
             )
         elif isinstance(event, RunEnd):
-            del self.nested[event.run_id]
-            state = event.result.state.value
-            turns = event.result.turns
-            print_(
-                Text.assemble(
-                    (f"↳ {lane.name}: ", "dim"),
-                    (state, STATE_STYLES.get(state, "bold")),
-                    (f" · {turns} turn{'s' if turns != 1 else ''}", "dim"),
+            lane.state = state = event.result.state.value
+            if ref is not None:
+                del self.nested[event.run_id]
+                turns = event.result.turns
+                print_(
+                    Text.assemble(
+                        (f"↳ {lane.name}: ", "dim"),
+                        (state, STATE_STYLES.get(state, "bold")),
+                        (f" · {turns} turn{'s' if turns != 1 else ''}", "dim"),
+                    )
                 )
-            )
+
+    def _open_lane(self, run_id: str, ref: ParentRef) -> NestedRun:
+        """The lane of a sub-agent run seen for the first time: one level deeper than its
+        caller's."""
+        outer = self.nested.get(ref.run_id)
+        depth = outer.depth + 1 if outer is not None else 1
+        lane = self.nested[run_id] = NestedRun(depth, ref.tool_name or "sub-agent")
+        return lane
+
+    # The followed run's own lane, read as the view's attributes (the status line draws them).
+    @property
+    def state(self) -> str:
+        return self.own.state
+
+    @property
+    def turn(self) -> int:
+        return self.own.turn
+
+    @property
+    def streaming(self) -> str:
+        return self.own.streaming
+
+    @property
+    def preparing(self) -> str | None:
+        return self.own.preparing
 
     # -- drawing --------------------------------------------------------------------------------
 
