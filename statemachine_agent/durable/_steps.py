@@ -105,7 +105,11 @@ class DurableBatch(BatchRun):
         except BaseException:
             watch.cancel()
             raise
-        await DBOS.send_async(self._workflow_id, BATCH_ENDED, topic=ABORT_TOPIC)
+        if not watch.done():
+            # (Once an abort woke the watch, the run takes no new step: a recovered run that
+            # receives it earlier in its replay than the first run did takes a prefix of the
+            # recorded steps, never a different step at a recorded one's place.)
+            await DBOS.send_async(self._workflow_id, BATCH_ENDED, topic=ABORT_TOPIC)
         await watch
 
     def _watched(self) -> bool:

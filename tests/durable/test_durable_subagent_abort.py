@@ -7,6 +7,10 @@ is answered. The tests wait on events; nothing is asserted about time."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +23,7 @@ from dbos import DBOS
 
 from statemachine_agent import Agent, State, ToolCallInfo, ToolResultMessage, tool
 from statemachine_agent._protocol import assert_valid_history
-from statemachine_agent.durable import Client, abort, launch, run, shutdown
+from statemachine_agent.durable import Client, abort, decode_result, launch, run, shutdown
 from statemachine_agent.models import FunctionModel
 
 SAFETY_SECONDS = 60.0  # only ends a hung wait; nothing is asserted about time
@@ -165,3 +169,67 @@ async def test_a_sub_agent_batch_that_ends_without_an_abort_ends_its_watch_and_t
     result = await asyncio.wait_for(run("Research otters.", run_id="no-abort"), SAFETY_SECONDS)
     assert (result.state, result.text) == (State.DONE, PARENT_ANSWER)
     assert_valid_history(result.messages)
+
+
+# -- an abort sent while no worker runs the run -------------------------------------------------
+
+HERE = Path(__file__).resolve().parent
+CHILD = HERE / "durable_subagent_child.py"
+
+
+def _worker_env(side: Path, fifo: Path | None, slow_seconds: float) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    env["SMA_SIDE_FILE"] = str(side)
+    env["SMA_SLOW_SECONDS"] = str(slow_seconds)
+    env.pop("SMA_READY_FIFO", None)
+    if fifo is not None:
+        env["SMA_READY_FIFO"] = str(fifo)
+    return env
+
+
+def test_an_abort_sent_while_the_worker_is_dead_mid_sub_agent_ends_the_recovered_run_aborted(
+    tmp_path: Path, db: str
+) -> None:
+    # The worker dies inside the sub-agent (its wait_here call running); the abort is sent while
+    # no worker runs the run; the relaunched worker replays the recorded steps and receives the
+    # abort there: the run ends aborted (not in DBOS's ERROR), every call at both levels
+    # answered, nothing completed run again.
+    side, fifo = tmp_path / "side-effects.txt", tmp_path / "ready.fifo"
+    os.mkfifo(fifo)
+    worker = subprocess.Popen(
+        [sys.executable, str(CHILD), db, "dead-abort"],
+        env=_worker_env(side, fifo, slow_seconds=3600),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        with fifo.open(encoding="utf-8") as ready:  # opens once wait_here runs
+            assert ready.readline() == "wait\n"
+    finally:
+        worker.kill()
+        worker.wait(timeout=SAFETY_SECONDS)
+        assert worker.stderr is not None
+        worker.stderr.close()
+    client = Client(db)
+    try:
+        client.abort("dead-abort", REASON)
+    finally:
+        client.close()
+    relaunch = subprocess.run(
+        [sys.executable, str(CHILD), db, "dead-abort"],
+        env=_worker_env(side, None, slow_seconds=0),
+        capture_output=True,
+        text=True,
+        timeout=SAFETY_SECONDS,
+    )
+    assert relaunch.returncode == 0, relaunch.stderr
+    result = decode_result(json.loads(relaunch.stdout.strip().splitlines()[-1]))
+    assert (result.state, result.error) == (State.ABORTED, REASON)
+    answers = [m for m in result.messages if isinstance(m, ToolResultMessage)]
+    assert [(m.tool_call_id, m.is_error) for m in answers] == [("p1", True)]
+    assert answers[0].text.startswith("Sub-agent 'research' ended in state 'aborted'")
+    assert_valid_history(result.messages)
+    lines = side.read_text(encoding="utf-8").splitlines()
+    assert (lines.count("note"), lines.count("wait")) == (1, 1)  # nothing ran again
+    assert lines.count("parent_model") == 1  # no request after the abort
