@@ -85,7 +85,11 @@ class Tree:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> str:
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The test's database: SQLite in its folder, or (``indirect`` param ``"postgres"``) a
+    throwaway PostgreSQL server (skipped, saying why, without its binaries)."""
+    if getattr(request, "param", "sqlite") == "postgres":
+        return str(request.getfixturevalue("postgres").url)
     return f"sqlite:///{tmp_path / 'runs.sqlite'}"
 
 
@@ -120,6 +124,7 @@ def _assert_aborted_at_both_levels(tree: Tree, result: Any, where: str) -> None:
         assert [(m.tool_call_id, m.is_error) for m in child_answers] == [("c1", True)]
 
 
+@pytest.mark.parametrize("db", ["sqlite", "postgres"], indirect=True)
 @pytest.mark.parametrize("where", ["tool", "model", "approval"])
 async def test_a_durable_abort_reaches_a_running_sub_agent_and_every_call_is_answered(
     launched: list[Tree], where: str
