@@ -74,7 +74,8 @@ async def abort(run_id: str, reason: str = "aborted by the caller") -> None:
     """Ask run ``run_id`` to stop (from a launched process; `Client.abort` from any other).
 
     The run notices before its next model request: it ends ``aborted`` with ``reason`` as its
-    error, every call answered; a tool batch that is running finishes first. A run that is
+    error, every call answered; a tool batch that is running finishes first, unless it runs a
+    sub-agent (`Agent.as_tool`): then the sub-agent is aborted at once. A run that is
     answering for the last time ends ``done`` as usual. A run in ``awaiting_approval`` ends
     ``aborted`` at once, each pending call answered "not run" (as ``agent.abort()`` ends a
     waiting in-process run); so does one whose batch is about to defer calls.

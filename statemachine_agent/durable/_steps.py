@@ -1,6 +1,6 @@
 """The DBOS steps of a durable run: each model request (`DurableRun.send`), each tool call
-(`DurableBatch`, with its ``tool_start`` marker for a tool that is not idempotent), and the
-durable abort check before each request."""
+(`DurableBatch`, with its ``tool_start`` marker for a tool that is not idempotent), the
+durable abort check before each request, and the abort watch of a batch that runs sub-agents."""
 
 from __future__ import annotations
 
@@ -19,8 +19,12 @@ from .._run import Run
 from .._tools import Tool
 from ..models._base import ModelRequest
 from ._codec import decode_outcome, dump_message, encode_outcome, load_message
-from ._names import ABORT_TOPIC
+from ._names import ABORT_TOPIC, BATCH_ENDED
 from ._state import process
+
+WATCH_TIMEOUT_SECONDS = 365 * 24 * 3600.0
+"""How long the abort watch of a batch that runs sub-agents waits (a year: in practice until the
+batch ends and wakes it)."""
 
 STEP_RETRY_INTERVAL_SECONDS = 1.0
 """The first wait before DBOS runs a failed call of a tool with ``step_retries`` again (it
@@ -77,12 +81,55 @@ class DurableBatch(BatchRun):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._started: list[asyncio.Future[None]] = []
+        self._workflow_id = ""
 
     async def run(self) -> None:
-        """Run the batch (see `BatchRun.run`)."""
+        """Run the batch (see `BatchRun.run`).
+
+        A batch of a top-level run with a call of a tool whose steps are the workflow's (a
+        sub-agent, `Tool.durable_steps`) is watched for an abort while it runs: a durable
+        ``DBOS.recv`` on `ABORT_TOPIC` started before any call's step, woken by the abort (which
+        sets the run's signal: the sub-agent is aborted at once, under the usual grace rules) or
+        by the `BATCH_ENDED` message the workflow sends itself when the batch ends. Both the
+        wait and the wake-up are recorded, so a replay takes the same path.
+        """
         loop = asyncio.get_running_loop()
         self._started = [loop.create_future() for _ in self.calls]
-        await super().run()
+        if not self._watched():
+            await super().run()
+            return
+        watch = asyncio.ensure_future(self._watch_for_abort())
+        await asyncio.sleep(0)  # the watch takes its step ids now, before any call's steps
+        try:
+            await super().run()
+        except BaseException:
+            watch.cancel()
+            raise
+        if not watch.done():
+            # (Once an abort woke the watch, the run takes no new step: a recovered run that
+            # receives it earlier in its replay than the first run did takes a prefix of the
+            # recorded steps, never a different step at a recorded one's place.)
+            await DBOS.send_async(self._workflow_id, BATCH_ENDED, topic=ABORT_TOPIC)
+        await watch
+
+    def _watched(self) -> bool:
+        owner = self.owner
+        if not isinstance(owner, Run) or owner.settings.step_prefix:
+            return False  # a sub-agent's batch: its parent's watch reaches it
+        workflow_id = DBOS.workflow_id
+        if workflow_id is None:
+            return False  # outside a workflow: no durable messages
+        self._workflow_id = workflow_id
+        tools = self._tools
+        return any(
+            (tool := tools.get(call.name)) is not None and tool.durable_steps for call in self.calls
+        )
+
+    async def _watch_for_abort(self) -> None:
+        reason = await DBOS.recv_async(ABORT_TOPIC, timeout_seconds=WATCH_TIMEOUT_SECONDS)
+        signal = self.owner.signal
+        if reason is not None and reason != BATCH_ENDED and not signal.aborted:
+            signal.set(str(reason))
 
     def _release(self, index: int) -> None:
         # Call ``index`` has started its steps (or will start none): the next call may start its
@@ -202,7 +249,8 @@ class DurableRun(Run):
         # (A sub-agent's run leaves the message to its parent, whose abort reaches it.)
         if not self.signal.aborted and not self.settings.step_prefix:
             reason = await DBOS.recv_async(ABORT_TOPIC, timeout_seconds=0)
-            if reason is not None:
+            # (`BATCH_ENDED` is left behind only when an abort woke the watch: no abort itself.)
+            if reason is not None and reason != BATCH_ENDED:
                 self.signal.set(str(reason))
         return request
 

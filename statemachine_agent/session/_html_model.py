@@ -37,7 +37,8 @@ def page_model(data: SessionData) -> dict[str, Any]:
     last line's seconds).
 
     A tool call that ran a sub-agent (`SessionData.children`) has its run under its result
-    item's ``child``: the sub-agent's ``tool`` name, ``run_id``, final ``state``, ``turns``,
+    item's ``child`` (under the call's block in its ``assistant`` item when the log ends before
+    the call's result: the run as far as it got, its last state its ``state``): the sub-agent's ``tool`` name, ``run_id``, final ``state``, ``turns``,
     ``usage``, and its own ``items`` and ``steps`` (the same shapes, its own state changes), its
     sub-agents' under their results in turn. The page folds it under the call."""
     return _Builder(data).build()
@@ -81,6 +82,7 @@ class _Builder:
         self.last_calls: list[tuple[str, str]] = []  # (id, name) of the newest response's calls
         self.edges = _edge_index()
         self.extra_edges: list[tuple[str, str, str]] = []
+        self.answered_children: set[str] = set()  # call ids whose result holds their sub-agent
 
     def build(self) -> dict[str, Any]:
         for record in self.data.records:
@@ -96,6 +98,7 @@ class _Builder:
                 self.last_time = when
         for turn in self.turns:
             turn["waited"] = _waited(turn["calls"], self.last_time)
+        self._fold_open_children()
         if self.run_open and not self.crashed:
             self._item(
                 {
@@ -112,6 +115,24 @@ class _Builder:
             "extra_edges": self.extra_edges,
             "end": self.last_time,
         }
+
+    def _fold_open_children(self) -> None:
+        """A sub-agent run whose call has no result (the log ends inside it: the process died
+        while it ran) goes under the call itself, as far as it got."""
+        children = self.data.children
+        if len(self.answered_children) == len(children):
+            return
+        for item in self.items:
+            if item["kind"] != "assistant":
+                continue
+            for block in item["blocks"]:
+                call_id = block.get("id")
+                if (
+                    block["type"] == "call"
+                    and call_id in children
+                    and call_id not in self.answered_children
+                ):
+                    block["child"] = _child_model(children[call_id])
 
     # -- records ---------------------------------------------------------------------------
 
@@ -218,6 +239,7 @@ class _Builder:
         child = self.data.children.get(message.tool_call_id)
         if child is not None:
             self.items[index]["child"] = _child_model(child)
+            self.answered_children.add(message.tool_call_id)
         if entry is not None and entry["end"] is None:
             entry["item"] = index
             entry["error"] = message.is_error

@@ -29,8 +29,13 @@ def note() -> str:
 
 
 def wait_here() -> str:
-    """Append ``wait``, then take long (SMA_SLOW_SECONDS)."""
+    """Append ``wait`` (and, with SMA_READY_FIFO set, write it to that named pipe: the test
+    reading it learns the call runs), then take long (SMA_SLOW_SECONDS)."""
     _append("wait")
+    fifo = os.environ.get("SMA_READY_FIFO")
+    if fifo:
+        with Path(fifo).open("w", encoding="utf-8") as ready:  # waits for the test to read
+            ready.write("wait\n")
     time.sleep(float(os.environ.get("SMA_SLOW_SECONDS", "60")))
     return "waited"
 

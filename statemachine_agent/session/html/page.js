@@ -166,6 +166,8 @@ function buildItem(item, index, scope) {
           if (block.truncated) title.append(el("span", "badge error", "truncated by max_tokens: not run"));
           const args = block.raw !== null ? block.raw : JSON.stringify(block.input, null, 2);
           call.append(title, foldedText("pre", "args", args === undefined ? "null" : args));
+          // A sub-agent whose call the log ends in (no result): its run so far, under the call.
+          if (block.child) call.append(buildChild(block.child));
           if (scope.top) callNodes.set(block.id, call);
           node.append(call);
         } else {

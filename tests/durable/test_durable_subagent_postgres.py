@@ -1,0 +1,144 @@
+"""Issue 37, item 3 on PostgreSQL: a real worker process SIGKILLed while a sub-agent's tool call
+runs, another real worker (another executor id) takes the run over, and nothing completed runs
+again at either level; the protocol is kept at both levels. The test learns that the call runs
+from a named pipe the tool writes to (an event, no polling)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
+
+from dbos import DBOSClient
+from durable_subagents import CHILD_ANSWER, PARENT_ANSWER
+from throwaway_pg import ThrowawayPostgres
+
+from statemachine_agent import State, ToolResultMessage
+from statemachine_agent.durable import APP_NAME, Client
+from statemachine_agent.testing import assert_valid_history
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "durable_subagent_worker.py"
+SAFETY_SECONDS = 60.0  # only ends a hung wait; nothing is asserted about time
+RUN_ID = "pg-subagent-run"
+
+
+@pytest.fixture
+def workers() -> Iterator[list[subprocess.Popen[str]]]:
+    """The worker processes a test starts: killed at its end if still running."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for worker in started:
+        if worker.poll() is None:
+            worker.kill()
+        worker.wait(timeout=SAFETY_SECONDS)
+
+
+def _start(db: str, executor_id: str, env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
+    """A worker process, returned once it serves, with the run ids it took over."""
+    worker = subprocess.Popen(
+        [sys.executable, str(WORKER), db, executor_id],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stdout is not None and worker.stderr is not None
+    line = worker.stdout.readline()
+    if not line:
+        worker.wait(timeout=SAFETY_SECONDS)
+        pytest.fail(f"worker {executor_id} ended: {worker.stderr.read()}")
+    prefix = f"worker {executor_id} serving; took over:"
+    assert line.startswith(prefix), line
+    return worker, line[len(prefix) :].strip()
+
+
+def _env(side: Path, fifo: Path | None, slow_seconds: float) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    env["SMA_SIDE_FILE"] = str(side)
+    env.pop("SMA_READY_FIFO", None)
+    if fifo is not None:  # only the first worker's call is waited for
+        env["SMA_READY_FIFO"] = str(fifo)
+    env["SMA_SLOW_SECONDS"] = str(slow_seconds)
+    return env
+
+
+def _steps(db: str, run_id: str) -> list[str]:
+    """The run's recorded step names in the workflow's order (DBOS's own operations left out)."""
+    client = DBOSClient(system_database_url=db, application_name=APP_NAME)
+    try:
+        steps = client.list_workflow_steps(run_id, load_output=False)
+    finally:
+        client.destroy()
+    names = [s["function_name"] for s in sorted(steps, key=lambda s: s["function_id"])]
+    return [name for name in names if not name.startswith("DBOS.")]
+
+
+def _lines(side: Path) -> list[str]:
+    return side.read_text(encoding="utf-8").splitlines() if side.exists() else []
+
+
+def test_a_worker_killed_inside_a_sub_agent_on_postgres_is_taken_over_by_another_worker(
+    tmp_path: Path, postgres: ThrowawayPostgres, workers: list[subprocess.Popen[str]]
+) -> None:
+    db = postgres.url
+    side = tmp_path / "side-effects.txt"
+    fifo = tmp_path / "ready.fifo"
+    os.mkfifo(fifo)
+    first, took = _start(db, "pg-worker-a", _env(side, fifo, slow_seconds=3600))
+    workers.append(first)
+    assert took == ""
+    client = Client(db)
+    try:
+        assert client.submit("Research otters.", run_id=RUN_ID) == RUN_ID
+        # Inside the sub-agent, its wait_here call running: the tool says so through the pipe.
+        with fifo.open(encoding="utf-8") as ready:
+            assert ready.readline() == "wait\n"
+        before = _steps(db, RUN_ID)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=SAFETY_SECONDS)
+        assert first.returncode == -signal.SIGKILL
+        # The sub-agent's requests and calls are the parent workflow's steps, under the call id.
+        assert before == [
+            "model_request",
+            "p1/model_request",
+            "p1/tool_start:c1",
+            "p1/tool:c1",
+            "p1/model_request",
+            "p1/tool_start:c2",
+        ]
+
+        second, took = _start(db, "pg-worker-b", _env(side, None, slow_seconds=0))
+        workers.append(second)
+        assert took == RUN_ID  # the gone worker's run, taken over by this one
+        result = client.result(RUN_ID, timeout_seconds=SAFETY_SECONDS)
+        status = client.status(RUN_ID)
+    finally:
+        client.close()
+
+    assert (result.state, result.error, result.text) == (State.DONE, None, PARENT_ANSWER)
+    assert status.executor_id == "pg-worker-b"
+    research = next(m for m in result.messages if isinstance(m, ToolResultMessage))
+    assert (research.tool_call_id, research.text, research.is_error) == ("p1", CHILD_ANSWER, False)
+    lines = _lines(side)
+    # Nothing completed ran again: 1 parent request before the kill and 1 after; the
+    # sub-agent's 2 before and 1 after; note once; wait_here (in flight, not idempotent) once.
+    assert lines.count("parent_model") == 2
+    assert lines.count("child_model") == 3
+    assert lines.count("note") == 1
+    assert lines.count("wait") == 1
+    after = _steps(db, RUN_ID)
+    assert after[: len(before)] == before
+    assert after[len(before) :] == ["p1/tool:c2", "p1/model_request", "model_request"]
+    # The sub-agent's in-flight call was answered "no result" (its protocol kept: the child's
+    # model read that answer), then the parent's history is valid.
+    assert "c2 answered: error" in lines
+    assert_valid_history(result.messages)
