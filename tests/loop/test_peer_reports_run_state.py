@@ -165,9 +165,7 @@ async def test_configuration_changed_during_a_run_applies_from_the_next_run() ->
     assert_valid_history(nxt.messages)
 
 
-async def test_a_subscriber_added_during_a_run_gets_that_runs_events_from_the_next_one_on() -> (
-    None
-):
+async def test_a_subscriber_added_during_a_run_gets_that_runs_events_from_the_next_one_on() -> None:
     """CopilotKit reported an inspector that subscribed to an agent but received no events during
     runs, because the run published to another instance than the one subscribed to
     (https://github.com/CopilotKit/CopilotKit/pull/5784, issue #5773). Ours: a run publishes to
