@@ -77,6 +77,11 @@ class RunSettings:
         same name; a field with a default that ``config`` lacks keeps it), with the fields in
         ``given`` taken from there instead.
 
+        ``tools``, ``tool_definitions`` and ``model_settings`` are copied: a change made in
+        place on the agent's dict or list during the run (``agent.model_settings["x"] = ...``,
+        ``agent.tool_definitions.append(...)``) applies from the next run too, not half-way
+        through this one.
+
         Raises:
             AttributeError: ``config`` lacks one of the fields not given.
         """
@@ -86,4 +91,10 @@ class RunSettings:
                 values[f.name] = given[f.name]
             elif hasattr(config, f.name) or f.default is dataclasses.MISSING:
                 values[f.name] = getattr(config, f.name)
+        for name in _COPIED:  # shallow copies: the run keeps the containers of its claim
+            values[name] = values[name].copy()
         return cls(**values)
+
+
+_COPIED = ("tools", "tool_definitions", "model_settings")
+"""The fields holding the agent's own mutable containers (see `RunSettings.read`)."""
