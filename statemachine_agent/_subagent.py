@@ -172,9 +172,7 @@ class _SubAgent:
             return result.text if result.text is not None else "(no output)"
         return self._failure(result, result.error or "no reason was recorded", parent, run)
 
-    def _failure(
-        self, result: RunResult, why: str, parent: Run | None, run: Run
-    ) -> ToolResult:
+    def _failure(self, result: RunResult, why: str, parent: Run | None, run: Run) -> ToolResult:
         state = result.state.value if isinstance(result.state, State) else str(result.state)
         text = f"Sub-agent {self.name!r} ended in state {state!r}: {why}"
         if parent is not None and parent.settings.limits is not None:

@@ -271,9 +271,7 @@ async def test_forwarded_events_name_the_sub_agent_that_produced_them() -> None:
         "tool_a": ParentRef(result.run_id, "p1", "agent_a"),
         "tool_b": ParentRef(result.run_id, "p2", "agent_b"),
     }
-    nested_tools = [
-        e for e in events if isinstance(e, ToolExecutionStart) and e.parent is not None
-    ]
+    nested_tools = [e for e in events if isinstance(e, ToolExecutionStart) and e.parent is not None]
     assert sorted(e.call.name for e in nested_tools) == ["tool_a", "tool_b"]
     for event in nested_tools:
         assert event.parent == expected[event.call.name]
