@@ -36,10 +36,10 @@ from ._accounting import reported_context
 from ._conversation import as_user
 from ._errors import ToolDefinitionError
 from ._events import Event, ParentRef
-from ._limits import UsageLimits
+from ._limits import LimitHit, UsageLimits
 from ._messages import Usage
 from ._run import Run
-from ._states import State
+from ._states import State, Trigger
 from ._tools import Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
@@ -164,19 +164,22 @@ class _SubAgent:
             # Nobody can decide a sub-agent's calls inside the parent's call: answered, aborted.
             waiting = ", ".join(call.id for call in result.pending)
             child.abort(f"the sub-agent cannot wait for approval (calls {waiting})")
-            return self._failure(result, f"it asked for approval of calls {waiting}", parent)
+            why = f"it asked for approval of calls {waiting}"
+            return self._failure(result, why, parent, run)
         if result.state is State.DONE:
             if result.output is not None and not isinstance(result.output, str):
                 return result.output
             return result.text if result.text is not None else "(no output)"
-        return self._failure(result, result.error or "no reason was recorded", parent)
+        return self._failure(result, result.error or "no reason was recorded", parent, run)
 
-    def _failure(self, result: RunResult, why: str, parent: Run | None) -> ToolResult:
+    def _failure(self, result: RunResult, why: str, parent: Run | None, run: Run) -> ToolResult:
         state = result.state.value if isinstance(result.state, State) else str(result.state)
         text = f"Sub-agent {self.name!r} ended in state {state!r}: {why}"
         if parent is not None and parent.settings.limits is not None:
             data = parent.data
-            hit = parent.settings.limits.request_hit(data.requests, data.usage)
+            hit = _parents_hit(run, parent.settings.limits) or parent.settings.limits.request_hit(
+                data.requests, data.usage
+            )
             if hit is not None:
                 text += f" (the parent run's limit: {hit.describe()}; it stops the parent too)"
         return ToolResult(
@@ -184,6 +187,25 @@ class _SubAgent:
             is_error=True,
             details={"run_id": result.run_id, "state": state, "turns": result.turns},
         )
+
+
+def _parents_hit(run: Run, parents: UsageLimits) -> LimitHit | None:
+    """The parent's usage limit that stopped the child ``run``, if one did: the check of the
+    run's last transition (``usage_limit``, `note_usage_limit`'s), made again on its limits in
+    the tree's counts, and kept when the parent's limit of that name is the one it hit (any of
+    them: requests, tool calls or tokens)."""
+    fired, data, limits = run.fired, run.data, run.settings.limits
+    if fired is None or fired.label != "usage_limit" or limits is None:
+        return None
+    hit = None
+    response = data.response
+    if fired.trigger == Trigger.MODEL_REPLIED and response is not None and response.tool_calls:
+        # the batch was not run (its calls are answered with the limit's text): not yet counted
+        hit = limits.calls_hit(data.tool_calls, data.usage, len(response.tool_calls))
+    hit = hit or limits.request_hit(data.requests, data.usage)
+    if hit is None or getattr(parents, hit.name) != hit.value:
+        return None
+    return hit
 
 
 def _forwarder(parent: Run, ctx: ToolContext) -> Any:
