@@ -282,9 +282,9 @@ def example_size(text: str) -> str:
 
 
 # ``--full``: every test the README's command runs (pytest collects a file once however many of
-# these paths hold it), the behaviour folders first so that ``-x`` stops within minutes rather
-# than after the slow CLI and durable folders.
-FULL_ORDER = ("tests/loop", "tests/property", "tests/session", "tests/subagents", "tests")
+# these paths hold it), the property suite and the behaviour folders first so that ``-x`` stops
+# within minutes rather than after the slow CLI and durable folders.
+FULL_ORDER = ("tests/property", "tests/loop", "tests/session", "tests/subagents", "tests")
 
 
 def run_property_suite(
