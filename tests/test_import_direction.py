@@ -150,3 +150,18 @@ def test_no_agent_private_reads_outside_the_agent() -> None:
             ):
                 problems.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.attr}")
     assert problems == []
+
+
+MAX_MODULE_LINES = 600
+
+
+def test_no_package_module_is_over_600_lines() -> None:
+    """Modules of one subject, each small enough to read in one sitting: none of the package's
+    modules is over 600 lines (split by subject when one grows past it)."""
+    sizes = {
+        str(path.relative_to(PACKAGE)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in sorted(PACKAGE.rglob("*.py"))
+    }
+    assert len(sizes) > 100
+    over = {name: lines for name, lines in sizes.items() if lines > MAX_MODULE_LINES}
+    assert not over, f"modules over {MAX_MODULE_LINES} lines: {over}"

@@ -26,7 +26,6 @@ from .._messages import (
     MESSAGE_ADAPTER,
     AssistantMessage,
     Message,
-    StopReason,
     TextBlock,
     ToolResultMessage,
     Usage,
@@ -34,6 +33,7 @@ from .._messages import (
 )
 from .._protocol import INCOMPLETE_STOP_REASONS, NO_RESULT
 from ._errors import SessionCorruptError
+from ._tally import RunTally
 
 logger = logging.getLogger("statemachine_agent.session")
 
@@ -449,7 +449,7 @@ def _rebuild(data: SessionData) -> None:
     results: dict[str, ToolResultMessage] = {}
     result_lines: dict[str, int] = {}
     deferred: dict[str, PendingCall] = {}  # the latest 'pending' line's calls
-    tally = _Tally()
+    tally = RunTally()
     for record in data.records:
         message = record.message
         tally.see(record)
@@ -556,52 +556,6 @@ def _rebuild(data: SessionData) -> None:
             f"line {result_lines[call_id]}: result for call {call_id!r}, which no logged "
             "assistant message holds (dropped)"
         )
-
-
-_UNCOUNTED_TURNS = frozenset({StopReason.ERROR, StopReason.ABORTED})
-"""Stop reasons of logged responses that complete no turn (a failed request, a stream an abort
-cut): they still count as requests."""
-
-
-class _Tally:
-    """The counts of the runs in a log, line by line (`SessionData.counts`)."""
-
-    def __init__(self) -> None:
-        self.last = RunCounts()  # the counts of the last run that ended
-        self.running: RunCounts | None = None  # the open run's, rebuilt from its lines
-        self.response: AssistantMessage | None = None
-
-    def see(self, record: Record) -> None:
-        running = self.running
-        if record.type == "run_start":
-            self.running = self.last if record.body.get("continued") else RunCounts()
-        elif record.type == "run_end":
-            counts = record.body.get("counts")
-            if isinstance(counts, dict):
-                self.last = RunCounts.from_json(counts)
-            elif running is not None:
-                self.last = running
-            self.running = None
-        elif running is None:
-            return
-        elif isinstance(record.message, AssistantMessage):
-            response = self.response = record.message
-            turns = running.turns + (response.stop_reason not in _UNCOUNTED_TURNS)
-            self.running = RunCounts(
-                turns, running.requests + 1, running.tool_calls, running.usage + response.usage
-            )
-        elif (
-            record.type == "state"
-            and record.body.get("dest") == State.EXECUTING_TOOLS.value
-            and record.body.get("trigger") == "model_replied"
-            and self.response is not None
-        ):
-            calls = running.tool_calls + len(self.response.tool_calls)
-            self.running = RunCounts(running.turns, running.requests, calls, running.usage)
-
-    def counts(self) -> RunCounts:
-        """The open run's counts (the process died in it), else the last ended run's."""
-        return self.running if self.running is not None else self.last
 
 
 def load_history(path: str | os.PathLike[str], *, strict: bool = True) -> list[Message]:
