@@ -28,6 +28,7 @@ TESTS = (
     "tests/durable/test_durable_subagent_postgres.py",
     "tests/session/test_html_child_run.py",
     "tests/session/test_html_child_crash.py",
+    "tests/session/test_html_child_fold.py",
     "tests/tracing",
 )
 """What runs against each bug (from the repository root)."""
