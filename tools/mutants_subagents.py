@@ -10,6 +10,12 @@ event order, the durable step prefix), the session log's ``child`` lines and the
 (``cli/_view.py``) and the HTML replay (``session/html/page.js``).
 
 Run ``tools/plant_bugs.py --bugs subagents --copy-in ..`` (outside /tmp, as for the MCP list).
+
+Measured (issue 37's tests as merged): 11 caught, 3 survived (5, 9, 10). The tests added for
+them (tests/subagents/test_subagent_typed_output.py, test_subagent_session_tree.py) catch all
+fourteen. The baseline also showed the HTML fold's chips built only by the queued ``toggle``
+event (a click on a chip right after opening found none): page.js now builds the fold on the
+summary's click (tests/session/test_html_child_fold.py).
 """
 
 from __future__ import annotations
