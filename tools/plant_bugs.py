@@ -26,6 +26,8 @@ Usage (from the repository root, with the dev venv)::
     .venv/bin/python tools/plant_bugs.py --bugs mcp --copy-in ..  # issue 36's MCP bugs
         # (tools/mutants_mcp.py) against tests/mcp + the durable MCP test; the copy outside /tmp,
         # which a sandboxed server's bubblewrap hides
+    .venv/bin/python tools/plant_bugs.py --bugs subagents --copy-in ..  # issue 37's sub-agent
+        # bugs (tools/mutants_subagents.py) against the sub-agent tests
 """
 
 from __future__ import annotations
@@ -378,10 +380,11 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=900, help="seconds per bug")
     parser.add_argument(
         "--bugs",
-        choices=("issue23", "fresh", "mcp"),
+        choices=("issue23", "fresh", "mcp", "subagents"),
         default="issue23",
-        help="which list: issue 23's sixteen (default), issue 40's fresh list (fresh_bugs.py) "
-        "or issue 36's MCP bugs (mutants_mcp.py, against the MCP tests)",
+        help="which list: issue 23's sixteen (default), issue 40's fresh list (fresh_bugs.py), "
+        "issue 36's MCP bugs (mutants_mcp.py, against the MCP tests) or issue 37's sub-agent "
+        "bugs (mutants_subagents.py, against the sub-agent tests)",
     )
     parser.add_argument(
         "--full",
@@ -413,6 +416,10 @@ def main() -> int:
         import mutants_mcp
 
         bugs, tests = mutants_mcp.BUGS, mutants_mcp.TESTS
+    elif args.bugs == "subagents":  # issue 37: tools/mutants_subagents.py, sub-agent tests
+        import mutants_subagents
+
+        bugs, tests = mutants_subagents.BUGS, mutants_subagents.TESTS
     chosen = [b for b in bugs if not args.numbers or b.number in args.numbers]
     suite = "the whole suite" if args.full else " ".join(tests) + f" (profile {args.profile})"
     if args.list:

@@ -254,11 +254,15 @@ function buildTranscript() {
 function buildChild(child) {
   const box = el("details", "child-run");
   box.dataset.call = child.call;
-  box.append(el("summary", null, "sub-agent " + child.tool + " (run " + child.run_id + "): " +
-    child.state + " · " + child.turns + " turns · " + usageText(child.usage)));
+  const summary = el("summary", null, "sub-agent " + child.tool + " (run " + child.run_id + "): " +
+    child.state + " · " + child.turns + " turns · " + usageText(child.usage));
+  box.append(summary);
   let built = false;
-  box.addEventListener("toggle", () => {
-    if (!box.open || built) return;
+  // Built on the summary's click, before it opens (the toggle event comes later, queued: a
+  // reader, or a test, clicking a chip right after opening finds it there), or on any other
+  // opening (the toggle).
+  const build = () => {
+    if (built) return;
     built = true;
     const strip = el("div", "child-states");
     const chips = child.steps.map((step, k) => {
@@ -287,7 +291,9 @@ function buildChild(child) {
       event.stopPropagation();
       showChild(child, Number(node.dataset.step), chips, nodes);
     });
-  });
+  };
+  summary.addEventListener("click", build);
+  box.addEventListener("toggle", () => { if (box.open) build(); });
   return box;
 }
 
