@@ -24,6 +24,7 @@ Modules, each with one subject (lower ones import only higher ones):
   (``decided``); one run, a method per trigger of the transition table with each branch marked
   ``trigger [label] -> dest`` after the table's labels; a scenario's runs and cancellations.
 - `resume`: what `Agent.resume` rebuilds from a session log.
+- `subagent`: the ``delegate`` tool (a child agent, `Agent.as_tool`) and its run's prediction.
 - `scenario_agent`, `play`: the agent a scenario runs on, and playing it.
 - `comparison`: `compare`, `check_scenario`.
 - `exhaustive`: every scenario over a small alphabet.
@@ -58,6 +59,7 @@ from .scenario import (
     BeforeKind,
     BehaviourName,
     Call,
+    Child,
     Cut,
     DecisionKind,
     Input,
@@ -136,6 +138,7 @@ __all__ = [
     "BehaviourName",
     "Call",
     "CallRules",
+    "Child",
     "Cut",
     "DecisionKind",
     "Declared",
