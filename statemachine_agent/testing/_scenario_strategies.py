@@ -41,7 +41,7 @@ DELIVERY_MODES: tuple[DeliveryMode, ...] = ("all", "one_at_a_time")
 
 FAMILIES: dict[str, int] = {
     "plain": 10,
-    "limits": 4,
+    "limits": 5,
     "approval": 2,
     "cooperative": 1,
     "reopen": 1,
@@ -378,7 +378,7 @@ def child_scripts(draw: st.DrawFn, *, tools: bool = False) -> Child:
         )
         for _ in range(batches)
     ]
-    steps.append(Step(draw(st.sampled_from(("end_turn",) * 4 + ("invalid_request",)))))
+    steps.append(Step(draw(st.sampled_from(("end_turn",) * 3 + ("invalid_request",)))))
     return Child(tuple(steps), draw(st.sampled_from((50, 50, 1, 2))))
 
 
@@ -404,10 +404,13 @@ def delegate_calls(draw: st.DrawFn, *, hooks: bool = True) -> Call:
 
 @st.composite
 def subagent_runs(draw: st.DrawFn, *, hooks: bool = True, max_steps: int = 2) -> RunSpec:
-    """A run whose first batch ends with a ``delegate`` call (after 0-1 other calls), then
-    plain steps, at times with a second ``delegate`` batch."""
+    """A run whose first batch ends with a ``delegate`` call (after 0-1 other calls; at times
+    followed by a call truncated by ``max_tokens``), then plain steps, at times with a second
+    ``delegate`` batch."""
     others = tuple(_plain(draw(oracle_calls())) for _ in range(draw(st.integers(0, 1))))
     first = Step("tool_use", (*others, draw(delegate_calls(hooks=hooks))))
+    if draw(st.integers(0, 2)) == 0:  # cut by max_tokens: a trailing call truncated
+        first = Step("max_tokens", (*first.calls, _plain(draw(oracle_calls()))))
     rest = [
         replace(step, calls=tuple(_plain(c) for c in step.calls))
         for step in draw(oracle_steps(max_steps=max_steps))
@@ -423,31 +426,32 @@ def subagent_scenarios(draw: st.DrawFn) -> Scenario:
     playing a `Child` script): plain; the parent aborted at a tool start inside the child run
     (``abort``); with usage limits the child's run reaches (``limit``); the session log cut
     (at times inside the child's records) and resumed, or reopened whole after each run."""
-    variant = draw(st.sampled_from(("plain", "plain", "abort", "limit", "limit", "crash")))
+    variant = draw(
+        st.sampled_from(("plain", "abort", "abort", "limit", "limit", "resume", "reopen"))
+    )
     child = draw(child_scripts(tools=variant == "abort"))
     first = draw(subagent_runs(hooks=variant != "abort"))
     limits, cut, reopen, grace = None, None, False, "realistic"
     runs = [first]
     if variant == "abort":
-        starts = sum(len(step.calls) for step in child.steps)
-        k = draw(st.integers(1, max(1, min(starts, 3))))
+        k = draw(st.integers(1, len(child.steps[0].calls)))  # in the child's first batch
         runs[0] = replace(first, abort=Anchor("child_tool_start", k))
         grace = draw(st.sampled_from(("realistic", "realistic", "short")))
-    elif variant == "limit":
+    elif variant == "limit":  # no aborts
         kind = draw(
             st.sampled_from(
                 ("max_requests", "max_tool_calls", "max_output_tokens", "max_total_tokens")
             )
         )
-        value = draw(st.integers(1, 5))
+        value = draw(st.integers(1, 4))
         if kind.endswith("_tokens"):
             value = (
                 10 * value + draw(st.sampled_from((5, 0))) + (20 * value if "total" in kind else 0)
             )
         limits = Limits(**{kind: value})
-    elif variant == "crash":
-        reopen = draw(st.booleans())
-        if not reopen:
+    else:
+        reopen = variant == "reopen"
+        if variant == "resume":
             cut = Cut(draw(st.integers(0, 12)), draw(st.booleans()))
         runs.append(draw(subagent_runs(max_steps=2)))
     return Scenario(
