@@ -383,10 +383,12 @@ def child_scripts(draw: st.DrawFn, *, tools: bool = False) -> Child:
 
 
 def _plain(call: Call) -> Call:
-    # Next to a sub-agent call: a call of the oracle's own tools without an abort or a
-    # deferral in its hook (the sub-agent family's aborts are anchored in the child).
+    # Next to a sub-agent call: a call of the oracle's own tools without an abort, a deferral
+    # or a terminating denial in its hook (the sub-agent family's aborts are anchored in the
+    # child; a sub-agent call always runs).
     tool_name: ToolName = "job" if call.tool == "nope" else call.tool
     before: BeforeKind = "allow" if call.before in ("abort", "defer") else call.before
+    before = "deny" if before == "terminate" else before
     return replace(call, tool=tool_name, before=before)
 
 

@@ -111,6 +111,11 @@ def compare_run(pred: RunPrediction, obs: RunObservation) -> list[str]:
         problems.append(f"turns {obs.turns}, allowed {sorted(pred.turns)}")
     if obs.requests not in pred.requests:
         problems.append(f"requests {obs.requests}, allowed {sorted(pred.requests)}")
+    if pred.tree_requests is not None and obs.tree_requests != pred.tree_requests:
+        problems.append(
+            f"RunResult.counts.requests {obs.tree_requests}, the run tree sent "
+            f"{pred.tree_requests} (its sub-agent runs' included)"
+        )
     if pred.users is not None and obs.users not in pred.users:
         problems.append(f"{obs.users} user messages added, expected {sorted(pred.users)}")
     if pred.deliveries is not None and pred.users is not None:

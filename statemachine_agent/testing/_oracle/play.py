@@ -69,6 +69,7 @@ class RunObservation:
     sent: list[tuple[list[Message], list[Message]]] = field(default_factory=list)
     result_problems: list[str] = field(default_factory=list)
     child_problems: list[str] = field(default_factory=list)
+    tree_requests: int | None = None
 
 
 @dataclass
@@ -196,6 +197,7 @@ async def drive_scenario_run(
     if result is not None:
         obs.state = result.state.value
         obs.turns = result.turns
+        obs.tree_requests = result.counts.requests
         obs.new_messages = list(result.new_messages)
         obs.result_problems = result_problems(agent, result, before, watch)
     else:

@@ -45,6 +45,7 @@ class Turns:
     request_slack: int = 0
     aborted: bool = False
     step_i: int = 0
+    tree_unknown: bool = False
 
 
 class RunRules(BatchRules):
@@ -94,6 +95,8 @@ class RunRules(BatchRules):
             p.labels.add("hit_max_turns")
         if state == "max_turns":
             p.labels.add("state_max_turns")
+        if "subagent" in p.labels and spec.prompt and spec.abort is None and not t.tree_unknown:
+            p.tree_requests = w.requests  # the child runs' requests count in the parent's
         return p
 
     def _fire(self, t: Turns, event: AnchorEvent) -> bool:
@@ -390,6 +393,8 @@ class RunRules(BatchRules):
             lambda event: self._maybe(t, event),
             aborted_before=t.aborted,
         )
+        if set(self.child_outcomes) - p.ran_must:
+            t.tree_unknown = True  # a planned child run may not have run
         if counts is not None and not t.aborted:
             # What the child runs used is added to the parent's counts as each call ends.
             w.requests, w.tool_calls, w.input_tokens, w.output_tokens = counts
