@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
+from hypothesis import event, given, settings
 
 from statemachine_agent.testing import (
     Anchor,
@@ -23,9 +24,22 @@ from statemachine_agent.testing import (
     play,
 )
 from statemachine_agent.testing._oracle.subagent import ABORTED_CHILD
-from statemachine_agent.testing.strategies import Limits
+from statemachine_agent.testing.strategies import Limits, scenarios
 
 DELEGATE = Step("tool_use", (Call("delegate"),))
+
+
+@settings(max_examples=settings.default.max_examples)
+@given(scenario=scenarios(families=("subagent",)))
+def test_the_engine_matches_the_oracle_on_sub_agent_scenarios(scenario: Scenario) -> None:
+    """The sub-agent family alone (in the main comparison it is one family of several): a
+    child that answers, fails or hits its cap, aborted at a tool start inside it, under limits
+    it reaches, the log cut inside it or reopened."""
+    prediction = check_scenario(scenario)
+    for label in sorted(prediction.labels):
+        event(label)
+
+
 ONE_BATCH = Child((Step("tool_use", (Call("job"),)), Step("end_turn")))
 """A child that runs one ``job`` call, then answers (its answer: the parent call's text)."""
 
