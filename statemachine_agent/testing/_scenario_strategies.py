@@ -411,13 +411,13 @@ def subagent_runs(draw: st.DrawFn, *, hooks: bool = True, max_steps: int = 2) ->
     ``delegate`` batch."""
     others = tuple(_plain(draw(oracle_calls())) for _ in range(draw(st.integers(0, 1))))
     first = Step("tool_use", (*others, draw(delegate_calls(hooks=hooks))))
-    if draw(st.integers(0, 2)) == 0:  # cut by max_tokens: a trailing call truncated
+    if draw(st.integers(0, 2)) == 2:  # cut by max_tokens: a trailing call truncated
         first = Step("max_tokens", (*first.calls, _plain(draw(oracle_calls()))))
     rest = [
         replace(step, calls=tuple(_plain(c) for c in step.calls))
         for step in draw(oracle_steps(max_steps=max_steps))
     ]
-    if draw(st.integers(0, 3)) == 0:
+    if draw(st.integers(0, 3)) == 3:
         rest.insert(0, Step("tool_use", (draw(delegate_calls(hooks=hooks)),)))
     return RunSpec((first, *rest))
 
