@@ -451,7 +451,7 @@ def subagent_scenarios(draw: st.DrawFn) -> Scenario:
                 10 * value + draw(st.sampled_from((5, 0))) + (20 * value if "total" in kind else 0)
             )
         limits = Limits(**{kind: value})
-    else:
+    elif variant in ("resume", "reopen"):
         reopen = variant == "reopen"
         if variant == "resume":
             cut = Cut(draw(st.integers(0, 12)), draw(st.booleans()))
