@@ -123,6 +123,9 @@ async def drive_scenario_run(
         name: AnchorEvent | None = None
         if isinstance(event, RunStart) and event.parent is None:
             tree.parent_run = event.run_id
+        if event.parent is None and tree.parent_run not in (None, event.run_id):
+            tree.orphan(event)  # another run's event (a sub-agent's) without ``parent``
+            return
         if event.parent is not None:
             tree.see(event, journal)
             if isinstance(event, ToolExecutionStart) and event.parent.run_id == tree.parent_run:
@@ -268,6 +271,15 @@ class RunTree:
                 f"sub-agent run of call {ref.call_id}: {p}"
                 for p in find_violations(list(event.result.messages))
             ]
+
+    def orphan(self, event: Event) -> None:
+        """An event of another run than the parent's that does not say it is a sub-agent's."""
+        if event.run_id not in self.call_of:
+            self.call_of[event.run_id] = "?"
+            self._problems.append(
+                f"events of run {event.run_id} (a sub-agent's) reach the parent's subscribers "
+                f"without parent (the first: {type(event).__name__})"
+            )
 
     def result_problems(self, call_id: str, kind: str) -> list[str]:
         """A parent call's result against its child run's end: ``ok`` for ``done``,
