@@ -121,8 +121,8 @@ async def drive_scenario_run(
 
     def on_event(event: Event) -> None:
         name: AnchorEvent | None = None
-        if isinstance(event, RunStart) and event.parent is None:
-            tree.parent_run = event.run_id
+        if isinstance(event, RunStart) and event.parent is None and tree.parent_run is None:
+            tree.parent_run = event.run_id  # the run's own (the first to start)
         if event.parent is None and tree.parent_run not in (None, event.run_id):
             tree.orphan(event)  # another run's event (a sub-agent's) without ``parent``
             return
