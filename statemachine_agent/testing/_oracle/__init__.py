@@ -48,7 +48,7 @@ from .comparison import (
 )
 from .exhaustive import EXHAUSTIVE_OUTCOMES, exhaustive_scenarios
 from .kinds import Token, classify, tokens_of
-from .play import RunObservation, ScenarioObservation, drive_scenario_run, play
+from .play import RunObservation, RunTree, ScenarioObservation, drive_scenario_run, play
 from .prediction import Oracle
 from .resume import predict_resume, predict_resumed_turns
 from .scenario import (
@@ -150,6 +150,7 @@ __all__ = [
     "RunPrediction",
     "RunRules",
     "RunSpec",
+    "RunTree",
     "Scenario",
     "ScenarioHooks",
     "ScenarioModel",
