@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from statemachine_agent import Agent, Deny, ToolCallInfo, ToolExecutionStart, ToolResultMessage
+from statemachine_agent import Agent, Deny, ToolCallInfo, ToolExecutionEnd, ToolResultMessage
 from statemachine_agent.testing import AgentKit, agent_state_machine
 
 # A hypothesis search (and shrink) is CPU bound: seconds alone, minutes on a loaded machine. The
@@ -71,10 +71,11 @@ def with_careless_researcher(kit: AgentKit) -> Agent:
     agent.subscribe(
         lambda event: (
             acts.append(event.call.id)
-            if isinstance(event, ToolExecutionStart)
+            if isinstance(event, ToolExecutionEnd)
             and event.parent is not None
             and event.parent.tool_name == "research"
             and event.call.name == "act"
+            and not event.result.is_error  # it ran and succeeded: not denied
             else None
         )
     )
