@@ -5,6 +5,7 @@ planted in a user's sub-agent hook is caught."""
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -54,18 +55,22 @@ def test_the_kit_drives_a_nested_agent_at_both_levels() -> None:
     assert seen, "no sub-agent event reached the parent's subscribers"
 
 
-def careless_researcher(kit: AgentKit) -> Agent:
-    """A sub-agent whose before_tool_call hook is meant to keep it from acting (read-only), with the
-    planted fault: it compares the tool's name with the wrong case, so they run."""
+def read_only_researcher(name: str) -> Callable[[AgentKit], Agent]:
+    """A sub-agent whose before_tool_call hook keeps it from acting (read-only): it denies the
+    calls of the tool named ``name`` ("act"; "Act" is the planted fault, a name compared with
+    the wrong case, so its act calls run)."""
 
-    def no_writes(info: ToolCallInfo) -> Deny | None:
-        return Deny("the researcher only looks up") if info.tool.name == "Act" else None
+    def build(kit: AgentKit) -> Agent:
+        def read_only(info: ToolCallInfo) -> Deny | None:
+            return Deny("the researcher only looks up") if info.tool.name == name else None
 
-    return kit.agent(before_tool_call=no_writes)
+        return kit.agent(before_tool_call=read_only)
+
+    return build
 
 
-def with_careless_researcher(kit: AgentKit) -> Agent:
-    agent = kit.agent(tools=[kit.sub_agent(careless_researcher, name="research")])
+def with_researcher(kit: AgentKit, name: str) -> Agent:
+    agent = kit.agent(tools=[kit.sub_agent(read_only_researcher(name), name="research")])
     acts: list[str] = []
     # The user's promise, read from the run tree: no act call runs inside the research sub-agent.
     agent.subscribe(
@@ -92,7 +97,7 @@ def no_act_in_the_researcher(agent: Agent) -> None:
 
 def test_a_fault_in_a_users_sub_agent_hook_is_caught_by_the_kit() -> None:
     machine = agent_state_machine(
-        with_careless_researcher, check=no_act_in_the_researcher, name="CarelessNested"
+        lambda kit: with_researcher(kit, "Act"), check=no_act_in_the_researcher, name="Careless"
     )
     with pytest.raises(AssertionError, match="the research sub-agent ran act calls"):
         run_state_machine_as_test(
@@ -106,3 +111,10 @@ def test_a_fault_in_a_users_sub_agent_hook_is_caught_by_the_kit() -> None:
                 suppress_health_check=list(HealthCheck),
             ),
         )
+
+
+def test_the_same_check_holds_for_the_correct_sub_agent_hook() -> None:
+    machine = agent_state_machine(
+        lambda kit: with_researcher(kit, "act"), check=no_act_in_the_researcher, name="Careful"
+    )
+    run_state_machine_as_test(machine, settings=settings(max_examples=40, stateful_step_count=3))
