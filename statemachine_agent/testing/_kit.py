@@ -430,7 +430,7 @@ def check_run(agent: Agent, report: RunReport) -> list[str]:
 
 def check_tree(events: Sequence[Event]) -> list[str]:
     """The invariants at the sub-agents' level of a run's events (those with ``parent``): each
-    names the run and one call of it for its whole run, in order; each of its runs starts and
+    names the run and one call of it (whose tool started) for its whole run, in order; each of its runs starts and
     ends once, its tool-execution starts and ends and its turns pair up (invariant 6), and its
     history answers every call (rules 1-4 on ``RunEnd.result.messages``). (An event of another
     run without ``parent`` is the parent level's: invariant 5 of `check_run` names it.)"""
@@ -440,6 +440,8 @@ def check_tree(events: Sequence[Event]) -> list[str]:
         if event.parent is None:
             if isinstance(event, RunStart) and tree.parent_run is None:
                 tree.parent_run = event.run_id
+            elif isinstance(event, ToolExecutionStart) and event.run_id == tree.parent_run:
+                tree.parent_calls.add(event.call.id)
             continue
         tree.see(event, [])
         if event.parent.run_id == tree.parent_run:

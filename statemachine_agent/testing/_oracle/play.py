@@ -123,6 +123,8 @@ async def drive_scenario_run(
         name: AnchorEvent | None = None
         if isinstance(event, RunStart) and event.parent is None and tree.parent_run is None:
             tree.parent_run = event.run_id  # the run's own (the first to start)
+        if isinstance(event, ToolExecutionStart) and event.run_id == tree.parent_run:
+            tree.parent_calls.add(event.call.id)
         if event.parent is None and tree.parent_run not in (None, event.run_id):
             tree.orphan(event)  # another run's event (a sub-agent's) without ``parent``
             return
@@ -232,6 +234,7 @@ class RunTree:
         self.states: dict[str, list[str]] = {}  # the parent's call id -> its child runs' ends
         self.last_seq: dict[str, int] = {}
         self.open: set[str] = set()
+        self.parent_calls: set[str] = set()  # the calls whose tool started in the parent's run
         self._problems: list[str] = []
 
     def see(self, event: Event, journal: list[str]) -> None:
@@ -249,6 +252,11 @@ class RunTree:
         if isinstance(event, RunStart):
             self.call_of[run] = ref.call_id
             self.open.add(run)
+            if ref.call_id not in self.parent_calls:
+                self._problems.append(
+                    f"sub-agent run {run} names call {ref.call_id!r}, not a call the parent's "
+                    f"run started ({sorted(self.parent_calls)})"
+                )
             journal.append(ref.call_id)  # the call's tool (the child run) started
         elif run not in self.call_of:
             self._problems.append(f"a sub-agent event ({type(event).__name__}) before its start")
