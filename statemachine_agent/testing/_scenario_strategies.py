@@ -41,7 +41,7 @@ DELIVERY_MODES: tuple[DeliveryMode, ...] = ("all", "one_at_a_time")
 
 FAMILIES: dict[str, int] = {
     "plain": 10,
-    "limits": 5,
+    "limits": 6,
     "approval": 2,
     "cooperative": 1,
     "reopen": 1,
