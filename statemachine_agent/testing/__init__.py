@@ -5,7 +5,8 @@
   queued input and histories.
 - `agent_state_machine(factory)`: a ready `RuleBasedStateMachine` for your agent and hooks;
   `AgentKit` is what your factory receives. It may seed a random starting history;
-  `produced_messages(agent)` is what the runs added.
+  `produced_messages(agent)` is what the runs added. ``kit.sub_agent(factory)`` gives your agent
+  a sub-agent (`Agent.as_tool`) the kit drives and checks too (`check_tree`, `ChildPlayer`).
 - `Oracle`: a reference model of the loop that predicts a `Scenario`'s outcome (calls run, result
   kinds, final state, turns, requests); `check_scenario` plays a scenario on a real agent and
   compares (`strategies.scenarios` generates them).
@@ -28,10 +29,12 @@ from ._fake_api import FakeMessagesAPI, RecordedRequest
 from ._kit import (
     KIT_TOOLS,
     AgentKit,
+    ChildPlayer,
     RunReport,
     ScriptPlayer,
     check_history,
     check_run,
+    check_tree,
     drive_run,
     kit_before_tool_call,
     kit_compaction,
@@ -44,6 +47,7 @@ from ._oracle import (
     ORACLE_TOOLS,
     Anchor,
     Call,
+    Child,
     Cut,
     Declared,
     Input,
@@ -83,6 +87,8 @@ __all__ = [
     "AgentStateMachine",
     "Anchor",
     "Call",
+    "Child",
+    "ChildPlayer",
     "CompactionWatch",
     "Cut",
     "Declared",
@@ -103,6 +109,7 @@ __all__ = [
     "check_history",
     "check_run",
     "check_scenario",
+    "check_tree",
     "classify",
     "compare",
     "drive_run",

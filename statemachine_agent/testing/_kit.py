@@ -3,8 +3,10 @@ queued input at chosen events, and the checks of what that run left (the protoco
 terminal state, matching event pairs).
 
 `AgentKit` is what a user's factory receives: ``kit.agent(**their_options)`` builds an `Agent` on the
-kit's model and tools (adding their tools and hooks). `drive_run` runs it once; `check_run` lists
-every invariant it broke (empty when all hold).
+kit's model and tools (adding their tools and hooks); ``kit.sub_agent(...)`` a sub-agent tool
+(`Agent.as_tool`) whose agent plays the kit's scripts too (`ChildPlayer`). `drive_run` runs it
+once; `check_run` lists every invariant it broke (empty when all hold), at both levels of a run
+tree (`check_tree`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from .._events import (
 )
 from .._execution import ToolExecution, resolve
 from .._hooks import BeforeToolCall, Decision, Defer, Deny, ToolCallInfo
-from .._messages import Message
+from .._messages import AssistantMessage, Message
 from .._protocol import find_violations, with_open_batch
 from .._result import RunResult
 from .._states import RUN_STOPS
@@ -37,7 +39,7 @@ from .._tools import Tool, ToolContext, ToolResult, tool
 from ..models._base import ModelRequest, StreamEvent
 from ..models._offline import ScriptedModel
 from ._compaction import CompactionWatch
-from ._oracle import ORACLE_TOOLS, ScenarioHooks, cut_stream, queue_input
+from ._oracle import ORACLE_TOOLS, RunTree, ScenarioHooks, cut_stream, queue_input
 from .strategies import AbortPoint, Behaviour, DeliveryMode, QueuedInput
 
 
@@ -166,6 +168,39 @@ class ScriptPlayer:
         return self._current.stream(request)
 
 
+class ChildPlayer(ScriptPlayer):
+    """The model of a sub-agent the kit builds (`AgentKit.sub_agent`): each of its runs (one
+    per call of its tool, on a fresh history) plays the script loaded last from its start (the
+    step is the number of responses in the request's history), its tool-call ids prefixed
+    ``c<run>_`` (unique across its runs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._steps: list[dict[str, Any] | None] = []
+        self.runs = 0
+
+    @property
+    def name(self) -> str:
+        """The model name reported."""
+        return "kit-sub-agent-script"
+
+    def load(self, steps: Sequence[dict[str, Any] | None]) -> None:
+        """Play ``steps`` in every run from now on (None: a stream cut short)."""
+        self._steps = list(steps)
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Record the request and play the step its history has reached."""
+        self.requests.append(request)
+        index = sum(isinstance(m, AssistantMessage) for m in request.messages)
+        if index == 0:
+            self.runs += 1  # a new run (or its first request again, retried)
+        step = self._steps[index] if index < len(self._steps) else {}
+        if step is None:
+            return cut_stream()
+        played = prefix_ids([step], f"c{self.runs}_") if step else []
+        return ScriptedModel(played, record_requests=False).stream(request)
+
+
 @dataclass(slots=True)
 class AgentKit:
     """What a factory receives to build the agent under test.
@@ -181,6 +216,7 @@ class AgentKit:
         follow_up_mode: how queued follow-ups are delivered (drawn per example).
         compaction: automatic compaction for the agents it builds (e.g. `kit_compaction`);
             `drive_run` checks the history after every compaction.
+        sub_agents: the sub-agent tools built by `sub_agent`, by tool name: their models.
     """
 
     model: ScriptPlayer
@@ -191,6 +227,37 @@ class AgentKit:
     steering_mode: DeliveryMode = "all"
     follow_up_mode: DeliveryMode = "one_at_a_time"
     compaction: Compaction | None = None
+    sub_agents: dict[str, ChildPlayer] = field(default_factory=dict)
+
+    def sub_agent(
+        self,
+        factory: Callable[[AgentKit], Agent] | None = None,
+        *,
+        name: str = "helper",
+        description: str = "Hand a sub-task to a helper agent.",
+        max_turns: int | None = None,
+    ) -> Tool:
+        """A sub-agent tool (``agent.as_tool(name, description, max_turns=...)``) for the agent
+        under test: ``factory(kit)`` builds the sub-agent (with *your* hooks and options) on a
+        kit of its own whose model is a `ChildPlayer`; default a plain ``kit.agent()``. The
+        kit's rule machine then calls it (``{"prompt": ...}``) with random scripts for both
+        levels and checks the run tree (`check_tree`).
+
+        Raises:
+            ValueError: ``name`` is already one of this kit's sub-agents.
+        """
+        if name in self.sub_agents:
+            raise ValueError(f"the kit already has a sub-agent named {name!r}: pass another name")
+        player = ChildPlayer()
+        kit = AgentKit(
+            player,
+            tool_execution=self.tool_execution,
+            steering_mode=self.steering_mode,
+            follow_up_mode=self.follow_up_mode,
+        )
+        child = kit.agent() if factory is None else factory(kit)
+        self.sub_agents[name] = player
+        return child.as_tool(name, description, max_turns=max_turns)
 
     def agent(
         self,
@@ -354,16 +421,43 @@ def check_run(agent: Agent, report: RunReport) -> list[str]:
         return problems
     for n, request in enumerate(report.requests, 1):
         problems += [f"request {n}: {p}" for p in find_violations(request.messages, request=True)]
-    problems += _check_ending(agent, report)
-    problems += _check_pairs(report.events)
+    own = [e for e in report.events if e.parent is None]  # a sub-agent's are check_tree's
+    problems += _check_ending(agent, report, own)
+    problems += _check_pairs(own)
+    problems += check_tree(report.events)
     return problems
 
 
-def _check_ending(agent: Agent, report: RunReport) -> list[str]:
+def check_tree(events: Sequence[Event]) -> list[str]:
+    """The invariants at the sub-agents' level of a run's events (those with ``parent``): each
+    names the run and one call of it (whose tool started) for its whole run, in order; each of its runs starts and
+    ends once, its tool-execution starts and ends and its turns pair up (invariant 6), and its
+    history answers every call (rules 1-4 on ``RunEnd.result.messages``). (An event of another
+    run without ``parent`` is the parent level's: invariant 5 of `check_run` names it.)"""
+    tree = RunTree()
+    runs: dict[str, list[Event]] = {}
+    for event in events:
+        if event.parent is None:
+            if isinstance(event, RunStart) and tree.parent_run is None:
+                tree.parent_run = event.run_id
+            elif isinstance(event, ToolExecutionStart) and event.run_id == tree.parent_run:
+                tree.parent_calls.add(event.call.id)
+            continue
+        tree.see(event, [])
+        if event.parent.run_id == tree.parent_run:
+            runs.setdefault(event.run_id, []).append(event)
+    problems = tree.problems()
+    for run, child in runs.items():
+        call = tree.call_of.get(run, "?")
+        problems += [f"sub-agent run of call {call}: {p}" for p in _check_pairs(child)]
+    return problems
+
+
+def _check_ending(agent: Agent, report: RunReport, events: Sequence[Event]) -> list[str]:
     problems = []
-    starts = sum(isinstance(e, RunStart) for e in report.events)
-    ends = [e for e in report.events if isinstance(e, RunEnd)]
-    run_ids = list(dict.fromkeys(e.run_id for e in report.events))  # in order of appearance
+    starts = sum(isinstance(e, RunStart) for e in events)
+    ends = [e for e in events if isinstance(e, RunEnd)]
+    run_ids = list(dict.fromkeys(e.run_id for e in events))  # in order of appearance
     if starts != 1 or len(ends) != 1:
         runs = max(starts, len(ends))
         held = "no run" if runs == 0 else f"{runs} runs" if runs > 1 else "a broken run"

@@ -23,6 +23,7 @@ from ._oracle import (
     BeforeKind,
     BehaviourName,
     Call,
+    Child,
     Cut,
     DecisionKind,
     Input,
@@ -40,16 +41,18 @@ DELIVERY_MODES: tuple[DeliveryMode, ...] = ("all", "one_at_a_time")
 
 FAMILIES: dict[str, int] = {
     "plain": 10,
-    "limits": 4,
+    "limits": 6,
     "approval": 2,
     "cooperative": 1,
     "reopen": 1,
     "compacting": 1,
+    "subagent": 3,
 }
 """The scenario families `scenarios` draws, with their weights: plain ones, ones with usage limits
 (no aborts), approval decisions (half of them with the session log reopened after each run), a
 cooperative tool aborted mid-batch, plain ones with the session log reopened whole after each
-run (`Scenario.reopen`), plain ones on an agent that compacts mid-run (`Scenario.compaction`)."""
+run (`Scenario.reopen`), plain ones on an agent that compacts mid-run (`Scenario.compaction`),
+ones with a sub-agent tool (`subagent_scenarios`)."""
 
 
 def delivery_modes() -> st.SearchStrategy[DeliveryMode]:
@@ -349,6 +352,122 @@ def _no_window_stops(spec: RunSpec) -> RunSpec:
     return replace(spec, steps=steps)
 
 
+_CHILD_BEHAVIOURS: tuple[BehaviourName, ...] = (
+    "return",
+    "return",
+    "raise",
+    "tool_error",
+    "sleep",
+    "cooperate",
+)
+
+
+@st.composite
+def child_scripts(draw: st.DrawFn, *, tools: bool = False) -> Child:
+    """A sub-agent's script (`Child`): 0-2 tool batches of ``job`` calls (1-2 each; at least
+    one batch with ``tools``), then a final answer or a final provider error, with a turn cap
+    of its own (often under its batches: it ends ``max_turns``)."""
+    batches = draw(st.integers(1 if tools else 0, 2))
+    steps = [
+        Step(
+            "tool_use",
+            tuple(
+                Call("job", draw(st.sampled_from(_CHILD_BEHAVIOURS)))
+                for _ in range(draw(st.integers(1, 2)))
+            ),
+        )
+        for _ in range(batches)
+    ]
+    steps.append(Step(draw(st.sampled_from(("end_turn",) * 3 + ("invalid_request",)))))
+    return Child(tuple(steps), draw(st.sampled_from((50, 50, 1, 2))))
+
+
+def _plain(call: Call) -> Call:
+    # Next to a sub-agent call: a call of the oracle's own tools without an abort, a deferral
+    # or a terminating denial in its hook (the sub-agent family's aborts are anchored in the
+    # child; a sub-agent call always runs).
+    tool_name: ToolName = "job" if call.tool == "nope" else call.tool
+    before: BeforeKind = "allow" if call.before in ("abort", "defer") else call.before
+    before = "deny" if before == "terminate" else before
+    return replace(call, tool=tool_name, before=before)
+
+
+@st.composite
+def delegate_calls(draw: st.DrawFn, *, hooks: bool = True) -> Call:
+    """A call of the ``delegate`` (sub-agent) tool: mostly valid and allowed, at times denied,
+    with a raising before hook, its result rewritten or the after hook raising."""
+    if not hooks:
+        return Call("delegate")
+    args: ArgsKind = draw(st.sampled_from(("valid",) * 10 + ("invalid",)))
+    before: BeforeKind = draw(st.sampled_from(("allow",) * 8 + ("deny", "raise")))
+    after: AfterKind = draw(st.sampled_from(("keep",) * 8 + ("rewrite", "raise")))
+    return Call("delegate", args=args, before=before, after=after)
+
+
+@st.composite
+def subagent_runs(draw: st.DrawFn, *, hooks: bool = True, max_steps: int = 2) -> RunSpec:
+    """A run whose first batch ends with a ``delegate`` call (after 0-1 other calls; at times
+    followed by a call truncated by ``max_tokens``), then plain steps, at times with a second
+    ``delegate`` batch."""
+    others = tuple(_plain(draw(oracle_calls())) for _ in range(draw(st.integers(0, 1))))
+    first = Step("tool_use", (*others, draw(delegate_calls(hooks=hooks))))
+    if draw(st.integers(0, 2)) == 2:  # cut by max_tokens: a trailing call truncated
+        first = Step("max_tokens", (*first.calls, _plain(draw(oracle_calls()))))
+    rest = [
+        replace(step, calls=tuple(_plain(c) for c in step.calls))
+        for step in draw(oracle_steps(max_steps=max_steps))
+    ]
+    if draw(st.integers(0, 3)) == 3:
+        rest.insert(0, Step("tool_use", (draw(delegate_calls(hooks=hooks)),)))
+    return RunSpec((first, *rest))
+
+
+@st.composite
+def subagent_scenarios(draw: st.DrawFn) -> Scenario:
+    """A parent agent one of whose tools is a sub-agent (``delegate``, `Agent.as_tool`,
+    playing a `Child` script): plain; the parent aborted at a tool start inside the child run
+    (``abort``); with usage limits the child's run reaches (``limit``); the session log cut
+    (at times inside the child's records) and resumed, or reopened whole after each run."""
+    variant = draw(
+        st.sampled_from(("plain", "abort", "abort", "limit", "limit", "resume", "reopen"))
+    )
+    child = draw(child_scripts(tools=variant in ("abort", "limit")))
+    first = draw(subagent_runs(hooks=variant != "abort"))
+    limits, cut, reopen, grace = None, None, False, "realistic"
+    runs = [first]
+    if variant == "abort":
+        k = draw(st.integers(1, len(child.steps[0].calls)))  # in the child's first batch
+        runs[0] = replace(first, abort=Anchor("child_tool_start", k))
+        grace = draw(st.sampled_from(("realistic", "realistic", "short")))
+    elif variant == "limit":  # no aborts
+        kind = draw(
+            st.sampled_from(
+                ("max_requests", "max_tool_calls", "max_output_tokens", "max_total_tokens")
+            )
+        )
+        value = draw(st.integers(1, 3))  # the child's run reaches it, often
+        if kind.endswith("_tokens"):
+            value = (
+                10 * value + draw(st.sampled_from((5, 0))) + (20 * value if "total" in kind else 0)
+            )
+        limits = Limits(**{kind: value})
+    elif variant in ("resume", "reopen"):
+        reopen = variant == "reopen"
+        if variant == "resume":
+            cut = Cut(draw(st.integers(0, 12)), draw(st.booleans()))
+        runs.append(draw(subagent_runs(max_steps=2)))
+    return Scenario(
+        tuple(runs),
+        draw(st.sampled_from(("parallel", "sequential"))),
+        max_turns=draw(st.sampled_from((50, 50, 2))),
+        cut=cut,
+        limits=limits,
+        grace=grace,  # type: ignore[arg-type]
+        reopen=reopen,
+        child=child,
+    )
+
+
 @st.composite
 def scenarios(
     draw: st.DrawFn,
@@ -383,6 +502,8 @@ def scenarios(
     family = draw(st.sampled_from([f for f in families for _ in range(FAMILIES[f])]))
     if family == "approval":
         return draw(approval_scenarios())
+    if family == "subagent":
+        return draw(subagent_scenarios())
     grace: Literal["short", "realistic"] = draw(st.sampled_from(("short", "realistic")))
     first = draw(oracle_runs(max_steps=max_steps))
     limits = None

@@ -18,7 +18,11 @@ a turn start), continuations and input queued between runs. After every step it 
 invariants 1-6 (`check_run`) plus your own ``check(agent)``; with ``declared=Declared(...)`` (your
 hooks described to the oracle) each oracle-scenario run is also compared with the `Oracle`'s
 prediction. Other steps defer calls for approval and then decide them, abort while they wait or
-hand them to a new agent. With ``compaction=kit_compaction()`` the agents compact during the
+hand them to a new agent. An agent with sub-agents built by ``kit.sub_agent(...)`` (your
+sub-agent factory, hooks and all) gets nested runs too: the first batch calls its sub-agents,
+each playing a random script, aborts land at either level, and `check_tree` checks the
+sub-agents' level (every call answered in their runs, their events carrying the right
+``parent``, in order). With ``compaction=kit_compaction()`` the agents compact during the
 runs (a tiny threshold, a scripted summarizer) and every compaction is checked as it happens
 (`CompactionWatch`). A failure shrinks to a short script.
 """
@@ -209,6 +213,42 @@ class AgentStateMachine(RuleBasedStateMachine):
     ) -> None:
         """``agent.run()`` without a prompt (it may refuse: nothing to continue)."""
         self._run(None, script, abort, inputs)
+
+    @precondition(
+        lambda self: (
+            self.kit is not None
+            and bool(self.kit.sub_agents)
+            and self.agent is not None
+            and not self.agent.pending
+        )
+    )
+    @rule(data=st.data(), abort=abort_points(), script=scripts(max_responses=2))
+    def nested_run(
+        self, data: st.DataObject, abort: AbortPoint | None, script: list[dict[str, Any]]
+    ) -> None:
+        """A run whose first batch calls the agent's sub-agents (`AgentKit.sub_agent`), each
+        playing a random script of its own in every call, then ``script``; the abort point
+        counts the sub-agents' events too, so it lands inside a sub-agent's run as well.
+        Checked at both levels (`check_run`, `check_tree`)."""
+        kit = self.kit
+        assert kit is not None
+        names = sorted(kit.sub_agents)
+        chosen = data.draw(st.lists(st.sampled_from(names), min_size=1, max_size=2), label="calls")
+        blocks = [
+            {"type": "tool_use", "id": f"s{i}", "name": name, "input": {"prompt": f"part {i}"}}
+            for i, name in enumerate(chosen, 1)
+        ]
+        for name in names:
+            kit.sub_agents[name].load(data.draw(scripts(max_responses=3), label=name))
+        self._run(
+            "do the task", [{"content": blocks, "stop_reason": "tool_use"}, *script], abort, []
+        )
+        event("nested run")
+        report = self.last
+        if abort is not None and report is not None and report.events:
+            at = report.events[min(abort.after_events, len(report.events)) - 1]
+            if at.parent is not None:
+                event("nested run: the abort landed inside a sub-agent's run")
 
     @precondition(lambda self: self.agent is not None and not self.agent.pending)
     @rule(spec=oracle_runs(max_steps=3))

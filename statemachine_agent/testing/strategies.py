@@ -10,7 +10,8 @@ Building blocks: `text_blocks`, `thinking_blocks`, `provider_blocks`, `tool_beha
 `abort_points`, `queued_inputs`, `delivery_modes`, `histories`, `final_results` (typed results),
 `deferring_responses`, `decisions`; for the oracle (defined in ``_scenario_strategies``):
 `oracle_calls`, `oracle_steps`, `oracle_anchors`, `oracle_inputs`, `oracle_runs`,
-`oracle_limits`, `approval_scenarios`, `scenarios` (`FAMILIES` lists the scenario families).
+`oracle_limits`, `approval_scenarios`, `child_scripts`, `subagent_scenarios`, `scenarios`
+(`FAMILIES` lists the scenario families).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ._oracle import (
     BeforeKind,
     BehaviourName,
     Call,
+    Child,
     Cut,
     DecisionKind,
     Input,
@@ -54,6 +56,7 @@ from ._scenario_strategies import (
     FAMILIES,
     DeliveryMode,
     approval_scenarios,
+    child_scripts,
     delivery_modes,
     oracle_anchors,
     oracle_calls,
@@ -62,6 +65,7 @@ from ._scenario_strategies import (
     oracle_runs,
     oracle_steps,
     scenarios,
+    subagent_scenarios,
 )
 
 # The oracle's scenario types and strategies are public here too (they live in _oracle and
@@ -81,6 +85,7 @@ __all__ = [
     "Behaviour",
     "BehaviourName",
     "Call",
+    "Child",
     "Cut",
     "DecisionKind",
     "DeliveryMode",
@@ -94,6 +99,7 @@ __all__ = [
     "ToolName",
     "abort_points",
     "approval_scenarios",
+    "child_scripts",
     "decisions",
     "deferring_responses",
     "delivery_modes",
@@ -112,6 +118,7 @@ __all__ = [
     "scenarios",
     "scripts",
     "stop_reasons",
+    "subagent_scenarios",
     "text_blocks",
     "texts",
     "thinking_blocks",

@@ -81,6 +81,15 @@ MINIMUM_SHARES = {
     "compaction": 0.02,  # an agent that compacts mid-run (RunResult checked)
     "reopen": 0.06,  # the session log reopened whole after each run
     "reopen_awaiting_approval": 0.015,  # ... while a batch waits for decisions
+    # Issue 37: a tool that runs a child agent (Agent.as_tool), at both levels.
+    "subagent": 0.08,  # a delegate call ran its child run
+    "subagent_done": 0.03,  # ... which answered: the call's result is its final text
+    "subagent_failed": 0.005,  # ... which failed: an error result naming the state and why
+    "subagent_max_turns": 0.02,  # ... which hit its own max_turns or a limit
+    "subagent_abort": 0.008,  # the parent aborted at a tool start inside the child run
+    "subagent_limit": 0.005,  # a usage limit reached inside the child (stops both)
+    "subagent_resume": 0.005,  # the log cut (at times inside the child's records), resumed
+    "subagent_reopen": 0.004,  # the log reopened whole after a run with a child run
 }
 
 
@@ -306,9 +315,10 @@ def test_the_readme_oracle_examples_run(capsys: pytest.CaptureFixture[str]) -> N
     readme = documentation_text()
     blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
     ours = [b for b in blocks if "check_scenario" in b or "Declared(" in b]
-    assert len(ours) == 2
+    assert len(ours) == 3  # the oracle page's two, and its sub-agent scenario
     for block in ours:
         exec(compile(block, "README.md", "exec"), {"__name__": "readme_example"})
     out = capsys.readouterr().out
     assert "{'r1_1': {'error[out-r11]'}, 'r1_2': {'timeout'}, 'r1_3': {'ok[out-r13]'}}" in out
     assert "['aborted']" in out
+    assert "{'r1_1': {'ok[out-r11]'}}" in out

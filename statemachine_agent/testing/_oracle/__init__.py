@@ -24,6 +24,7 @@ Modules, each with one subject (lower ones import only higher ones):
   (``decided``); one run, a method per trigger of the transition table with each branch marked
   ``trigger [label] -> dest`` after the table's labels; a scenario's runs and cancellations.
 - `resume`: what `Agent.resume` rebuilds from a session log.
+- `subagent`: the ``delegate`` tool (a child agent, `Agent.as_tool`) and its run's prediction.
 - `scenario_agent`, `play`: the agent a scenario runs on, and playing it.
 - `comparison`: `compare`, `check_scenario`.
 - `exhaustive`: every scenario over a small alphabet.
@@ -47,7 +48,7 @@ from .comparison import (
 )
 from .exhaustive import EXHAUSTIVE_OUTCOMES, exhaustive_scenarios
 from .kinds import Token, classify, tokens_of
-from .play import RunObservation, ScenarioObservation, drive_scenario_run, play
+from .play import RunObservation, RunTree, ScenarioObservation, drive_scenario_run, play
 from .prediction import Oracle
 from .resume import predict_resume, predict_resumed_turns
 from .scenario import (
@@ -58,6 +59,7 @@ from .scenario import (
     BeforeKind,
     BehaviourName,
     Call,
+    Child,
     Cut,
     DecisionKind,
     Input,
@@ -136,6 +138,7 @@ __all__ = [
     "BehaviourName",
     "Call",
     "CallRules",
+    "Child",
     "Cut",
     "DecisionKind",
     "Declared",
@@ -147,6 +150,7 @@ __all__ = [
     "RunPrediction",
     "RunRules",
     "RunSpec",
+    "RunTree",
     "Scenario",
     "ScenarioHooks",
     "ScenarioModel",

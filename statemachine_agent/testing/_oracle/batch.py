@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from .calls import CallRules
-from .scenario import AnchorEvent, DecisionKind, Step
+from .scenario import AnchorEvent, Call, DecisionKind, Step
 from .texts import DENY_REASON, EDITED, TRUNCATING
 from .tools import tag_of
 from .world import RunPrediction
@@ -83,6 +83,10 @@ class BatchRules(CallRules):
                 abort_at = i
                 p.labels.add("abort_in_hook")
                 p.labels.add("abort_inside_batch")
+            if static is None and abort_at is None and self._child_fires(call, call_id, fire):
+                abort_at = i  # the parent's abort, at a tool start inside this call's child run
+                self.child_aborted.add(call_id)
+                p.labels.add("subagent_abort")
             terminating = static == "denied" and self._before(call, call_id) == "terminate"
             if terminating and terminate_at is None:
                 terminate_at = i
@@ -149,6 +153,13 @@ class BatchRules(CallRules):
                 p.ran_may_after.add(call_id)
             p.results[call_id] = kinds
             p.loose[call_id] = kinds
+        for call_id in self.child_aborted & set(call_ids):
+            # Its child run was under way: aborted (the parent's grace may cancel the call).
+            call = calls[call_ids.index(call_id)]
+            p.results[call_id] = p.loose[call_id] = self._after_set(
+                call, call_id, {"child_aborted", "interrupted"}
+            )
+            p.ran_must.add(call_id)
         if sequential:
             if len(run_order) > 1:
                 p.ran_order.append(run_order)
@@ -178,6 +189,14 @@ class BatchRules(CallRules):
             self.world.pending = (tuple(calls), list(call_ids), held, deferred)
             p.labels.add("approval_deferred")
         return terminate_at is not None, False
+
+    def _child_fires(self, call: Call, call_id: str, fire: Callable[[AnchorEvent], bool]) -> bool:
+        """Count the tool starts of a ``delegate`` call's child run; True when the parent's
+        abort anchored to one of them fires."""
+        outcome = self.child_outcomes.get(call_id)
+        if call.tool != "delegate" or outcome is None or self._before(call, call_id) != "allow":
+            return False
+        return any(fire("child_tool_start") for _ in range(outcome.tool_starts))
 
     def _decided(self, p: RunPrediction, decisions: Sequence[tuple[str, DecisionKind]]) -> bool:
         """A run with decisions on a held batch: approved calls run (the before hook skipped:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .scenario import Call, Limits, RunSpec, Step
+from .scenario import Call, Child, Limits, RunSpec, Step
+from .subagent import ChildOutcome, child_kind
 from .texts import TRUNCATING
 from .tools import call_block, job_behaviour, limited_behaviour, tag_of
 from .world import Declared, RunPrediction, World
@@ -35,8 +36,16 @@ class CallRules:
         steering_mode: str = "all",
         follow_up_mode: str = "one_at_a_time",
         limits: Limits | None = None,
+        child: Child | None = None,
+        usage: bool = False,
     ) -> None:
         self.limits = limits
+        self.child = child
+        self.usage = usage  # each response reports its usage (limits or compaction)
+        # The child run of each ``delegate`` call of the batch being predicted, and the calls
+        # an anchor inside their child run aborted (`BatchRules`).
+        self.child_outcomes: dict[str, ChildOutcome] = {}
+        self.child_aborted: set[str] = set()
         self.steering_mode = steering_mode
         self.follow_up_mode = follow_up_mode
         self.should_continue = should_continue
@@ -97,6 +106,9 @@ class CallRules:
             return f"error[{tag}]" if behaviour == "raise" else f"ok[{tag}]"
         if call.tool == "write":
             return f"ok[{tag}]"
+        if call.tool == "delegate":
+            outcome = self.child_outcomes.get(call_id)
+            return "child_failed" if outcome is None else child_kind(outcome, tag)
         behaviour = job_behaviour(call)
         if behaviour == "cancel_itself":
             return "own_cancel"
@@ -113,6 +125,8 @@ class CallRules:
         out = {normal, "interrupted"}
         if call.tool == "job" and call.behaviour == "sleep":
             out.add("stopped")
+        if call.tool == "delegate":
+            out.add("child_aborted")  # the parent's abort reaches the child run
         return out
 
     def finished_kinds(self, call: Call, call_id: str, *, signalled: bool) -> set[str]:
@@ -121,6 +135,8 @@ class CallRules:
         been set while it ran) also what a tool that sees the signal gives: the sleeping job stops
         early, a tool's own `asyncio.CancelledError` counts as interrupted."""
         kinds = {self.executed(call, call_id)}
+        if signalled and call.tool == "delegate":
+            kinds.add("child_aborted")
         if signalled and call.tool == "job":
             if call.behaviour == "sleep":
                 kinds.add("stopped")

@@ -73,7 +73,19 @@ def text_problems(
             if seen_kind != kind:
                 continue  # not the result this text came with (its class is compared already)
             want = expected_text(kind, call, call_id, pred)
-            if kind == "invalid":
+            if kind in pred.fragments.get(call_id, {}):
+                must, must_not = pred.fragments[call_id][kind]
+                problems += [
+                    f"run {n}: call {call_id} ({kind}) says {text!r}, without {m!r}"
+                    for m in must
+                    if m not in text
+                ]
+                problems += [
+                    f"run {n}: call {call_id} ({kind}) says {text!r}, with {m!r}"
+                    for m in must_not
+                    if m in text
+                ]
+            elif kind == "invalid":
                 if not text.startswith(f"Invalid arguments for tool {call.tool!r}"):
                     problems.append(f"run {n}: call {call_id}: {text!r} does not name its tool")
             elif want is not None and text != want:
@@ -99,6 +111,11 @@ def compare_run(pred: RunPrediction, obs: RunObservation) -> list[str]:
         problems.append(f"turns {obs.turns}, allowed {sorted(pred.turns)}")
     if obs.requests not in pred.requests:
         problems.append(f"requests {obs.requests}, allowed {sorted(pred.requests)}")
+    if pred.tree_requests is not None and obs.tree_requests != pred.tree_requests:
+        problems.append(
+            f"RunResult.counts.requests {obs.tree_requests}, the run tree sent "
+            f"{pred.tree_requests} (its sub-agent runs' included)"
+        )
     if pred.users is not None and obs.users not in pred.users:
         problems.append(f"{obs.users} user messages added, expected {sorted(pred.users)}")
     if pred.deliveries is not None and pred.users is not None:
@@ -176,6 +193,7 @@ def compare(
         # RunResult says what the run added, its history and its usage.
         problems += [f"run {n}: {p}" for p in request_problems(got.sent, note)]
         problems += [f"run {n}: {p}" for p in got.result_problems]
+        problems += [f"run {n}: {p}" for p in got.child_problems]
     problems += obs.reopen_problems
     for n, (pred, got) in enumerate(zip(prediction.runs, obs.runs, strict=False), 1):
         if pred is None and scenario.cut is not None and n > 1 and obs.log_lines is not None:
@@ -216,6 +234,8 @@ def oracle_for(scenario: Scenario) -> Oracle:
         steering_mode=scenario.steering_mode,
         follow_up_mode=scenario.follow_up_mode,
         limits=scenario.limits,
+        child=scenario.child,
+        usage=scenario.limits is not None or scenario.compaction,
     )
 
 

@@ -46,6 +46,9 @@ _PREFIXES: tuple[tuple[str, str], ...] = (
 )
 
 
+_CHILD = re.compile(r"^Sub-agent '[^']+' ended in state '([a-z_]+)'")
+
+
 def classify(result: ToolResultMessage) -> str:
     """The kind of a tool result, read from its text as the README and docstrings word it:
     ``ok[tag]``, ``error[tag]`` (an exception), ``tool_error[tag]``, ``timeout``, ``denied``,
@@ -54,9 +57,13 @@ def classify(result: ToolResultMessage) -> str:
     ``unknown_stop`` (calls of a response with an unknown stop reason), ``window_cut`` and
     ``window_not_run`` (calls of a response cut by the context window), ``refused``,
     ``not_run``, ``ended_by_transition`` (never predicted: the terminal states' safety net),
-    ``interrupted``, ``own_cancel`` (a tool's own `asyncio.CancelledError`), ``stopped``, ``no_result``.
+    ``interrupted``, ``own_cancel`` (a tool's own `asyncio.CancelledError`), ``stopped``, ``no_result``,
+    ``child_<state>`` (a sub-agent's run that ended in that state, `Agent.as_tool`).
     The tag is the ``out-...`` text the call was given, so a result sent to the wrong call shows."""
     text = result.text.strip()
+    child = _CHILD.match(text)
+    if child is not None and result.is_error:
+        return f"child_{child.group(1)}"  # a sub-agent's run that did not end done
     low = text.lower()
     for prefix, kind in _PREFIXES:
         if low.startswith(prefix):

@@ -22,6 +22,7 @@ from ... import (
     MessageEnd,
     RunEnd,
     RunResult,
+    RunStart,
     ToolExecutionStart,
     ToolResultMessage,
     TurnStart,
@@ -29,6 +30,7 @@ from ... import (
     UsageError,
     UserMessage,
 )
+from ..._protocol import find_violations
 from .._compaction import CompactionWatch, shift_past
 from .kinds import Token, classify, tokens_of
 from .scenario import AnchorEvent, Cut, RunSpec, Scenario, scenario_ids
@@ -66,6 +68,8 @@ class RunObservation:
     compaction_problems: list[str] = field(default_factory=list)
     sent: list[tuple[list[Message], list[Message]]] = field(default_factory=list)
     result_problems: list[str] = field(default_factory=list)
+    child_problems: list[str] = field(default_factory=list)
+    tree_requests: int | None = None
 
 
 @dataclass
@@ -117,7 +121,18 @@ async def drive_scenario_run(
 
     def on_event(event: Event) -> None:
         name: AnchorEvent | None = None
-        if isinstance(event, TurnStart):
+        if isinstance(event, RunStart) and event.parent is None and tree.parent_run is None:
+            tree.parent_run = event.run_id  # the run's own (the first to start)
+        if isinstance(event, ToolExecutionStart) and event.run_id == tree.parent_run:
+            tree.parent_calls.add(event.call.id)
+        if event.parent is None and tree.parent_run not in (None, event.run_id):
+            tree.orphan(event)  # another run's event (a sub-agent's) without ``parent``
+            return
+        if event.parent is not None:
+            tree.see(event, journal)
+            if isinstance(event, ToolExecutionStart) and event.parent.run_id == tree.parent_run:
+                name = "child_tool_start"  # counted across the run's child runs
+        elif isinstance(event, TurnStart):
             name = "turn_start"
         elif isinstance(event, MessageEnd) and isinstance(event.message, AssistantMessage):
             if event.message.stop_reason not in ("aborted", "error"):
@@ -139,6 +154,7 @@ async def drive_scenario_run(
             else:
                 task.cancel()
 
+    tree = RunTree()
     hooks.agent = agent
     hooks.finished = []
     if isinstance(model, ScenarioModel):
@@ -175,7 +191,8 @@ async def drive_scenario_run(
         unwatch()
         unsubscribe()
         JOURNAL.reset(token)
-    obs.ran = journal
+    obs.ran = [c for c in journal if c not in tree.child_calls]  # the parent's own calls
+    obs.child_problems = tree.problems()
     obs.compaction_cuts, obs.compaction_problems = watch.cuts, watch.problems
     if agent.after_tool_call == hooks.after:
         obs.finished = [c for c in hooks.finished if c in journal]
@@ -185,6 +202,7 @@ async def drive_scenario_run(
     if result is not None:
         obs.state = result.state.value
         obs.turns = result.turns
+        obs.tree_requests = result.counts.requests
         obs.new_messages = list(result.new_messages)
         obs.result_problems = result_problems(agent, result, before, watch)
     else:
@@ -196,10 +214,99 @@ async def drive_scenario_run(
             kind = classify(message)
             obs.results.append((message.tool_call_id, kind))
             obs.texts.setdefault(message.tool_call_id, (kind, message.text))
+            obs.child_problems += tree.result_problems(message.tool_call_id, kind)
         elif isinstance(message, UserMessage):
             obs.users += 1
             obs.user_texts.append(message.text)
     return obs
+
+
+class RunTree:
+    """What the sub-agent runs of a parent run show through the parent's subscribers (their
+    events carry ``parent``, `ParentRef`), checked as each arrives: each names the parent's
+    run and one call for the whole child run, in order (``seq`` rising), starts and ends, and
+    its history answers every call (the protocol at the child's level)."""
+
+    def __init__(self) -> None:
+        self.parent_run: str | None = None
+        self.child_calls: set[str] = set()  # the child runs' own tool-call ids
+        self.call_of: dict[str, str] = {}  # child run id -> the parent's call id
+        self.states: dict[str, list[str]] = {}  # the parent's call id -> its child runs' ends
+        self.last_seq: dict[str, int] = {}
+        self.open: set[str] = set()
+        self.parent_calls: set[str] = set()  # the calls whose tool started in the parent's run
+        self._problems: list[str] = []
+
+    def see(self, event: Event, journal: list[str]) -> None:
+        """Check one forwarded event (a direct child's; a grandchild's is passed on as is)."""
+        ref = event.parent
+        assert ref is not None
+        if ref.run_id != self.parent_run:
+            if ref.run_id not in self.call_of:  # not a grandchild's either
+                self._problems.append(
+                    f"a sub-agent event ({type(event).__name__}) names parent run "
+                    f"{ref.run_id!r}, not {self.parent_run!r}"
+                )
+            return
+        run = event.run_id
+        if isinstance(event, RunStart):
+            self.call_of[run] = ref.call_id
+            self.open.add(run)
+            if ref.call_id not in self.parent_calls:
+                self._problems.append(
+                    f"sub-agent run {run} names call {ref.call_id!r}, not a call the parent's "
+                    f"run started ({sorted(self.parent_calls)})"
+                )
+            journal.append(ref.call_id)  # the call's tool (the child run) started
+        elif run not in self.call_of:
+            self._problems.append(f"a sub-agent event ({type(event).__name__}) before its start")
+            self.call_of[run] = ref.call_id
+        if self.call_of[run] != ref.call_id:
+            self._problems.append(
+                f"sub-agent run {run}: an event names call {ref.call_id!r}, its start "
+                f"{self.call_of[run]!r}"
+            )
+        last = self.last_seq.get(run, 0)
+        if event.seq <= last:
+            self._problems.append(f"sub-agent run {run}: seq {event.seq} after {last}")
+        self.last_seq[run] = event.seq
+        if isinstance(event, ToolExecutionStart):
+            self.child_calls.add(event.call.id)
+        if isinstance(event, RunEnd):
+            self.open.discard(run)
+            self.states.setdefault(ref.call_id, []).append(event.result.state.value)
+            self._problems += [
+                f"sub-agent run of call {ref.call_id}: {p}"
+                for p in find_violations(list(event.result.messages))
+            ]
+
+    def orphan(self, event: Event) -> None:
+        """An event of another run than the parent's that does not say it is a sub-agent's."""
+        if event.run_id not in self.call_of:
+            self.call_of[event.run_id] = "?"
+            self._problems.append(
+                f"events of run {event.run_id} (a sub-agent's) reach the parent's subscribers "
+                f"without parent (the first: {type(event).__name__})"
+            )
+
+    def result_problems(self, call_id: str, kind: str) -> list[str]:
+        """A parent call's result against its child run's end: ``ok`` for ``done``,
+        ``child_<state>`` for ``<state>``."""
+        if not (kind.startswith("child_") or (kind.startswith("ok[") and kind != "ok[*]")):
+            return []  # a hook's result, an interruption: not the child's own
+        states = self.states.get(call_id)
+        if not states:
+            if kind.startswith("child_"):
+                return [f"call {call_id}: result {kind!r} without a sub-agent run"]
+            return []
+        want = "ok" if states[-1] == "done" else f"child_{states[-1]}"
+        if not kind.startswith(want):
+            return [f"call {call_id}: result {kind!r}, its sub-agent run ended {states[-1]!r}"]
+        return []
+
+    def problems(self) -> list[str]:
+        """Everything seen so far, with the child runs that never ended."""
+        return self._problems + [f"sub-agent run {run} never ended" for run in sorted(self.open)]
 
 
 def result_problems(
@@ -349,4 +456,6 @@ def cut_log(path: Path, cut: Cut) -> list[dict[str, Any]]:
         nxt = lines[keep]
         data += nxt[: max(1, len(nxt) // 2)]
     path.write_bytes(data)
-    return [json.loads(line) for line in kept[1:]]
+    parsed = [json.loads(line) for line in kept[1:]]
+    # A sub-agent's records (``child`` lines) are its run's, not the parent's history.
+    return [line for line in parsed if line.get("type") != "child"]

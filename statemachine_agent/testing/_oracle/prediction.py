@@ -128,6 +128,13 @@ def scenario_classes(scenario: Scenario, run: RunSpec, pred: RunPrediction) -> s
             out.add("reopen_awaiting_approval")
     if scenario.compaction:
         out.add("compaction")
+    if scenario.child is not None and "subagent" in pred.labels:
+        # A crash at both levels: the log cut (at times inside the child's records) and
+        # resumed, or reopened whole after a run with a sub-agent call.
+        if scenario.cut is not None:
+            out.add("subagent_resume")
+        if scenario.reopen:
+            out.add("subagent_reopen")
     kinds = [step.kind for step in run.steps]
     if (
         "pause_turn" in kinds[:-2]

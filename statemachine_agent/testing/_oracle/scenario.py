@@ -8,9 +8,10 @@ from typing import Literal
 
 # -- the scenario ------------------------------------------------------------------------------
 
-ToolName = Literal["job", "limited", "write", "nope"]
+ToolName = Literal["job", "limited", "write", "nope", "delegate"]
 """``job`` (does what ``behaviour`` says), ``limited`` (``timeout_seconds=0.002``), ``write`` (a
-write queue: calls on one ``key`` run in declaration order), ``nope`` (no such tool)."""
+write queue: calls on one ``key`` run in declaration order), ``nope`` (no such tool),
+``delegate`` (a sub-agent, `Agent.as_tool`, playing `Scenario.child`)."""
 BehaviourName = Literal[
     "return",
     "raise",
@@ -46,7 +47,9 @@ StepKind = Literal[
     "invalid_request",  # a final provider error
     "reused_id",  # a response reusing an earlier tool-call id (the run fails)
 ]
-AnchorEvent = Literal["turn_start", "response", "tool_start"]
+AnchorEvent = Literal["turn_start", "response", "tool_start", "child_tool_start"]
+"""The parent run's own events, or (``child_tool_start``) a tool start inside a ``delegate``
+call's child run, counted across the run's child runs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +153,22 @@ class Cut:
 
 
 @dataclass(frozen=True, slots=True)
+class Child:
+    """The sub-agent every ``delegate`` call runs (a fresh history per call).
+
+    Attributes:
+        steps: its model's steps, the same for every call: ``tool_use`` with ``job`` calls
+            (ids ``k<parent call>_<n>``), ``end_turn`` (its final text is the parent call's
+            ``out-<id>``, so the call's result is ``ok[out-<id>]``), ``invalid_request`` (a
+            final provider error: the child ends ``failed``).
+        max_turns: the child's own turn cap.
+    """
+
+    steps: tuple[Step, ...]
+    max_turns: int = 50
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
     """Everything one example does.
 
@@ -173,6 +192,7 @@ class Scenario:
         compaction: automatic compaction with a tiny threshold (`kit_compaction`): the runs
             compact mid-run; `RunResult` ``new_messages``, ``messages`` and ``usage`` are checked
             (each response then reports its usage).
+        child: the sub-agent the ``delegate`` tool runs (None: no such tool).
     """
 
     runs: tuple[RunSpec, ...]
@@ -190,6 +210,7 @@ class Scenario:
     grace: Literal["short", "realistic"] = "short"
     reopen: bool = False
     compaction: bool = False
+    child: Child | None = None
 
 
 def run_ids(spec: RunSpec, prefix: str) -> list[list[str]]:

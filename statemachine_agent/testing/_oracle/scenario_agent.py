@@ -29,6 +29,7 @@ from ... import (
 )
 from ...models import ModelRequest, ResponseStart, ScriptedModel, StreamEvent, TextDelta
 from .scenario import Call, RunSpec, Scenario, Step, scenario_ids
+from .subagent import delegate_tool
 from .texts import (
     DENY_REASON,
     EDITED,
@@ -266,7 +267,9 @@ def agent_options(scenario: Scenario, hooks: ScenarioHooks) -> dict[str, Any]:
             max_output_tokens=limits.max_output_tokens,
             max_total_tokens=limits.max_total_tokens,
         ),
-        "tools": ORACLE_TOOLS,
+        "tools": ORACLE_TOOLS
+        if scenario.child is None
+        else (*ORACLE_TOOLS, delegate_tool(scenario.child, usage=reports_usage(scenario))),
         "tool_execution": scenario.mode,
         "max_turns": scenario.max_turns,
         "max_continuations": scenario.max_continuations,
@@ -295,8 +298,14 @@ def scenario_compaction() -> Compaction:
     return Compaction(threshold=40, keep_recent_turns=2, summarize=summarize)
 
 
+def reports_usage(scenario: Scenario) -> bool:
+    """Whether each response reports its usage (``INPUT_TOKENS``, ``OUTPUT_TOKENS``): with
+    usage limits or compaction."""
+    return scenario.limits is not None or scenario.compaction
+
+
 def rendered_steps(scenario: Scenario) -> list[list[Any]]:
     """Each run's `ScriptedModel` steps."""
     ids = scenario_ids(scenario)
-    usage = scenario.limits is not None or scenario.compaction
+    usage = reports_usage(scenario)
     return [run_steps(run, ids[r], usage=usage) for r, run in enumerate(scenario.runs)]

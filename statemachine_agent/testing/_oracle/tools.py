@@ -138,6 +138,8 @@ def call_block(call: Call, call_id: str) -> dict[str, Any]:
         arguments = {"key": call.key, "text": tag}
     elif call.tool == "limited":
         arguments = {"behaviour": limited_behaviour(call), "text": tag}
+    elif call.tool == "delegate":
+        arguments = {"prompt": tag}  # the sub-agent's prompt (and its final answer)
     else:
         arguments = {"behaviour": job_behaviour(call), "text": tag}
     return {"type": "tool_use", "id": call_id, "name": call.tool, "input": arguments}

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from .batch import BatchRules
 from .scenario import AnchorEvent, RunSpec, Step
+from .subagent import ABORTED_CHILD, child_fragments, predict_child
 from .texts import (
     CONTEXT_WINDOW,
     INPUT_TOKENS,
@@ -44,6 +45,7 @@ class Turns:
     request_slack: int = 0
     aborted: bool = False
     step_i: int = 0
+    tree_unknown: bool = False
 
 
 class RunRules(BatchRules):
@@ -93,6 +95,8 @@ class RunRules(BatchRules):
             p.labels.add("hit_max_turns")
         if state == "max_turns":
             p.labels.add("state_max_turns")
+        if "subagent" in p.labels and spec.prompt and spec.abort is None and not t.tree_unknown:
+            p.tree_requests = w.requests  # the child runs' requests count in the parent's
         return p
 
     def _fire(self, t: Turns, event: AnchorEvent) -> bool:
@@ -380,6 +384,7 @@ class RunRules(BatchRules):
         w, p = self.world, t.p
         if not t.aborted:
             w.tool_calls += len(call_ids)  # every call of a batch that runs counts
+        counts = self._plan_children(t, step, call_ids)
         terminate, t.aborted = self._run_tools(
             p,
             step,
@@ -388,6 +393,11 @@ class RunRules(BatchRules):
             lambda event: self._maybe(t, event),
             aborted_before=t.aborted,
         )
+        if set(self.child_outcomes) - p.ran_must:
+            t.tree_unknown = True  # a planned child run may not have run
+        if counts is not None and not t.aborted:
+            # What the child runs used is added to the parent's counts as each call ends.
+            w.requests, w.tool_calls, w.input_tokens, w.output_tokens = counts
         if w.pending is not None:
             # tools_finished [deferred] -> awaiting_approval: deferred calls wait for a person,
             # the batch's results wait with them.
@@ -396,6 +406,46 @@ class RunRules(BatchRules):
         if t.aborted:
             return "aborted"  # abort [abort] -> aborted: an abort inside the batch
         return self._tools_finished(t, step, call_ids, terminate=terminate)
+
+    def _plan_children(
+        self, t: Turns, step: Step, call_ids: list[str]
+    ) -> tuple[int, int, int, int] | None:
+        """Predict the child run of each ``delegate`` call of a batch that would run it, one
+        after the other (a sub-agent's calls are serialized), each counting from the counts
+        the one before left; the counts after the last, None without such a call."""
+        self.child_outcomes, self.child_aborted = {}, set()
+        if self.child is None:
+            return None
+        w, p = self.world, t.p
+        counts = (w.requests, w.tool_calls, w.input_tokens, w.output_tokens)
+        signalled = t.spec.abort is not None and t.spec.abort.how == "abort"
+        n = len(step.calls)
+        ran = False
+        for i, (call, call_id) in enumerate(zip(step.calls, call_ids, strict=True)):
+            truncated = step.kind in TRUNCATING and i == n - 1
+            if call.tool != "delegate" or self.static(call, call_id, truncated) is not None:
+                continue
+            if self._before(call, call_id) != "allow":
+                continue
+            outcome = predict_child(self.child, self.limits, counts, usage=self.usage)
+            self.child_outcomes[call_id] = outcome
+            counts = (
+                outcome.requests,
+                outcome.tool_calls,
+                outcome.input_tokens,
+                outcome.output_tokens,
+            )
+            ran = True
+            p.labels.add("subagent")
+            p.labels.add(f"subagent_{outcome.state}")
+            if outcome.hit is not None:
+                p.labels.add("subagent_limit")  # a limit reached inside the child stops it
+            p.fragments[call_id] = {
+                f"child_{outcome.state}": child_fragments(outcome),
+                "child_aborted": ([ABORTED_CHILD], []),  # the parent's abort, its reason
+            }
+            p.finished[call_id] = self.finished_kinds(call, call_id, signalled=signalled)
+        return counts if ran else None
 
     def _tools_finished(
         self, t: Turns, step: Step, call_ids: list[str], *, terminate: bool

@@ -40,6 +40,10 @@ class RunPrediction:
         deliveries: the queued input the run delivers, in order (``steer``, ``follow_up``),
             None when not predicted.
         approved: per call a decision of this run approved, how (approve or edit).
+        fragments: per ``delegate`` call, by the kind of its error result, what it must say
+            (the child's state and why) and must not say.
+        tree_requests: the requests of the whole run tree (the parent's and its child runs',
+            ``RunResult.counts.requests``), None when not predicted.
     """
 
     started: bool = True
@@ -62,6 +66,8 @@ class RunPrediction:
     texts: dict[str, str] = field(default_factory=dict)
     deliveries: list[str] | None = None
     approved: dict[str, DecisionKind] = field(default_factory=dict)
+    fragments: dict[str, dict[str, tuple[list[str], list[str]]]] = field(default_factory=dict)
+    tree_requests: int | None = None
 
 
 @dataclass
