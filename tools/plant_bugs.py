@@ -283,10 +283,22 @@ def example_size(text: str) -> str:
     return f"{runs}/{responses}/{calls}{history}"
 
 
-# ``--full``: every test the README's command runs (pytest collects a file once however many of
-# these paths hold it), the property suite and the behaviour folders first so that ``-x`` stops
-# within minutes rather than after the slow CLI and durable folders.
-FULL_ORDER = ("tests/property", "tests/loop", "tests/session", "tests/subagents", "tests")
+# ``--full``: every test the README's command runs, the property suite and the behaviour folders
+# first so that ``-x`` stops within minutes rather than after the slow CLI and durable folders.
+# The paths must not overlap: pytest collects overlapping arguments in the folder's own order.
+FIRST = ("property", "loop", "session", "subagents")
+
+
+def full_order(repo: Path) -> list[str]:
+    """The top-level entries of ``repo``'s tests/ that hold tests, ``FIRST`` first."""
+    tests = repo / "tests"
+    rest = sorted(
+        p.name
+        for p in tests.iterdir()
+        if (p.is_dir() and p.name not in FIRST and p.name != "__pycache__")
+        or (p.suffix == ".py" and p.name.startswith("test_"))
+    )
+    return [f"tests/{name}" for name in (*FIRST, *rest)]
 
 
 def run_property_suite(
@@ -305,7 +317,7 @@ def run_property_suite(
     env = {**os.environ, "PYTHONPATH": str(repo), "PYTHONDONTWRITEBYTECODE": "1"}
     if full:
         command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-rf"]
-        command += ["--durations=0", "--durations-min=0.5", *FULL_ORDER]
+        command += ["--durations=0", "--durations-min=0.5", *full_order(repo)]
     else:
         env["HYPOTHESIS_PROFILE"] = profile
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf"]
