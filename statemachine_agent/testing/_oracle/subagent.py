@@ -94,8 +94,9 @@ class ChildOutcome:
             (the parent's at the call's start plus the child's).
         tool_starts: how many of its calls' tools start.
         hit: the usage limit that stopped it, None for none.
-        parent_hit: the parent's limit its counts reach at the parent's next request check
-            (named in the call's result), None for none.
+        parent_hit: the parent's limit named in the call's result: the one that stopped the
+            child (any kind), else the one its counts reach at the parent's next request
+            check; None for none.
     """
 
     state: str
@@ -142,7 +143,10 @@ def predict_child(
         if turns >= child.max_turns:
             state = "max_turns"
             break
-    parent_hit = request_hit(limits, requests, inp, out)
+    # The limits here are the parent's (the child's own are none): a limit that stopped the child
+    # is the parent's, named in the call's result whatever its kind; otherwise the one its
+    # counts reach at the parent's next request check.
+    parent_hit = hit if hit is not None else request_hit(limits, requests, inp, out)
     return ChildOutcome(state, turns, requests, tool_calls, inp, out, starts, hit, parent_hit)
 
 
