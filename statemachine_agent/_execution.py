@@ -87,6 +87,9 @@ class _Slot:
 class BatchRun:
     """One tool batch. ``results()`` is complete after `run` returns or raises.
 
+    Attributes:
+        tools: the registered tools by name (as given).
+
     Two per-call hooks may be overridden (a durable run makes each tool execution a step):
     `run_call` processes one call from start to end (its events, checks, hooks and execution),
     and `execute` runs the tool function proper; an override awaits ``super()``'s.
@@ -124,7 +127,7 @@ class BatchRun:
     ) -> None:
         self.owner = run
         self._slots = [_Slot(call, index=index) for index, call in enumerate(calls)]
-        self._tools = tools
+        self.tools = tools
         self._mode = mode
         self._signal = signal
         self._grace = abort_grace_seconds
@@ -233,7 +236,7 @@ class BatchRun:
         """Sequential mode, a batch of one, or a call of a ``sequential=True`` tool in it."""
         if self._mode == "sequential" or len(self._slots) == 1:
             return True
-        tools = self._tools
+        tools = self.tools
         return any(
             (t := tools.get(slot.call.name)) is not None and t.sequential for slot in self._slots
         )
@@ -244,7 +247,7 @@ class BatchRun:
         grace period, then stops waiting for the thread). Anything that runs on the loop (an
         async tool, a hook) gets a task of its own, watched as a parallel batch's calls are, so
         a call that ignores its cancellation cannot keep the run open (`_watch`)."""
-        tool = self._tools.get(slot.call.name)
+        tool = self.tools.get(slot.call.name)
         if (
             tool is not None
             and not tool.is_async
@@ -359,11 +362,11 @@ class BatchRun:
         if slot.announced:
             self._emit(ToolExecutionStart(call))
         try:
-            checked = check_call(call, self._tools)
+            checked = check_call(call, self.tools)
             if isinstance(checked, str):
                 self._finish(slot, text_result(call, checked, is_error=True))
                 return
-            tool = self._tools[call.name]
+            tool = self.tools[call.name]
             result = await self._invoke(slot, tool, checked)
             self._finish(slot, result)
         except asyncio.CancelledError:

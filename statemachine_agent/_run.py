@@ -2,9 +2,9 @@
 
 The driver is generic: fire a trigger, let the transition's action run, then the entered state's
 effect, which returns the next trigger; a terminal state's effect settles the run and ends it. What
-each state and transition does is named in the definition (`_machine`), never
-decided here. A bug escaping an effect, or a cancelled task, still ends the run in a terminal state
-(``failed`` / ``aborted``) with every call answered before the exception propagates.
+each state and transition does is named in the definition (`_machine`), never decided here. A bug
+escaping an effect, or a cancelled task, still ends the run in a terminal state (``failed`` /
+``aborted``) with every call answered before the exception propagates.
 """
 
 from __future__ import annotations
@@ -138,10 +138,8 @@ class Run:
         self.terminate_reason: str | None = None
         self.first_trigger: str = Trigger.START  # ``decided`` when the run decides pending calls
         self.final_text: str | None = None
-        # ``(tokens before, tokens after)`` of the run's last compaction, for error texts.
-        self.compaction_sizes: tuple[int, int] | None = None
-        # The provider's "prompt is too long" message that led to the pending compaction.
-        self.overflow: str | None = None
+        self.compaction_sizes: tuple[int, int] | None = None  # the last one's (before, after)
+        self.overflow: str | None = None  # the "prompt is too long" message led to compacting
         context_hook = settings.transform_context
         self._context_takes_signal = context_hook is not None and takes_signal(context_hook)
 
@@ -494,7 +492,7 @@ class Run:
         if failed is not None:
             return failed
         try:
-            request = await self._build_request()
+            request = await self.build_request()
         except InvalidHistoryError as exc:
             return self.fail(
                 "The request was not sent: the transform_context hook returned a history the "
@@ -562,7 +560,9 @@ class Run:
             run=self,
         )
 
-    async def _build_request(self) -> ModelRequest:
+    async def build_request(self) -> ModelRequest:
+        """The next request (a hook a run class may extend, as the durable run does). Raises
+        `InvalidHistoryError` for a history ``transform_context`` made invalid."""
         config = self.settings
         if config.transform_context is not None:
             if self._context_takes_signal:

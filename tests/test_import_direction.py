@@ -152,6 +152,68 @@ def test_no_agent_private_reads_outside_the_agent() -> None:
     assert problems == []
 
 
+# Private attributes read outside the package (or core module) that defines them, allowed:
+PRIVATE_READS = {
+    # DBOS 3.4 has no public call that re-queues a dead worker's runs (what DBOS Conductor calls).
+    "durable._worker": {"_recover_pending_workflows"},
+}
+# One class split over two modules for size: they share their private names.
+SAME_OWNER = {"_agent_base": "_agent"}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _defined_privates(tree: ast.AST) -> set[str]:
+    """The private names ``tree`` defines: functions, classes, assigned attributes and names,
+    annotated fields, parameters, slot names, imported names."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.add(node.value)  # __slots__ = ("_x", ...)
+        elif isinstance(node, ast.ImportFrom):
+            names.update(alias.asname or alias.name for alias in node.names)
+    return {name for name in names if _private(name)}
+
+
+def test_no_private_attribute_is_read_outside_the_package_that_defines_it() -> None:
+    """No ``x._private`` read across modules: an attribute read (``obj._x``, ``self._x`` of a
+    base class, ``super()._x``) names a private attribute only where the module's own package
+    (a core module: the module itself) defines it. A subclass elsewhere overrides public hooks
+    (`Run.build_request`, `BatchRun.run_call`), never private ones."""
+    trees = {
+        module: ast.parse(path.read_text(encoding="utf-8")) for module, path in _modules().items()
+    }
+    owner = {module: SAME_OWNER.get(_top(module), _top(module)) for module in trees}
+    defined: dict[str, set[str]] = {}
+    for module, tree in trees.items():
+        defined.setdefault(owner[module], set()).update(_defined_privates(tree))
+    problems = []
+    for module, tree in trees.items():
+        allowed = defined[owner[module]] | PRIVATE_READS.get(module, set())
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or not _private(node.attr):
+                continue
+            value = node.value
+            from_super = (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Name)
+                and value.func.id == "super"
+            )
+            if from_super or node.attr not in allowed:
+                problems.append(f"{module}:{node.lineno}: {ast.unparse(node)}")
+    assert problems == []
+
+
 MAX_MODULE_LINES = 600
 
 

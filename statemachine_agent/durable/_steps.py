@@ -120,7 +120,7 @@ class DurableBatch(BatchRun):
         if workflow_id is None:
             return False  # outside a workflow: no durable messages
         self._workflow_id = workflow_id
-        tools = self._tools
+        tools = self.tools
         return any(
             (tool := tools.get(call.name)) is not None and tool.durable_steps for call in self.calls
         )
@@ -242,10 +242,10 @@ class DurableRun(Run):
             positioned.seek(int(data[_POSITION_KEY]))
         return decode_outcome(data)
 
-    async def _build_request(self) -> ModelRequest:
+    async def build_request(self) -> ModelRequest:
         # Before each model request, a durable check for an abort sent from any process: the
         # message is received (and recorded) here, so a replay sees it at the same place.
-        request = await super()._build_request()
+        request = await super().build_request()
         # (A sub-agent's run leaves the message to its parent, whose abort reaches it.)
         if not self.signal.aborted and not self.settings.step_prefix:
             reason = await DBOS.recv_async(ABORT_TOPIC, timeout_seconds=0)
