@@ -74,6 +74,17 @@ def test_every_python_block_of_a_page_runs_in_order_and_prints_what_it_states(
 # -- the convention itself ---------------------------------------------------------------------
 
 
+def test_every_code_fence_of_a_page_is_closed() -> None:
+    """A page's code fences come in pairs: an unclosed last block (docs/concepts/states.md had
+    one) renders as a block swallowing the rest of the page and is not run as an example."""
+    unclosed = [
+        str(page.relative_to(ROOT))
+        for page in pages()
+        if sum(line.startswith("```") for line in page.read_text().splitlines()) % 2
+    ]
+    assert unclosed == []
+
+
 def test_a_block_whose_output_differs_from_its_stated_comment_is_reported() -> None:
     code = "print(1 + 1)  # -> 3\n"
     stated = stated_output(code)
