@@ -47,10 +47,10 @@ this load for the suite of 40 tests). Columns as below::
 
 Caught before: 11 (1-4, 6, 8-13). Caught after only: 5, 7, 15, 16 by the generated scenarios
 (the readdressed-result, request-projection and reopen classes), 14 by the named compaction
-test of ``tests/property/test_oracle_fresh_kinds.py`` (the generated ``compaction`` class checks
+test of ``tests/property/test_oracle_addressing_and_resume.py`` (the generated ``compaction`` class checks
 the same rule but did not reach 14's case within the ci budget before -x stopped at the named
 test; its first compacting run's cut must fall before a later run's prompt). By hand, each of
-5, 7, 14, 15, 16 fails its named test in ``tests/property/test_oracle_fresh_kinds.py``.
+5, 7, 14, 15, 16 fails its named test in ``tests/property/test_oracle_addressing_and_resume.py``.
 
 (b) the whole suite (``--full``): not run (the session's time went to (a)).
 

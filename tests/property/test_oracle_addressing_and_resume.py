@@ -1,6 +1,7 @@
-"""Issue 40, the fresh list's survivors by kind: the oracle's scenario classes that catch them,
-each pinned on one scenario with the values the rules give (tools/fresh_bugs.py, bugs 5, 7,
-14, 15 and 16)."""
+"""Results addressed by call id, requests after a paused response, new messages after a mid-run
+compaction, a reopened log's waiting batch: the oracle's scenario classes for them, each pinned
+on one scenario with the values the rules give. (They came from a list of bugs the suite missed:
+tools/fresh_bugs.py, bugs 5, 7, 14, 15 and 16.)"""
 
 from __future__ import annotations
 
