@@ -8,8 +8,9 @@ import os
 import time
 from pathlib import Path
 
-from statemachine_agent import Agent, ToolResultMessage, tool
+from statemachine_agent import Agent, RunResult, State, ToolResultMessage, tool
 from statemachine_agent.models import FunctionModel
+from statemachine_agent.testing import assert_valid_history
 
 PARENT_ANSWER = "The research is in."
 CHILD_ANSWER = "Otters hold hands."
@@ -70,3 +71,25 @@ def parent_agent() -> Agent:
     child = Agent(FunctionModel(child_model), tools=[tool(note), tool(wait_here)])
     research = child.as_tool("research", "Research a topic.")
     return Agent(FunctionModel(parent_model), tools=[research])
+
+
+def check_recovered_tree(
+    result: RunResult, side_lines: list[str], before: list[str], after: list[str]
+) -> None:
+    """What a run killed inside the sub-agent's ``wait_here`` call (the parent's call ``p1``, the
+    child's ``c2``) and recovered must show: the parent done with the child's answer; nothing
+    completed ran again (1 parent request before the kill and 1 after; the sub-agent's 2 before
+    and 1 after; ``note`` once; ``wait_here``, in flight and not idempotent, once); the steps
+    recorded before the kill kept, then the child's call, its last request and the parent's;
+    the in-flight call answered "no result", the history valid at both levels."""
+    assert (result.state, result.error, result.text) == (State.DONE, None, PARENT_ANSWER)
+    research = next(m for m in result.messages if isinstance(m, ToolResultMessage))
+    assert (research.tool_call_id, research.text, research.is_error) == ("p1", CHILD_ANSWER, False)
+    assert side_lines.count("parent_model") == 2
+    assert side_lines.count("child_model") == 3
+    assert side_lines.count("note") == 1
+    assert side_lines.count("wait") == 1
+    assert after[: len(before)] == before
+    assert after[len(before) :] == ["p1/tool:c2", "p1/model_request", "model_request"]
+    assert "c2 answered: error" in side_lines
+    assert_valid_history(result.messages)

@@ -18,7 +18,7 @@ pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
 from durable_agents import FAST_RESULT, FINAL_ANSWER, SLOW_RESULT
 from worker_process import cli as _cli
-from worker_process import start_worker
+from worker_process import recorded_steps, start_worker
 
 from statemachine_agent import State, ToolResultMessage
 from statemachine_agent._protocol import NO_RESULT, assert_valid_history
@@ -36,22 +36,6 @@ def _env(side: Path, *, idempotent: bool, slow_seconds: float) -> dict[str, str]
     env["SMA_SLOW_IDEMPOTENT"] = "1" if idempotent else "0"
     env["SMA_SLOW_SECONDS"] = str(slow_seconds)
     return env
-
-
-def _recorded_steps(db_file: Path, run_id: str) -> set[str]:
-    """Names of the run's steps whose output DBOS has recorded (read straight from the file)."""
-    import sqlite3
-
-    if not db_file.exists():
-        return set()
-    try:
-        with sqlite3.connect(f"file:{db_file}?mode=ro", uri=True, timeout=5) as con:
-            rows = con.execute(
-                "SELECT function_name FROM operation_outputs WHERE workflow_uuid = ?", (run_id,)
-            ).fetchall()
-    except sqlite3.OperationalError:  # not created yet
-        return set()
-    return {row[0] for row in rows}
 
 
 def _lines(side: Path) -> list[str]:
@@ -77,12 +61,12 @@ def test_sqlite_worker_killed_mid_batch(tmp_path: Path, idempotent: bool) -> Non
         deadline = time.monotonic() + SAFETY_SECONDS
         while not (
             sorted(_lines(side)) == ["fast", "slow"]
-            and "tool:call_fast" in _recorded_steps(db_file, run_id)
+            and "tool:call_fast" in recorded_steps(db_file, run_id)
         ):
             assert child.poll() is None, child.communicate()
             assert time.monotonic() < deadline, "the child never reached the kill point"
             time.sleep(0.01)
-        assert "tool:call_slow" not in _recorded_steps(db_file, run_id)
+        assert "tool:call_slow" not in recorded_steps(db_file, run_id)
         child.send_signal(signal.SIGKILL)
     finally:
         child.kill()

@@ -16,11 +16,10 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
-from durable_subagents import CHILD_ANSWER, PARENT_ANSWER
+from durable_subagents import check_recovered_tree
+from worker_process import own_steps
 
-from statemachine_agent import State, ToolResultMessage
 from statemachine_agent.durable import decode_result
-from statemachine_agent.testing import assert_valid_history
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "durable_subagent_child.py"
@@ -33,24 +32,6 @@ def _env(side: Path, slow_seconds: float) -> dict[str, str]:
     env["SMA_SIDE_FILE"] = str(side)
     env["SMA_SLOW_SECONDS"] = str(slow_seconds)
     return env
-
-
-def _steps(db_file: Path, run_id: str) -> list[str]:
-    """The run's recorded step names, in the workflow's order (read straight from the file)."""
-    import sqlite3
-
-    if not db_file.exists():
-        return []
-    try:
-        with sqlite3.connect(f"file:{db_file}?mode=ro", uri=True, timeout=5) as con:
-            rows = con.execute(
-                "SELECT function_name FROM operation_outputs WHERE workflow_uuid = ? "
-                "ORDER BY function_id",
-                (run_id,),
-            ).fetchall()
-    except sqlite3.OperationalError:  # not created yet
-        return []
-    return [row[0] for row in rows if not row[0].startswith("DBOS.")]  # not DBOS's own
 
 
 def _lines(side: Path) -> list[str]:
@@ -78,7 +59,7 @@ def test_sub_agent_steps_belong_to_the_parent_workflow_and_survive_a_worker_kill
             assert worker.poll() is None, worker.communicate()
             assert time.monotonic() < deadline, "the worker never reached the kill point"
             time.sleep(0.01)
-        before = _steps(db_file, run_id)
+        before = own_steps(db_file, run_id)
         worker.send_signal(signal.SIGKILL)
     finally:
         worker.kill()
@@ -102,20 +83,4 @@ def test_sub_agent_steps_belong_to_the_parent_workflow_and_survive_a_worker_kill
     )
     assert relaunch.returncode == 0, relaunch.stderr
     result = decode_result(json.loads(relaunch.stdout.strip().splitlines()[-1]))
-    assert result.state == State.DONE
-    assert result.text == PARENT_ANSWER
-    research = next(m for m in result.messages if isinstance(m, ToolResultMessage))
-    assert research.text == CHILD_ANSWER and not research.is_error
-    lines = _lines(side)
-    # Nothing completed ran again: 1 parent request before the kill and 1 after; the
-    # sub-agent's 2 before and 1 after; note once; wait_here (in flight, not idempotent) once.
-    assert lines.count("parent_model") == 2
-    assert lines.count("child_model") == 3
-    assert lines.count("note") == 1
-    assert lines.count("wait") == 1
-    after = _steps(db_file, run_id)
-    assert after[: len(before)] == before
-    assert after[len(before) :] == ["p1/tool:c2", "p1/model_request", "model_request"]
-    # The sub-agent's in-flight call (not idempotent) was answered "no result", not re-run.
-    assert "c2 answered: error" in lines
-    assert_valid_history(result.messages)
+    check_recovered_tree(result, _lines(side), before, own_steps(db_file, run_id))

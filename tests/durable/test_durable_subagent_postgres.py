@@ -16,13 +16,11 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
-from dbos import DBOSClient
-from durable_subagents import CHILD_ANSWER, PARENT_ANSWER
+from durable_subagents import check_recovered_tree
 from throwaway_pg import ThrowawayPostgres
+from worker_process import own_steps
 
-from statemachine_agent import State, ToolResultMessage
-from statemachine_agent.durable import APP_NAME, Client
-from statemachine_agent.testing import assert_valid_history
+from statemachine_agent.durable import Client
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "durable_subagent_worker.py"
@@ -71,17 +69,6 @@ def _env(side: Path, fifo: Path | None, slow_seconds: float) -> dict[str, str]:
     return env
 
 
-def _steps(db: str, run_id: str) -> list[str]:
-    """The run's recorded step names in the workflow's order (DBOS's own operations left out)."""
-    client = DBOSClient(system_database_url=db, application_name=APP_NAME)
-    try:
-        steps = client.list_workflow_steps(run_id, load_output=False)
-    finally:
-        client.destroy()
-    names = [s["function_name"] for s in sorted(steps, key=lambda s: s["function_id"])]
-    return [name for name in names if not name.startswith("DBOS.")]
-
-
 def _lines(side: Path) -> list[str]:
     return side.read_text(encoding="utf-8").splitlines() if side.exists() else []
 
@@ -102,7 +89,7 @@ def test_a_worker_killed_inside_a_sub_agent_on_postgres_is_taken_over_by_another
         # Inside the sub-agent, its wait_here call running: the tool says so through the pipe.
         with fifo.open(encoding="utf-8") as ready:
             assert ready.readline() == "wait\n"
-        before = _steps(db, RUN_ID)
+        before = own_steps(db, RUN_ID)
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=SAFETY_SECONDS)
         assert first.returncode == -signal.SIGKILL
@@ -124,21 +111,5 @@ def test_a_worker_killed_inside_a_sub_agent_on_postgres_is_taken_over_by_another
     finally:
         client.close()
 
-    assert (result.state, result.error, result.text) == (State.DONE, None, PARENT_ANSWER)
     assert status.executor_id == "pg-worker-b"
-    research = next(m for m in result.messages if isinstance(m, ToolResultMessage))
-    assert (research.tool_call_id, research.text, research.is_error) == ("p1", CHILD_ANSWER, False)
-    lines = _lines(side)
-    # Nothing completed ran again: 1 parent request before the kill and 1 after; the
-    # sub-agent's 2 before and 1 after; note once; wait_here (in flight, not idempotent) once.
-    assert lines.count("parent_model") == 2
-    assert lines.count("child_model") == 3
-    assert lines.count("note") == 1
-    assert lines.count("wait") == 1
-    after = _steps(db, RUN_ID)
-    assert after[: len(before)] == before
-    assert after[len(before) :] == ["p1/tool:c2", "p1/model_request", "model_request"]
-    # The sub-agent's in-flight call was answered "no result" (its protocol kept: the child's
-    # model read that answer), then the parent's history is valid.
-    assert "c2 answered: error" in lines
-    assert_valid_history(result.messages)
+    check_recovered_tree(result, _lines(side), before, own_steps(db, RUN_ID))

@@ -3,11 +3,14 @@ the durable tests that run workers)."""
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from dbos import DBOSClient
+
+from statemachine_agent.durable import APP_NAME
 
 
 def cli(*args: str) -> list[str]:
@@ -49,17 +52,23 @@ def start_worker(
     return worker
 
 
-def recorded_steps(db_file: Path, run_id: str) -> list[str]:
-    """The names of the run's steps whose output DBOS recorded, in order (read from the file)."""
-    if not db_file.exists():
-        return []
+def recorded_steps(db: Path | str, run_id: str) -> list[str]:
+    """The names of the run's steps whose output DBOS recorded, in the workflow's order, DBOS's
+    own operations (``DBOS.*``) included, read through DBOS's public client
+    (`DBOSClient.list_workflow_steps`), never its tables. ``db``: a SQLite file (not created
+    yet: no steps) or a database URL."""
+    if isinstance(db, Path):
+        if not db.exists():
+            return []
+        db = f"sqlite:///{db}"
+    client = DBOSClient(system_database_url=db, application_name=APP_NAME)
     try:
-        with sqlite3.connect(f"file:{db_file}?mode=ro", uri=True, timeout=5) as con:
-            rows = con.execute(
-                "SELECT function_name FROM operation_outputs WHERE workflow_uuid = ? "
-                "ORDER BY function_id",
-                (run_id,),
-            ).fetchall()
-    except sqlite3.OperationalError:  # not created yet
-        return []
-    return [row[0] for row in rows]
+        steps = client.list_workflow_steps(run_id, load_output=False)
+    finally:
+        client.destroy()
+    return [step["function_name"] for step in sorted(steps, key=lambda s: s["function_id"])]
+
+
+def own_steps(db: Path | str, run_id: str) -> list[str]:
+    """`recorded_steps` without DBOS's own operations (``DBOS.recv``, ``DBOS.sleep``, ...)."""
+    return [name for name in recorded_steps(db, run_id) if not name.startswith("DBOS.")]

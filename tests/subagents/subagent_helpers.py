@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from statemachine_agent import Agent, tool
+from statemachine_agent import Agent, ToolResultMessage, tool
 from statemachine_agent.models import ScriptedModel
 from statemachine_agent.testing.steps import call, text_response, tool_response
 
@@ -36,3 +36,10 @@ def orchestrator(child: Agent, steps: list[dict[str, Any]] | None = None, **kwar
         ]
     research = child.as_tool("research", "Research a topic.")
     return Agent(ScriptedModel(steps), tools=[research, *kwargs.pop("tools", [])], **kwargs)
+
+
+def result_of(messages: list[Any], call_id: str) -> ToolResultMessage:
+    """The result of call ``call_id`` in ``messages``."""
+    return next(
+        m for m in messages if isinstance(m, ToolResultMessage) and m.tool_call_id == call_id
+    )

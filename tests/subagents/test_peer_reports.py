@@ -28,13 +28,7 @@ from statemachine_agent.models import FunctionModel, ScriptedModel
 from statemachine_agent.testing import assert_valid_history
 from statemachine_agent.testing.steps import call, text_response, tool_response
 
-from .subagent_helpers import USAGE, orchestrator, researcher
-
-
-def _result_of(messages: list[Any], call_id: str) -> ToolResultMessage:
-    return next(
-        m for m in messages if isinstance(m, ToolResultMessage) and m.tool_call_id == call_id
-    )
+from .subagent_helpers import USAGE, orchestrator, researcher, result_of
 
 
 def _results(messages: list[Any]) -> list[str]:
@@ -77,7 +71,7 @@ async def test_the_parents_usage_limits_apply_across_the_whole_tree(
     )
     result = await parent.run("go")
     assert child.state is State.MAX_TURNS
-    answer = _result_of(result.messages, "p1")
+    answer = result_of(result.messages, "p1")
     assert answer.is_error is True
     assert answer.text.startswith("Sub-agent 'research' ended in state 'max_turns': ")
     assert f"(the parent run's limit: the usage limit {named} was reached" in answer.text
@@ -130,7 +124,7 @@ async def test_the_parents_abort_stops_a_child_waiting_on_its_model() -> None:
     assert child.current_run is None
     assert outcome == ["request cancelled"]
     assert len(requests) == 1 and ran == []
-    answer = _result_of(result.messages, "p1")
+    answer = result_of(result.messages, "p1")
     assert answer.is_error is True
     assert "ended in state 'aborted'" in answer.text
     assert "the user pressed stop" in answer.text
@@ -173,11 +167,11 @@ async def test_a_failing_sub_agent_in_a_parallel_batch_leaves_its_siblings_resul
     assert result.state is State.DONE
     assert result.text == "Recovered from the failure."
     assert broken.state is State.FAILED
-    failed = _result_of(result.messages, "p1")
+    failed = result_of(result.messages, "p1")
     assert failed.is_error is True
     assert failed.text.startswith("Sub-agent 'flaky' ended in state 'failed': ")
     assert "the upstream server returned an error" in failed.text
-    sibling = _result_of(result.messages, "p2")
+    sibling = result_of(result.messages, "p2")
     assert sibling.is_error is False
     assert sibling.text == "Otters hold hands."
     assert sorted(_results(result.messages)) == ["p1", "p2"]
@@ -215,8 +209,8 @@ async def test_parallel_calls_of_one_sub_agent_do_not_share_a_conversation() -> 
     parent.subscribe(events.append)
     result = await parent.run("go")
     assert result.state is State.DONE
-    assert _result_of(result.messages, "p1").text == "answer to alpha"
-    assert _result_of(result.messages, "p2").text == "answer to beta"
+    assert result_of(result.messages, "p1").text == "answer to alpha"
+    assert result_of(result.messages, "p2").text == "answer to beta"
     assert sorted(seen) == [["alpha"], ["beta"]]  # neither call saw the other's conversation
     starts = [e for e in events if isinstance(e, RunStart) and e.parent is not None]
     assert len({e.run_id for e in starts}) == 2  # two runs, one per call

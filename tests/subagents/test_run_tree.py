@@ -17,7 +17,6 @@ from statemachine_agent import (
     ToolExecutionEnd,
     ToolExecutionStart,
     ToolExecutionUpdate,
-    ToolResultMessage,
     UsageLimits,
     event_to_dict,
     tool,
@@ -26,13 +25,7 @@ from statemachine_agent.models import ScriptedModel
 from statemachine_agent.testing import assert_valid_history
 from statemachine_agent.testing.steps import call, text_response, tool_response
 
-from .subagent_helpers import orchestrator, researcher
-
-
-def _result_of(messages: list[Any], call_id: str) -> ToolResultMessage:
-    return next(
-        m for m in messages if isinstance(m, ToolResultMessage) and m.tool_call_id == call_id
-    )
+from .subagent_helpers import orchestrator, researcher, result_of
 
 
 async def test_child_events_reach_the_parent_with_the_parent_run_and_call() -> None:
@@ -89,7 +82,7 @@ async def test_a_grandchilds_events_keep_their_own_parent() -> None:
     assert child_start.parent == ParentRef(result.run_id, "p1", "research")
     deepest = [e for e in seen if e.parent is not None and e.parent.call_id == "g1"]
     assert deepest and all(e.parent.run_id == child_start.run_id for e in deepest)
-    assert _result_of(result.messages, "p1").text == "dug"
+    assert result_of(result.messages, "p1").text == "dug"
 
 
 def _waiting_child(**kwargs: Any) -> tuple[Agent, list[str]]:
@@ -136,13 +129,13 @@ async def test_the_parents_abort_aborts_the_child_and_every_call_is_answered() -
     assert result.state is State.ABORTED
     assert child.state is State.ABORTED
     assert ended == ["stopped on the abort"]
-    answer = _result_of(result.messages, "p1")
+    answer = result_of(result.messages, "p1")
     assert answer.is_error is True
     assert "ended in state 'aborted'" in answer.text
     assert "the user stopped it" in answer.text
     assert_valid_history(result.messages)
     assert_valid_history(child.messages)
-    assert _result_of(child.messages, "c1").text == "stopped"
+    assert result_of(child.messages, "c1").text == "stopped"
 
 
 async def test_a_child_tool_ignoring_the_abort_is_cancelled_after_the_childs_grace() -> None:
@@ -153,7 +146,7 @@ async def test_a_child_tool_ignoring_the_abort_is_cancelled_after_the_childs_gra
     assert result.state is State.ABORTED
     assert child.state is State.ABORTED
     assert ended == ["cancelled"]
-    assert _result_of(child.messages, "c1").is_error is True
+    assert result_of(child.messages, "c1").is_error is True
     assert_valid_history(result.messages)
     assert_valid_history(child.messages)
 
@@ -167,8 +160,8 @@ async def test_the_parents_grace_running_out_cancels_the_child_run() -> None:
     assert result.state is State.ABORTED
     assert child.state is State.ABORTED  # the cancelled child run recorded its end
     assert ended == ["cancelled"]
-    assert _result_of(result.messages, "p1").is_error is True
-    assert _result_of(child.messages, "c1").is_error is True
+    assert result_of(result.messages, "p1").is_error is True
+    assert result_of(child.messages, "c1").is_error is True
     assert_valid_history(result.messages)
     assert_valid_history(child.messages)
 
@@ -183,7 +176,7 @@ async def test_the_childs_usage_counts_toward_the_parents_limits() -> None:
     assert result.counts.tool_calls == 2  # the parent's call and the child's
     assert result.counts.usage.total_tokens == 45
     assert "max_requests=3" in (result.error or "")
-    assert _result_of(result.messages, "p1").text == "Otters hold hands."
+    assert result_of(result.messages, "p1").text == "Otters hold hands."
 
 
 async def test_a_limit_hit_inside_the_child_stops_both_and_says_where() -> None:
@@ -192,7 +185,7 @@ async def test_a_limit_hit_inside_the_child_stops_both_and_says_where() -> None:
     result = await parent.run("go")
     assert child.state is State.MAX_TURNS
     assert result.state is State.MAX_TURNS
-    answer = _result_of(result.messages, "p1")
+    answer = result_of(result.messages, "p1")
     assert answer.is_error is True
     assert answer.text.startswith("Sub-agent 'research' ended in state 'max_turns': ")
     assert "max_requests=2" in answer.text
@@ -207,7 +200,7 @@ async def test_the_childs_own_limits_count_only_from_its_start() -> None:
     child = researcher(limits=UsageLimits(max_requests=2))
     parent = orchestrator(child, limits=UsageLimits(max_requests=10))
     result = await parent.run("go")
-    assert _result_of(result.messages, "p1").text == "Otters hold hands."
+    assert result_of(result.messages, "p1").text == "Otters hold hands."
     assert result.state is State.DONE
     assert result.counts.requests == 4
 
