@@ -144,7 +144,7 @@ class _SubAgent:
             run.settings = dataclasses.replace(run.settings, step_prefix=prefix)
         unsubscribe = None
         if parent is not None:
-            unsubscribe = child.subscribe(_forwarder(parent, ctx))
+            unsubscribe = child.subscribe(_forwarder(parent, ctx, run.id))
 
         def abort_child() -> None:
             child.abort(ctx.signal.reason or "the parent run was aborted")
@@ -208,14 +208,15 @@ def _parents_hit(run: Run, parents: UsageLimits) -> LimitHit | None:
     return hit
 
 
-def _forwarder(parent: Run, ctx: ToolContext) -> Any:
-    """The child's subscriber that passes its events on to the parent's subscribers, each
-    with ``parent`` set (a grandchild's keeps its own)."""
+def _forwarder(parent: Run, ctx: ToolContext, run_id: str) -> Any:
+    """The child's subscriber that passes its events on to the parent's subscribers: those of
+    the child's run ``run_id`` with ``parent`` set; a grandchild's keep theirs (set by the
+    child's own forwarder; told apart by run id, which every emitted event carries)."""
     ref = ParentRef(parent.id, ctx.call_id, ctx.tool_name)
     bus = parent.bus
 
     def forward(event: Event) -> None:
-        if event.parent is None:
+        if event.run_id == run_id:
             object.__setattr__(event, "parent", ref)  # frozen for readers, as run_id is
         bus.publish(event)
 
