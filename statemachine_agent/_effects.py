@@ -415,6 +415,7 @@ def note_usage_limit(run: RunLike) -> None:
             run.answer_calls(lambda _call: text)
     hit = hit or limits.request_hit(data.requests, data.usage)
     assert hit is not None  # the guard saw it
+    data.limit_hit = hit
     run.complete_turn()
     run.error = (
         f"Stopped after {data.turns} turn(s): {hit.describe()} ({data.requests} request(s), "

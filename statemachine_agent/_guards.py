@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._limits import UsageLimits
+from ._limits import LimitHit, UsageLimits
 from ._messages import (
     NO_USAGE,
     TRUNCATING_STOP_REASONS,
@@ -48,6 +48,8 @@ class LoopData:
         hook_error: the ``should_continue`` hook raised (its error text).
         pending: calls of the last batch were deferred and wait for a decision.
         limits: the run's `UsageLimits` (None: none).
+        limit_hit: the usage limit that stopped the run (set by the ``usage_limit`` branches'
+            action), None while none has.
         requests: model requests sent in this run (a continued run keeps counting).
         tool_calls: tool calls run in this run (a continued run keeps counting).
         usage: tokens of this run's responses (a continued run keeps counting).
@@ -79,6 +81,7 @@ class LoopData:
     hook_error: str | None = None
     pending: bool = False
     limits: UsageLimits | None = None
+    limit_hit: LimitHit | None = None
     requests: int = 0
     tool_calls: int = 0
     usage: Usage = NO_USAGE  # frozen: the shared zero (one less model per run)

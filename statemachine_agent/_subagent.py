@@ -39,7 +39,7 @@ from ._events import Event, ParentRef
 from ._limits import LimitHit, UsageLimits
 from ._messages import Usage
 from ._run import Run
-from ._states import State, Trigger
+from ._states import State
 from ._tools import Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
@@ -190,19 +190,10 @@ class _SubAgent:
 
 
 def _parents_hit(run: Run, parents: UsageLimits) -> LimitHit | None:
-    """The parent's usage limit that stopped the child ``run``, if one did: the check of the
-    run's last transition (``usage_limit``, `note_usage_limit`'s), made again on its limits in
-    the tree's counts, and kept when the parent's limit of that name is the one it hit (any of
-    them: requests, tool calls or tokens)."""
-    fired, data, limits = run.fired, run.data, run.settings.limits
-    if fired is None or fired.label != "usage_limit" or limits is None:
-        return None
-    hit = None
-    response = data.response
-    if fired.trigger == Trigger.MODEL_REPLIED and response is not None and response.tool_calls:
-        # the batch was not run (its calls are answered with the limit's text): not yet counted
-        hit = limits.calls_hit(data.tool_calls, data.usage, len(response.tool_calls))
-    hit = hit or limits.request_hit(data.requests, data.usage)
+    """The usage limit that stopped the child ``run`` (checked in the tree's counts against the
+    tighter of its own limits and the parent's), when it is the parent's: any of them, requests,
+    tool calls or tokens."""
+    hit = run.data.limit_hit
     if hit is None or getattr(parents, hit.name) != hit.value:
         return None
     return hit
