@@ -112,7 +112,8 @@ def main() -> None:
     ]  # paired by repeat
     print(
         f"a sub-agent call costs {statistics.median(extra):.0f} µs CPU more than a plain call "
-        f"(min {min(extra):.0f}, max {max(extra):.0f})"
+        f"(the median of the {repeats} runs' paired differences, not the difference of the "
+        f"medians above; min {min(extra):.0f}, max {max(extra):.0f})"
     )
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install valgrind): instructions skipped")
