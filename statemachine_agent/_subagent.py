@@ -164,16 +164,21 @@ class _SubAgent:
             # Nobody can decide a sub-agent's calls inside the parent's call: answered, aborted.
             waiting = ", ".join(call.id for call in result.pending)
             child.abort(f"the sub-agent cannot wait for approval (calls {waiting})")
-            why = f"it asked for approval of calls {waiting}"
-            return self._failure(result, why, parent, run)
+            why = f"it asked for approval of calls {waiting}, which nobody can give inside a call"
+            return self._failure(result, why, parent, run, state=State.ABORTED.value)
         if result.state is State.DONE:
             if result.output is not None and not isinstance(result.output, str):
                 return result.output
             return result.text if result.text is not None else "(no output)"
         return self._failure(result, result.error or "no reason was recorded", parent, run)
 
-    def _failure(self, result: RunResult, why: str, parent: Run | None, run: Run) -> ToolResult:
-        state = result.state.value if isinstance(result.state, State) else str(result.state)
+    def _failure(
+        self, result: RunResult, why: str, parent: Run | None, run: Run, state: str | None = None
+    ) -> ToolResult:
+        """The call's error result: the sub-agent's final ``state`` (default: the result's) and
+        why, with the parent's limit when one of the parent's stopped it."""
+        if state is None:
+            state = result.state.value if isinstance(result.state, State) else str(result.state)
         text = f"Sub-agent {self.name!r} ended in state {state!r}: {why}"
         if parent is not None and parent.settings.limits is not None:
             data = parent.data

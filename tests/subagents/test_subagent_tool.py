@@ -11,23 +11,17 @@ from pydantic import BaseModel
 
 from statemachine_agent import (
     Agent,
+    Defer,
     State,
     ToolContext,
     ToolDefinitionError,
-    ToolResultMessage,
     tool,
 )
 from statemachine_agent.models import ScriptedModel
 from statemachine_agent.testing import assert_valid_history
 from statemachine_agent.testing.steps import call, text_response, tool_response
 
-from .subagent_helpers import lookup, orchestrator, researcher
-
-
-def _result_of(messages: list, call_id: str) -> ToolResultMessage:
-    return next(
-        m for m in messages if isinstance(m, ToolResultMessage) and m.tool_call_id == call_id
-    )
+from .subagent_helpers import lookup, orchestrator, researcher, result_of
 
 
 async def test_the_childs_final_text_is_the_calls_result() -> None:
@@ -35,7 +29,7 @@ async def test_the_childs_final_text_is_the_calls_result() -> None:
     parent = orchestrator(child)
     result = await parent.run("Tell me about otters")
     assert result.state is State.DONE
-    answer = _result_of(result.messages, "p1")
+    answer = result_of(result.messages, "p1")
     assert answer.is_error is False
     assert answer.text == "Otters hold hands."
     # the child ran its own machine and tools: its history holds its own call and result
@@ -82,7 +76,7 @@ async def test_typed_input_and_typed_output_cross_the_call() -> None:
     )
     result = await parent.run("go")
     assert json.loads(child.messages[0].text) == {"topic": "otters", "depth": 2}
-    answer = _result_of(result.messages, "p1")
+    answer = result_of(result.messages, "p1")
     assert answer.is_error is False
     assert json.loads(answer.text) == {"fact": "otters hold hands", "confidence": 0.9}
 
@@ -92,7 +86,7 @@ async def test_a_child_at_max_turns_is_an_error_result_naming_the_state() -> Non
     child = researcher(max_turns=1)
     parent = orchestrator(child, max_turns=10)
     result = await parent.run("go")
-    answer = _result_of(result.messages, "p1")
+    answer = result_of(result.messages, "p1")
     assert answer.is_error is True
     assert answer.text.startswith("Sub-agent 'research' ended in state 'max_turns': ")
     assert "max_turns" in answer.text
@@ -105,7 +99,7 @@ async def test_a_failed_child_is_an_error_result_saying_why() -> None:
     child = researcher([{"error": {"type": "invalid_request_error", "message": "bad request"}}])
     parent = orchestrator(child)
     result = await parent.run("go")
-    answer = _result_of(result.messages, "p1")
+    answer = result_of(result.messages, "p1")
     assert answer.is_error is True
     assert answer.text.startswith("Sub-agent 'research' ended in state 'failed': ")
     assert "bad request" in answer.text
@@ -183,8 +177,8 @@ async def test_concurrent_calls_of_one_sub_agent_are_serialized() -> None:
         tools=[child.as_tool("ask", "Ask.")],
     )
     result = await parent.run("go")
-    assert _result_of(result.messages, "p1").text == "a done"
-    assert _result_of(result.messages, "p2").text == "b done"
+    assert result_of(result.messages, "p1").text == "a done"
+    assert result_of(result.messages, "p2").text == "b done"
     assert overlap == [False, False]
 
 
@@ -198,3 +192,28 @@ def test_the_child_keeps_its_own_tools() -> None:
     parent = orchestrator(child)
     assert set(parent.tools) == {"research"}
     assert set(child.tools) == {lookup.name}
+
+
+async def test_a_child_that_asks_for_approval_is_aborted_and_its_result_says_so() -> None:
+    """Nobody can decide a sub-agent's calls inside the parent's call: the child's waiting run is
+    aborted (its deferred call answered "not run"), and the call's error result names the state
+    the child ended in, ``aborted``, and why."""
+
+    def ask_first(info: object) -> Defer:
+        return Defer("a person must look first")
+
+    child = researcher(before_tool_call=ask_first)
+    parent = orchestrator(child)
+    result = await parent.run("Tell me about otters")
+    assert result.state is State.DONE
+    answer = result_of(result.messages, "p1")
+    assert answer.is_error is True
+    assert answer.text == (
+        "Sub-agent 'research' ended in state 'aborted': it asked for approval of calls c1, "
+        "which nobody can give inside a call"
+    )
+    assert child.state is State.ABORTED
+    waiting = result_of(child.messages, "c1")
+    assert waiting.is_error is True and waiting.text.startswith("Not run")
+    assert_valid_history(child.messages)
+    assert_valid_history(result.messages)
