@@ -183,14 +183,28 @@ def close_as_resume_would(path: Path) -> str | None:
     except AgentError as exc:  # in use (UsageError), or corrupt again
         raise click.ClickException(str(exc)) from exc
     done = []
-    if data.repairs:
+    children = list(_sub_agent_runs(data))
+    repairs = len(data.repairs) + sum(len(child.repairs) for child in children)
+    if repairs:
+        where = " (sub-agent runs' included)" if any(c.repairs for c in children) else ""
         done.append(
-            f"answered {len(data.repairs)} call(s) that had no recorded result with an error result"
+            f"answered {repairs} call(s){where} that had no recorded result with an error result"
         )
     if data.run_open:
         state = data.state.value if data.state in RUN_STOPS else State.ABORTED.value
         done.append(f"recorded the end of the run the process died in as {state!r}")
-    return f"Closed {path} as resume would: {' and '.join(done)}."
+    open_children = sum(child.run_open for child in children)
+    if open_children:
+        done.append(f"ended {open_children} sub-agent run(s) it died in as 'aborted'")
+    said = done[-1] if len(done) == 1 else f"{', '.join(done[:-1])} and {done[-1]}"
+    return f"Closed {path} as resume would: {said}."
+
+
+def _sub_agent_runs(data: SessionData) -> Iterator[SessionData]:
+    """The log's sub-agent runs (`SessionData.children`), theirs included, depth first."""
+    for child in data.children.values():
+        yield child
+        yield from _sub_agent_runs(child)
 
 
 def repaired_line(path: Path, moved: list[int], side: Path) -> str:

@@ -120,6 +120,12 @@ def test_check_of_a_log_ending_mid_child_reports_and_fixes_the_open_calls_at_bot
         assert problem in text, text
     fixed = CliRunner().invoke(main, ["check", str(crashed), "--fix"])
     assert fixed.exit_code == 0, fixed.output
+    said = " ".join(fixed.output.split())
+    assert (
+        "answered 2 call(s) (sub-agent runs' included) that had no recorded result with an error "
+        "result, recorded the end of the run the process died in as 'aborted' and ended 1 "
+        "sub-agent run(s) it died in as 'aborted'." in said
+    ), said
     data, problems = check_session(crashed)
     assert problems == []
     assert_valid_history(data.messages)
