@@ -93,3 +93,23 @@ def check_recovered_tree(
     assert after[len(before) :] == ["p1/tool:c2", "p1/model_request", "model_request"]
     assert "c2 answered: error" in side_lines
     assert_valid_history(result.messages)
+
+
+def worker_env(side: Path, slow_seconds: float, fifo: Path | None = None) -> dict[str, str]:
+    """The environment of a process running these agents: this folder importable, the side-effect
+    file, how long ``wait_here`` waits, and (for the first worker only) the named pipe it writes
+    to when it starts."""
+    env = dict(os.environ)
+    here = str(Path(__file__).resolve().parent)
+    env["PYTHONPATH"] = os.pathsep.join([here, env.get("PYTHONPATH", "")])
+    env["SMA_SIDE_FILE"] = str(side)
+    env["SMA_SLOW_SECONDS"] = str(slow_seconds)
+    env.pop("SMA_READY_FIFO", None)
+    if fifo is not None:
+        env["SMA_READY_FIFO"] = str(fifo)
+    return env
+
+
+def side_lines(side: Path) -> list[str]:
+    """What ran so far: the side-effect file's lines."""
+    return side.read_text(encoding="utf-8").splitlines() if side.exists() else []

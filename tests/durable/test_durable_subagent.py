@@ -5,7 +5,6 @@ relaunched and nothing completed runs again, at either level."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
-from durable_subagents import check_recovered_tree
+from durable_subagents import check_recovered_tree, side_lines, worker_env
 from worker_process import own_steps
 
 from statemachine_agent.durable import decode_result
@@ -24,18 +23,6 @@ from statemachine_agent.durable import decode_result
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "durable_subagent_child.py"
 SAFETY_SECONDS = 60.0  # only ends a hung wait; nothing is asserted about time
-
-
-def _env(side: Path, slow_seconds: float) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
-    env["SMA_SIDE_FILE"] = str(side)
-    env["SMA_SLOW_SECONDS"] = str(slow_seconds)
-    return env
-
-
-def _lines(side: Path) -> list[str]:
-    return side.read_text(encoding="utf-8").splitlines() if side.exists() else []
 
 
 def test_sub_agent_steps_belong_to_the_parent_workflow_and_survive_a_worker_kill(
@@ -47,7 +34,7 @@ def test_sub_agent_steps_belong_to_the_parent_workflow_and_survive_a_worker_kill
     run_id = "subagent-run"
     worker = subprocess.Popen(
         [sys.executable, str(CHILD), db, run_id],
-        env=_env(side, slow_seconds=60),
+        env=worker_env(side, slow_seconds=60),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -55,7 +42,7 @@ def test_sub_agent_steps_belong_to_the_parent_workflow_and_survive_a_worker_kill
         # Kill inside the sub-agent, its wait_here call running (each step before it recorded:
         # a tool runs after its tool_start step, a request after the calls before it).
         deadline = time.monotonic() + SAFETY_SECONDS
-        while "wait" not in _lines(side):
+        while "wait" not in side_lines(side):
             assert worker.poll() is None, worker.communicate()
             assert time.monotonic() < deadline, "the worker never reached the kill point"
             time.sleep(0.01)
@@ -76,11 +63,11 @@ def test_sub_agent_steps_belong_to_the_parent_workflow_and_survive_a_worker_kill
 
     relaunch = subprocess.run(
         [sys.executable, str(CHILD), db, run_id],
-        env=_env(side, slow_seconds=0),
+        env=worker_env(side, slow_seconds=0),
         capture_output=True,
         text=True,
         timeout=SAFETY_SECONDS,
     )
     assert relaunch.returncode == 0, relaunch.stderr
     result = decode_result(json.loads(relaunch.stdout.strip().splitlines()[-1]))
-    check_recovered_tree(result, _lines(side), before, own_steps(db_file, run_id))
+    check_recovered_tree(result, side_lines(side), before, own_steps(db_file, run_id))

@@ -20,11 +20,12 @@ import pytest
 pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
 from dbos import DBOS
+from durable_subagents import worker_env
 
 from statemachine_agent import Agent, State, ToolCallInfo, ToolResultMessage, tool
-from statemachine_agent._protocol import assert_valid_history
 from statemachine_agent.durable import Client, abort, decode_result, launch, run, shutdown
 from statemachine_agent.models import FunctionModel
+from statemachine_agent.testing import assert_valid_history
 
 SAFETY_SECONDS = 60.0  # only ends a hung wait; nothing is asserted about time
 REASON = "stop the research"
@@ -182,17 +183,6 @@ HERE = Path(__file__).resolve().parent
 CHILD = HERE / "durable_subagent_child.py"
 
 
-def _worker_env(side: Path, fifo: Path | None, slow_seconds: float) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
-    env["SMA_SIDE_FILE"] = str(side)
-    env["SMA_SLOW_SECONDS"] = str(slow_seconds)
-    env.pop("SMA_READY_FIFO", None)
-    if fifo is not None:
-        env["SMA_READY_FIFO"] = str(fifo)
-    return env
-
-
 def test_an_abort_sent_while_the_worker_is_dead_mid_sub_agent_ends_the_recovered_run_aborted(
     tmp_path: Path, db: str
 ) -> None:
@@ -204,7 +194,7 @@ def test_an_abort_sent_while_the_worker_is_dead_mid_sub_agent_ends_the_recovered
     os.mkfifo(fifo)
     worker = subprocess.Popen(
         [sys.executable, str(CHILD), db, "dead-abort"],
-        env=_worker_env(side, fifo, slow_seconds=3600),
+        env=worker_env(side, 3600, fifo),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -223,7 +213,7 @@ def test_an_abort_sent_while_the_worker_is_dead_mid_sub_agent_ends_the_recovered
         client.close()
     relaunch = subprocess.run(
         [sys.executable, str(CHILD), db, "dead-abort"],
-        env=_worker_env(side, None, slow_seconds=0),
+        env=worker_env(side, 0),
         capture_output=True,
         text=True,
         timeout=SAFETY_SECONDS,

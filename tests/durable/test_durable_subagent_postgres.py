@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
-from durable_subagents import check_recovered_tree
+from durable_subagents import check_recovered_tree, side_lines, worker_env
 from throwaway_pg import ThrowawayPostgres
 from worker_process import own_steps
 
@@ -58,21 +58,6 @@ def _start(db: str, executor_id: str, env: dict[str, str]) -> tuple[subprocess.P
     return worker, line[len(prefix) :].strip()
 
 
-def _env(side: Path, fifo: Path | None, slow_seconds: float) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
-    env["SMA_SIDE_FILE"] = str(side)
-    env.pop("SMA_READY_FIFO", None)
-    if fifo is not None:  # only the first worker's call is waited for
-        env["SMA_READY_FIFO"] = str(fifo)
-    env["SMA_SLOW_SECONDS"] = str(slow_seconds)
-    return env
-
-
-def _lines(side: Path) -> list[str]:
-    return side.read_text(encoding="utf-8").splitlines() if side.exists() else []
-
-
 def test_a_worker_killed_inside_a_sub_agent_on_postgres_is_taken_over_by_another_worker(
     tmp_path: Path, postgres: ThrowawayPostgres, workers: list[subprocess.Popen[str]]
 ) -> None:
@@ -80,7 +65,7 @@ def test_a_worker_killed_inside_a_sub_agent_on_postgres_is_taken_over_by_another
     side = tmp_path / "side-effects.txt"
     fifo = tmp_path / "ready.fifo"
     os.mkfifo(fifo)
-    first, took = _start(db, "pg-worker-a", _env(side, fifo, slow_seconds=3600))
+    first, took = _start(db, "pg-worker-a", worker_env(side, 3600, fifo))
     workers.append(first)
     assert took == ""
     client = Client(db)
@@ -103,7 +88,7 @@ def test_a_worker_killed_inside_a_sub_agent_on_postgres_is_taken_over_by_another
             "p1/tool_start:c2",
         ]
 
-        second, took = _start(db, "pg-worker-b", _env(side, None, slow_seconds=0))
+        second, took = _start(db, "pg-worker-b", worker_env(side, 0))
         workers.append(second)
         assert took == RUN_ID  # the gone worker's run, taken over by this one
         result = client.result(RUN_ID, timeout_seconds=SAFETY_SECONDS)
@@ -112,4 +97,4 @@ def test_a_worker_killed_inside_a_sub_agent_on_postgres_is_taken_over_by_another
         client.close()
 
     assert status.executor_id == "pg-worker-b"
-    check_recovered_tree(result, _lines(side), before, own_steps(db, RUN_ID))
+    check_recovered_tree(result, side_lines(side), before, own_steps(db, RUN_ID))
