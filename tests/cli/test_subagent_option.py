@@ -129,12 +129,16 @@ def test_run_json_lines_carry_the_childs_events_with_their_parent(
     events = [json.loads(line) for line in done.stdout.splitlines()]
     parent_run = events[0]["run_id"]
     nested = [e for e in events if e.get("parent")]
-    assert [e["type"] for e in nested][0] == "run_start"
+    assert nested[0]["type"] == "run_start"
     assert nested[-1]["type"] == "run_end" and nested[-1]["result"]["state"] == "done"
-    refs = {(e["parent"]["run_id"], e["parent"]["call_id"], e["parent"]["tool_name"]) for e in nested}
+    refs = {
+        (e["parent"]["run_id"], e["parent"]["call_id"], e["parent"]["tool_name"]) for e in nested
+    }
     assert refs == {(parent_run, "p1", "reader")}
     assert all(e["run_id"] != parent_run for e in nested)
-    assert any(e["type"] == "tool_execution_end" and e["call"]["name"] == "read_file" for e in nested)
+    assert any(
+        e["type"] == "tool_execution_end" and e["call"]["name"] == "read_file" for e in nested
+    )
     # The parent's own events carry no parent, and its run ends done with the child's answer.
     own = [e for e in events if not e.get("parent")]
     assert own[-1]["type"] == "run_end" and own[-1]["result"]["state"] == "done"
@@ -143,7 +147,9 @@ def test_run_json_lines_carry_the_childs_events_with_their_parent(
     assert reader_end["result"]["content"] == [{"type": "text", "text": CHILD_ANSWER}]
     assert not reader_end["result"]["is_error"]
     # In order: the child's events come between the parent's start and end of the call.
-    start = next(i for i, e in enumerate(events) if e in own and e["type"] == "tool_execution_start")
+    start = next(
+        i for i, e in enumerate(events) if e in own and e["type"] == "tool_execution_start"
+    )
     end = events.index(reader_end)
     assert all(start < events.index(e) < end for e in nested)
 
