@@ -273,3 +273,37 @@ def test_a_file_given_as_subagent_model_suggests_the_subagent_script_form(
     )  # fmt: skip
     assert refused.returncode == 2
     assert f"--subagent reader=script:{path}" in " ".join(refused.stderr.split())
+
+
+def test_the_subagent_only_reads_its_write_and_command_calls_are_refused(
+    folder: Path, tmp_path: Path
+) -> None:
+    parent = _write(
+        tmp_path / "parent.json",
+        [_call("p1", "reader", prompt="Try to change things."), _answer("It could not.")],
+    )
+    child = _write(
+        tmp_path / "child.json",
+        [
+            _call("k1", "write_file", path="new.txt", content="x\n"),
+            _call("k2", "run_command", command="touch made.txt"),
+            _call("k3", "edit_file", path="hello.txt", old_text="hello", new_text="bye"),
+            _answer("I can only read."),
+        ],
+    )
+    session = tmp_path / "run.jsonl"
+    done = cli(
+        "run", "Go", "-w", str(folder), "-m", parent, "--subagent", f"reader={child}", "--yes",
+        "--no-sandbox", "--session", str(session), cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = read_session(session)
+    results = {
+        m.tool_call_id: m for m in data.children["p1"].messages if isinstance(m, ToolResultMessage)
+    }
+    assert set(results) == {"k1", "k2", "k3"}
+    assert all(result.is_error for result in results.values())
+    # Even with --yes (which allows the parent's writes), nothing was changed.
+    assert sorted(p.name for p in folder.iterdir()) == ["hello.txt"]
+    assert (folder / "hello.txt").read_text() == "hello\n"
+    assert _tool_result(session, "p1").text == "I can only read."
