@@ -17,6 +17,7 @@ from .._hooks import Decision
 from .._machine import State
 from .._result import RunResult
 from .._sources import ToolSource
+from .._tools import Tool
 from ..models._base import Model
 from ..workspace import Permissions, Sandbox, SandboxStatus, Workspace, workspace_tools
 from ._interrupts import Interrupts
@@ -51,12 +52,12 @@ def build_agent(
     max_turns: int = 50,
     session: Path | None = None,
     sandbox: SandboxStatus | Sandbox | None = None,
-    tool_sources: Sequence[ToolSource] = (),
+    tool_sources: Sequence[Tool | ToolSource] = (),
     **kwargs: Any,
 ) -> Agent:
     """An agent with the workspace tools and the permission hook; with ``session``, it continues
     (or starts) that session log. ``sandbox`` is passed to `workspace_tools` (default: auto);
-    ``tool_sources`` (the ``--mcp`` servers) add their tools."""
+    ``tool_sources`` (the ``--mcp`` servers, the ``--subagent`` tools) add their tools."""
     system_prompt = system if system is not None else SYSTEM_PROMPT.format(root=workspace.root)
     tools = workspace_tools(workspace, sandbox=sandbox if sandbox is not None else "auto")
     options: dict[str, Any] = {

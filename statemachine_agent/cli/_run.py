@@ -27,6 +27,7 @@ from .._hooks import Decision
 from .._machine import State
 from .._result import RunResult
 from .._sources import ToolSource
+from .._tools import Tool
 from ..models._base import Model
 from ..session import SessionCorruptError
 from ..workspace import Permissions, SandboxStatus, Workspace
@@ -36,6 +37,7 @@ from ._mcp import check_allow_rules, mcp_option, mcp_servers, mcp_url_option
 from ._model_option import load_model
 from ._options import check_prompt, parse_decisions, resolve_sandbox
 from ._session import continue_refusal_of, corrupt_advice, repair_session, repaired_line
+from ._subagent_option import subagent_option, subagent_tools
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,8 @@ class RunOptions:
     """``--approve`` / ``--deny``: the decisions on the session's pending calls."""
     json_lines: bool
     mcp_flags: tuple[str, ...] = ()
-    """``--mcp`` / ``--mcp-url`` as command-line words (the continue and approve hints)."""
+    """``--mcp`` / ``--mcp-url`` / ``--subagent`` as command-line words (the continue and
+    approve hints)."""
 
 
 @click.command("run")
@@ -136,6 +139,7 @@ class RunOptions:
 # URL) go here, as RunOptions fields turned into tools in build_agent's call in `_agent_for`.
 @mcp_option
 @mcp_url_option
+@subagent_option
 @click.option(
     "--approve",
     "approve",
@@ -177,13 +181,15 @@ def run_command(
     repair: bool = False,
     mcp_specs: Sequence[str] = (),
     mcp_urls: Sequence[str] = (),
+    subagent_specs: Sequence[str] = (),
 ) -> None:
     """Run an agent on PROMPT in a workspace folder, showing the state machine as it goes.
 
     Without PROMPT, --session FILE must name an existing log: its run continues where it stopped
     (after max_turns or an abort), for up to --max-turns more turns.
 
-    Reading and listing files is always allowed. Commands, writes and MCP tool calls (--mcp,
+    Reading and listing files is always allowed, and so are --subagent calls (a sub-agent
+    only reads). Commands, writes and MCP tool calls (--mcp,
     --mcp-url) ask for confirmation in an interactive terminal; --yes or --allow permit them up front; without a terminal (or with
     --json) they are otherwise denied, and the model is told why. Ctrl-C aborts the run cleanly.
 
@@ -221,13 +227,16 @@ def run_command(
     )
     check_allow_rules(allow, mcp_specs, mcp_urls)
     # Checked here, started by the run: stdio servers under the --sandbox settings.
-    tool_sources = mcp_servers(mcp_specs, mcp_urls, workspace, options.sandbox)
+    servers = mcp_servers(mcp_specs, mcp_urls, workspace, options.sandbox)
     flags = [w for spec in mcp_specs for w in ("--mcp", spec)]
     flags += [w for url in mcp_urls for w in ("--mcp-url", url)]
+    subagents, subagent_flags = subagent_tools(subagent_specs, workspace, max_turns=max_turns)
+    options.permissions.tools.update(t.name for t in subagents)  # they only read: always allowed
+    flags += subagent_flags
     options = replace(options, mcp_flags=tuple(flags))
     if repair:
         _repair(options.session, console)
-    agent = _agent_for(options, tool_sources)
+    agent = _agent_for(options, [*servers, *subagents])
     result = _run_and_show(agent, options, console)
     _end(result, options, console)
 
@@ -333,8 +342,9 @@ def _repair(session: Path | None, console: Console) -> None:
         console.print(repaired_line(session, moved, side), soft_wrap=True, markup=False)
 
 
-def _agent_for(options: RunOptions, tool_sources: Sequence[ToolSource] = ()) -> Agent:
-    """The agent of the run: the workspace tools (and ``tool_sources``: the ``--mcp`` servers),
+def _agent_for(options: RunOptions, tool_sources: Sequence[Tool | ToolSource] = ()) -> Agent:
+    """The agent of the run: the workspace tools (and ``tool_sources``: the ``--mcp`` servers
+    and ``--subagent`` tools),
     the permission hook, the session log (a continued run may make ``--max-turns`` more turns).
 
     Raises:
@@ -457,6 +467,7 @@ def _approve_hint(options: RunOptions) -> str:
 @click.option("--json", "json_lines", is_flag=True, help="Print events as JSON lines on stdout.")
 @mcp_option
 @mcp_url_option
+@subagent_option
 @click.pass_context
 def approve_command(
     ctx: click.Context,
@@ -472,6 +483,7 @@ def approve_command(
     json_lines: bool,
     mcp_specs: Sequence[str] = (),
     mcp_urls: Sequence[str] = (),
+    subagent_specs: Sequence[str] = (),
 ) -> None:
     """Decide the calls of a session awaiting approval and continue its run.
 
@@ -509,4 +521,5 @@ def approve_command(
         repair=False,
         mcp_specs=mcp_specs,
         mcp_urls=mcp_urls,
+        subagent_specs=subagent_specs,
     )
