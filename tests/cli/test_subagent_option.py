@@ -77,6 +77,17 @@ def _line(output: str, text: str) -> str:
     return next(line for line in output.splitlines() if text in line)
 
 
+def _run_with_reader(
+    folder: Path, tmp_path: Path, parent: str, child: str, *more: str
+) -> subprocess.CompletedProcess[str]:
+    """``run Look`` in ``folder`` with the parent's script and a ``reader`` sub-agent on the
+    child's, no sandbox, and ``more`` options."""
+    return cli(
+        "run", "Look", "-w", str(folder), "-m", parent, "--subagent", f"reader={child}",
+        "--no-sandbox", *more, cwd=tmp_path,
+    )  # fmt: skip
+
+
 def _tool_result(session: Path, call_id: str) -> ToolResultMessage:
     messages = read_session(session).messages
     return next(
@@ -89,10 +100,7 @@ def test_run_with_a_subagent_shows_its_activity_indented_under_the_parents_call(
 ) -> None:
     parent, child = scripts
     session = tmp_path / "run.jsonl"
-    done = cli(
-        "run", "Look", "-w", str(folder), "-m", parent, "--subagent", f"reader={child}",
-        "--no-sandbox", "--session", str(session), cwd=tmp_path,
-    )  # fmt: skip
+    done = _run_with_reader(folder, tmp_path, parent, child, "--session", str(session))
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     # The child's lines sit one level in (4 spaces), under the parent's call of it.
@@ -121,10 +129,7 @@ def test_run_json_lines_carry_the_childs_events_with_their_parent(
     folder: Path, tmp_path: Path, scripts: tuple[str, str]
 ) -> None:
     parent, child = scripts
-    done = cli(
-        "run", "Look", "-w", str(folder), "-m", parent, "--subagent", f"reader={child}",
-        "--no-sandbox", "--json", cwd=tmp_path,
-    )  # fmt: skip
+    done = _run_with_reader(folder, tmp_path, parent, child, "--json")
     assert done.returncode == 0, done.stderr
     events = [json.loads(line) for line in done.stdout.splitlines()]
     parent_run = events[0]["run_id"]
@@ -159,10 +164,7 @@ def test_run_session_log_records_the_subagent_as_child_lines_and_check_passes(
 ) -> None:
     parent, child = scripts
     session = tmp_path / "run.jsonl"
-    done = cli(
-        "run", "Look", "-w", str(folder), "-m", parent, "--subagent", f"reader={child}",
-        "--no-sandbox", "--session", str(session), cwd=tmp_path,
-    )  # fmt: skip
+    done = _run_with_reader(folder, tmp_path, parent, child, "--session", str(session))
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in session.read_text().splitlines()]
     nested = [line for line in lines if line["type"] == "child"]
