@@ -85,7 +85,7 @@ def subagent_tools(
         name, equals, model_spec = (part.strip() for part in spec.partition("="))
         if not equals or not model_spec:
             raise _bad(
-                f"{spec!r}: give NAME=MODEL, e.g. --subagent reader=claude-sonnet-4-5 or "
+                f"{spec!r}: give NAME=MODEL, e.g. --subagent reader=claude-sonnet-4-6 or "
                 "--subagent reader=script:reader.json"
             )
         if not _TOOL_NAME.fullmatch(name):
