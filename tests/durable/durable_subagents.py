@@ -73,6 +73,18 @@ def parent_agent() -> Agent:
     return Agent(FunctionModel(parent_model), tools=[research])
 
 
+STEPS_AT_THE_KILL = [
+    "model_request",
+    "p1/model_request",
+    "p1/tool_start:c1",
+    "p1/tool:c1",
+    "p1/model_request",
+    "p1/tool_start:c2",
+]
+"""The steps recorded when the worker is killed inside ``wait_here``: the sub-agent's requests and
+calls are the parent workflow's steps, named under the call id ``p1``."""
+
+
 def check_recovered_tree(
     result: RunResult, side_lines: list[str], before: list[str], after: list[str]
 ) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
-from durable_subagents import check_recovered_tree, side_lines, worker_env
+from durable_subagents import STEPS_AT_THE_KILL, check_recovered_tree, side_lines, worker_env
 from worker_process import own_steps
 
 from statemachine_agent.durable import decode_result
@@ -52,14 +52,7 @@ def test_sub_agent_steps_belong_to_the_parent_workflow_and_survive_a_worker_kill
         worker.kill()
         worker.wait()
     # The sub-agent's requests and calls are the parent workflow's steps, under the call's id.
-    assert before == [
-        "model_request",
-        "p1/model_request",
-        "p1/tool_start:c1",
-        "p1/tool:c1",
-        "p1/model_request",
-        "p1/tool_start:c2",
-    ]
+    assert before == STEPS_AT_THE_KILL
 
     relaunch = subprocess.run(
         [sys.executable, str(CHILD), db, run_id],

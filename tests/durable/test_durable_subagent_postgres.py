@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
-from durable_subagents import check_recovered_tree, side_lines, worker_env
+from durable_subagents import STEPS_AT_THE_KILL, check_recovered_tree, side_lines, worker_env
 from throwaway_pg import ThrowawayPostgres
 from worker_process import own_steps
 
@@ -79,14 +79,7 @@ def test_a_worker_killed_inside_a_sub_agent_on_postgres_is_taken_over_by_another
         first.wait(timeout=SAFETY_SECONDS)
         assert first.returncode == -signal.SIGKILL
         # The sub-agent's requests and calls are the parent workflow's steps, under the call id.
-        assert before == [
-            "model_request",
-            "p1/model_request",
-            "p1/tool_start:c1",
-            "p1/tool:c1",
-            "p1/model_request",
-            "p1/tool_start:c2",
-        ]
+        assert before == STEPS_AT_THE_KILL
 
         second, took = _start(db, "pg-worker-b", worker_env(side, 0))
         workers.append(second)
