@@ -1,4 +1,4 @@
-"""Sub-agents: `agent_tool` (``agent.as_tool(...)``) turns an `Agent` into a `Tool` whose calls
+"""Sub-agents: ``agent.as_tool(...)`` (`AgentAsTool`) turns an `Agent` into a `Tool` whose calls
 run the agent, with its own machine, tools, hooks and ``max_turns``, as one run tree with the
 parent run that calls it.
 
@@ -52,41 +52,6 @@ class SubAgentPrompt(BaseModel):
 
     prompt: str
     """What the sub-agent is asked to do (its run's prompt)."""
-
-
-def agent_tool(
-    agent: Agent,
-    name: str,
-    description: str,
-    *,
-    input_type: type[BaseModel] | None = None,
-    persistent: bool = False,
-    max_turns: int | None = None,
-    timeout_seconds: float | None = None,
-) -> Tool:
-    """A `Tool` whose calls run ``agent`` (see `Agent.as_tool`).
-
-    Raises:
-        ToolDefinitionError: ``input_type`` is not a pydantic model class, or the name is
-            invalid (`Tool`'s rule).
-    """
-    if input_type is not None and not (
-        isinstance(input_type, type) and issubclass(input_type, BaseModel)
-    ):
-        raise ToolDefinitionError(
-            f"sub-agent tool {name!r}: input_type must be a pydantic model class, got "
-            f"{input_type!r}"
-        )
-    runner = _SubAgent(agent, name, input_type, persistent, max_turns)
-    return Tool(
-        name=name,
-        description=description,
-        function=runner.call,
-        args_model=input_type or SubAgentPrompt,
-        timeout_seconds=timeout_seconds,
-        context_param="ctx",
-        durable_steps=True,
-    )
 
 
 class _SubAgent:
@@ -310,12 +275,20 @@ class AgentAsTool:
             ToolDefinitionError: ``input_type`` is not a pydantic model class, or ``name`` is
                 invalid.
         """
-        return agent_tool(
-            cast("Agent", self),
-            name,
-            description,
-            input_type=input_type,
-            persistent=persistent,
-            max_turns=max_turns,
+        if input_type is not None and not (
+            isinstance(input_type, type) and issubclass(input_type, BaseModel)
+        ):
+            raise ToolDefinitionError(
+                f"sub-agent tool {name!r}: input_type must be a pydantic model class, got "
+                f"{input_type!r}"
+            )
+        runner = _SubAgent(cast("Agent", self), name, input_type, persistent, max_turns)
+        return Tool(
+            name=name,
+            description=description,
+            function=runner.call,
+            args_model=input_type or SubAgentPrompt,
             timeout_seconds=timeout_seconds,
+            context_param="ctx",
+            durable_steps=True,
         )
