@@ -156,13 +156,18 @@ class NestedRun:
     streaming: str = ""
     preparing: str | None = None
 
-    def render(self) -> RenderableType:
-        """Its streamed text (or the call being written) over a status line: name, state, turn."""
+    def progress(self) -> list[RenderableType]:
+        """What its model is writing: the streamed text, and the call being written."""
         parts: list[RenderableType] = []
         if self.streaming.strip():
             parts.append(Text(self.streaming))
         if self.preparing:
             parts.append(Spinner("dots", text=Text(f"writing the {self.preparing} call", "dim")))
+        return parts
+
+    def render(self) -> RenderableType:
+        """Its `progress` over a status line: name, state, turn."""
+        parts = self.progress()
         parts.append(
             Text.assemble(
                 (f"{self.name}  ", "bold"),
@@ -390,11 +395,7 @@ class LiveView:
         return grid
 
     def _render(self) -> RenderableType:
-        parts: list[RenderableType] = []
-        if self.streaming.strip():
-            parts.append(Text(self.streaming))
-        if self.preparing:
-            parts.append(Spinner("dots", text=Text(f"writing the {self.preparing} call", "dim")))
+        parts = self.own.progress()
         # A snapshot: the refresh thread draws while the loop's thread updates the view.
         parts.extend(spinner for _, spinner in list(self.running.values()))
         for lane in list(self.nested.values()):
