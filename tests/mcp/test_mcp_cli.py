@@ -37,13 +37,14 @@ def write_script(tmp_path: Path, path: Path) -> Path:
 
 
 def run_cli(tmp_path: Path, script: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    """``run --json --mcp demo=... OPTIONS "go"`` in the workspace tmp_path/ws (no terminal)."""
+    """``run --json --mcp demo=... OPTIONS "go"`` in the workspace tmp_path/ws (no terminal),
+    started in tmp_path."""
     workspace = tmp_path / "ws"
     workspace.mkdir(exist_ok=True)
     command = [sys.executable, "-m", "statemachine_agent", "run", "--json", "-w", str(workspace)]
     command += ["-m", f"script:{script}", "--mcp", SPEC, *options, "go"]
     return subprocess.run(
-        command, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120
+        command, cwd=tmp_path, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120
     )
 
 
@@ -69,33 +70,9 @@ def test_cli_run_with_mcp_calls_the_servers_tool_like_a_local_one(tmp_path: Path
         {"content": [{"type": "text", "text": "42 it is"}], "stop_reason": "end_turn"},
     ]
     script.write_text(json.dumps({"steps": steps}))
-    spec = f"demo={shlex.quote(sys.executable)} {shlex.quote(str(SERVER))}"
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "statemachine_agent",
-            "run",
-            "--json",
-            "-w",
-            str(workspace),
-            "-m",
-            f"script:{script}",
-            "--mcp",
-            spec,
-            "--allow",
-            "demo_add",
-            "add them",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_cli(tmp_path, script, "--allow", "demo_add")
     assert done.returncode == 0, done.stderr
-    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    ends = [e for e in events if e.get("type") == "tool_execution_end"]
+    ends = tool_results(done)
     assert len(ends) == 1
     assert "42" in json.dumps(ends[0])
     assert '"demo_add"' in done.stdout
@@ -301,30 +278,8 @@ def test_cli_starts_an_mcp_server_in_the_workspace_folder(tmp_path: Path) -> Non
         {"content": [{"type": "text", "text": "written"}], "stop_reason": "end_turn"},
     ]
     script.write_text(json.dumps({"steps": steps}))
-    spec = f"demo={shlex.quote(sys.executable)} {shlex.quote(str(SERVER))}"
+    done = run_cli(tmp_path, script, "--allow", "demo_write")
     workspace = tmp_path / "ws"
-    workspace.mkdir()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "statemachine_agent",
-            "run",
-            "-w",
-            str(workspace),
-            "-m",
-            f"script:{script}",
-            "--mcp",
-            spec,
-            "--allow",
-            "demo_write",
-            "write it",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
     assert done.returncode == 0, done.stderr
     assert (workspace / "note.txt").read_text() == "hello"
     assert not (tmp_path / "note.txt").exists()
