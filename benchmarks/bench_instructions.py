@@ -38,25 +38,24 @@ asyncio.run(agent.run("go"))
 """
 
 
-def instructions(
-    script: Path, turns: int, folder: Path, batch: int = 1, stub_accounting: bool = False
-) -> int:
-    """Instructions callgrind counted for one run of ``turns`` turns."""
+def instructions(script: Path, turns: int, folder: Path, *args: str) -> int:
+    """Instructions callgrind counted for one run of ``script`` with ``turns`` turns (its first
+    argument) and ``args`` after it; the callgrind file is written in ``folder``."""
+    tag = ".".join((str(turns), *args))
     done = subprocess.run(
         [
             "valgrind",
             "--tool=callgrind",
-            f"--callgrind-out-file={folder / f'cg.{turns}'}",
+            f"--callgrind-out-file={folder / f'cg.{tag}'}",
             sys.executable,
             str(script),
             str(turns),
-            str(batch),
-            "1" if stub_accounting else "0",
+            *args,
         ],
         capture_output=True,
         text=True,
         check=True,
-        timeout=600,
+        timeout=900,
     )
     match = re.search(r"Collected : (\d+)", done.stderr)
     assert match is not None, done.stderr[-500:]
@@ -74,8 +73,9 @@ def main() -> None:
         args = [a for a in sys.argv[1:] if not a.startswith("--")]
         batch = int(args[0]) if args else 1
         stub = "--stub-accounting" in sys.argv
-        short = instructions(script, 20, folder, batch, stub)
-        long = instructions(script, 220, folder, batch, stub)
+        run_args = (str(batch), "1" if stub else "0")
+        short = instructions(script, 20, folder, *run_args)
+        long = instructions(script, 220, folder, *run_args)
     what = ", context meter stubbed" if stub else ""
     print(
         f"{(long - short) / 200 / 1000:.0f}k instructions per turn (20 vs 220 turns, batch "

@@ -15,15 +15,15 @@ Usage: ``python benchmarks/bench_subagent.py [--quick]``
 from __future__ import annotations
 
 import asyncio
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench_instructions import instructions
 
 from statemachine_agent import Agent, tool
 from statemachine_agent.models import ScriptedModel
@@ -61,27 +61,6 @@ from bench_subagent import build
 agent = build(int(sys.argv[1]), sys.argv[2] == "1")
 asyncio.run(agent.run("go"))
 """
-
-
-def instructions(script: Path, turns: int, nested: bool, folder: Path) -> int:
-    done = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            f"--callgrind-out-file={folder / f'cg.{turns}.{nested}'}",
-            sys.executable,
-            str(script),
-            str(turns),
-            "1" if nested else "0",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=900,
-    )
-    match = re.search(r"Collected : (\d+)", done.stderr)
-    assert match is not None, done.stderr[-500:]
-    return int(match.group(1))
 
 
 def timed(turns: int, nested: bool) -> tuple[float, float]:
@@ -124,8 +103,8 @@ def main() -> None:
         script.write_text(ONE_RUN.format(here=str(Path(__file__).resolve().parent)))
         per_turn = {}
         for nested in (False, True):
-            short = instructions(script, 20, nested, folder)
-            long = instructions(script, 220, nested, folder)
+            short = instructions(script, 20, folder, "1" if nested else "0")
+            long = instructions(script, 220, folder, "1" if nested else "0")
             per_turn[nested] = (long - short) / 200
     print(
         f"instructions per turn: plain {per_turn[False] / 1000:.0f}k, sub-agent "
