@@ -71,7 +71,8 @@ class EventBase:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
-_UNSET_DEFAULTS: dict[str, Any] = {"run_id": "", "seq": 0, "parent": None}
+_UNSET_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(EventBase)}
+"""What an event's empty ``run_id``, ``seq`` and ``parent`` read as: `EventBase`'s defaults."""
 
 # `Run.emit` stamps each event through its slots: frozen for subscribers, not for its emitter.
 SET_RUN_ID = EventBase.__dict__["run_id"].__set__
