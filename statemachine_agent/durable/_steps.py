@@ -13,11 +13,13 @@ from dbos import DBOS, StepOptions
 from dbos import error as dbos_error
 
 from .._execution import BatchRun
-from .._messages import AssistantMessage, ToolCallBlock, ToolResultMessage
+from .._messages import AssistantMessage, ToolCallBlock, ToolResultMessage, UserMessage
 from .._messages import text_result as _text_result
 from .._protocol import NO_RESULT
 from .._responses import RequestAborted, RequestFailed
+from .._result import RunResult
 from .._run import Run
+from .._states import Trigger
 from .._tools import Tool
 from ..models._base import ModelRequest
 from . import _abort
@@ -182,12 +184,14 @@ class DurableRun(Run):
     plain functions. A top-level run's signal is the one a durable abort sets (`_abort`).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if not self.settings.step_prefix:  # a sub-agent's signal follows its parent's
+    async def drive(self, prompt: UserMessage | None, first: str = Trigger.START) -> RunResult:
+        """Drive the run (`Run.drive`); a top-level run's signal is the one a durable abort
+        sets (a sub-agent's, whose step prefix is set by now, follows its parent's)."""
+        if not self.settings.step_prefix:
             watch = _abort.current()
             if watch is not None:
                 watch.attach(self.signal)
+        return await super().drive(prompt, first)
 
     async def send(
         self, request: ModelRequest
