@@ -10,7 +10,9 @@ A. Per-turn overhead of a durable run over an in-process run, on SQLite and (wit
    loop records) and, when pydantic-ai is importable, **pydantic-ai's DBOS agent**
    (``DBOSAgent``, its tool a DBOS step; over its own ``agent.run()``), each with its **DBOS
    records a turn** (``DBOS.list_workflow_steps``: a count the machine's load does not move;
-   the times do move with it, hence the spread). Targets (issue 39): ours within 1.3x of the
+   the times do move with it, hence the spread; so does the process's CPU time, all its threads,
+   DBOS's included, less so), and the **SQL statements a turn** every engine of the process
+   executed (SQLAlchemy's event API; load-proof too). Targets (issue 39): ours within 1.3x of the
    floor's overhead; at most 2 records a turn with an idempotent call, 3 with a
    non-idempotent one.
 B. Throughput on Postgres: a throwaway server (fsync off), 1, 2 and 4 worker processes (``statemachine-agent
@@ -45,7 +47,9 @@ DURABLE_TESTS = ROOT / "tests" / "durable"
 sys.path.insert(0, str(DURABLE_TESTS))  # the agents and the throwaway server of the tests
 
 import durable_agents  # noqa: E402
+import sqlalchemy  # noqa: E402
 from dbos import DBOS, SetWorkflowID  # noqa: E402
+from sqlalchemy.engine import Engine  # noqa: E402
 from throwaway_pg import INSTALL_HINT, ThrowawayPostgres, bin_dir  # noqa: E402
 
 from statemachine_agent import Agent, State, durable, tool  # noqa: E402
@@ -126,6 +130,21 @@ def _pydantic_ai_agents() -> tuple[Any, Any] | None:
 PAI_AGENTS = _pydantic_ai_agents()
 
 
+class _Statements:
+    """Counts the SQL statements every SQLAlchemy engine of this process executes (DBOS's own
+    included; SQLAlchemy's public event API): a database cost the machine's load does not move."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        sqlalchemy.event.listen(Engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, *_args: Any) -> None:
+        self.count += 1
+
+
+STATEMENTS = _Statements()
+
+
 def _spread(values: list[float]) -> str:
     return f"{min(values):.2f}-{max(values):.2f}"
 
@@ -138,6 +157,8 @@ async def _overhead(reps: int, db: str | None = None) -> dict[str, Any]:
     plain: dict[str, list[float]] = {"ours": [], "pydantic_ai": []}
     times: dict[str, list[float]] = {kind: [] for kind in kinds}
     records: dict[str, list[int]] = {kind: [] for kind in kinds}
+    cpu: dict[str, list[float]] = {kind: [] for kind in kinds}
+    statements: dict[str, list[int]] = {kind: [] for kind in kinds}
     agents = {
         "ours": durable_agents.idempotent_noop_agent,
         "ours_marker": durable_agents.noop_agent,
@@ -159,7 +180,8 @@ async def _overhead(reps: int, db: str | None = None) -> dict[str, Any]:
             for i in range(reps):
                 for kind in kinds:
                     run_id = f"{kind}-{i}"
-                    start = time.perf_counter()
+                    before = STATEMENTS.count
+                    start, start_cpu = time.perf_counter(), time.process_time()
                     if kind in agents:
                         which["agent"] = kind
                         result = await durable.run("durable", run_id=run_id)
@@ -173,6 +195,8 @@ async def _overhead(reps: int, db: str | None = None) -> dict[str, Any]:
                         with SetWorkflowID(run_id):
                             await PAI_AGENTS[1].run("durable")
                     times[kind].append(time.perf_counter() - start)
+                    cpu[kind].append(time.process_time() - start_cpu)
+                    statements[kind].append(STATEMENTS.count - before)
                     records[kind].append(len(await DBOS.list_workflow_steps_async(run_id)))
         finally:
             durable.shutdown()
@@ -188,6 +212,8 @@ async def _overhead(reps: int, db: str | None = None) -> dict[str, Any]:
             "overhead_ms_per_turn": median(over),
             "overhead_spread_ms": _spread(over),
             "records_per_turn": median(records[kind]) / OVERHEAD_TURNS,
+            "statements_per_turn": median(statements[kind]) / OVERHEAD_TURNS,
+            "cpu_ms_per_turn": median(cpu[kind]) / OVERHEAD_TURNS * 1e3,
         }
     floor = out["floor"]["overhead_ms_per_turn"]
     for kind in kinds:
@@ -213,7 +239,9 @@ def _overhead_rows(name: str, o: dict[str, Any]) -> list[list[Any]]:
             f["overhead_ms_per_turn"],
             f["overhead_spread_ms"],
             f["overhead_over_floor"],
+            f["cpu_ms_per_turn"],
             f["records_per_turn"],
+            f["statements_per_turn"],
         ]
         for kind, f in o.items()
     ]
@@ -353,7 +381,9 @@ def main() -> dict[str, Any]:
                     "overhead ms/turn (median)",
                     "overhead spread (min-max)",
                     "overhead / floor",
+                    "process CPU ms/turn",
                     "DBOS records/turn",
+                    "SQL statements/turn",
                 ],
                 rows,
                 f"Figure 11a: per-turn overhead, {OVERHEAD_TURNS}-turn run, one no-op call a turn, "
