@@ -147,6 +147,8 @@ class _Poller:
                 if not failing:
                     logger.warning("could not read the abort requests of durable runs: %s", exc)
                 failing = True
+                for found in watches.values():  # their steps need not wait for a read
+                    found.checked.set()
             else:
                 failing = False
                 _deliver(statuses, watches)
