@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +125,9 @@ def _pydantic_ai_agents() -> tuple[Any, Any] | None:
         """Do nothing."""
         return str(await noop_step())
 
-    return agent, DBOSAgent(agent)
+    with warnings.catch_warnings():  # 2.x deprecates the wrapper for a capability: same steps
+        warnings.simplefilter("ignore")
+        return agent, DBOSAgent(agent)
 
 
 PAI_AGENTS = _pydantic_ai_agents()
