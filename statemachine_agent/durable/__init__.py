@@ -34,8 +34,8 @@ Where the database is:
 Aborts:
     `abort` / `Client.abort` (CLI ``statemachine-agent abort``) set the run's DBOS workflow
     attribute `ABORT_TOPIC` (durable, sent from any process, no record in the run). The worker
-    executing the run reads the attributes of its runs every ``ABORT_POLL_SECONDS`` (0.1 s; one
-    query for all of them, outside any workflow, so no record) and sets the run's abort signal:
+    executing the run reads the attributes of its runs every `ABORT_POLL_SECONDS` (one query
+    for all of them, outside any workflow, so no record) and sets the run's abort signal:
     the run stops as after ``agent.abort()``, a model request or tool call in flight under the
     usual grace rules, a sub-agent with it. A run waiting in ``awaiting_approval`` is woken by
     the abort's message on `DECISION_TOPIC`. The abort is applied only once the run executes a
@@ -107,6 +107,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     ) from exc
 
 from .._worker_registry import Liveness, WorkerRecord
+from ._abort import ABORT_POLL_SECONDS
 from ._client import Client, RunStatus, abort, pending, run, send_decisions
 
 # Private names kept importable from here, as before the package split (tests read them): how
@@ -137,6 +138,7 @@ from ._worker import Takeover, launch, load_factory, recover_executor, shutdown
 from ._workflow import agent_workflow, drive
 
 __all__ = [
+    "ABORT_POLL_SECONDS",
     "ABORT_TOPIC",
     "APPROVAL_TIMEOUT_SECONDS",
     "APP_NAME",
