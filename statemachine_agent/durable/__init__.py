@@ -9,6 +9,9 @@ steps:
   is one step, named ``tool:<call id>``, preceded, for a tool that is not idempotent, by a
   ``tool_start:<call id>`` step that records which worker started it.
 
+Nothing else is recorded a turn: a turn with one idempotent call is two DBOS records, three
+with a call that is not idempotent (the last request, the final answer, adds one per run).
+
 Everything else the body does (the transitions, the history, the hooks) is computed from the step
 outputs, so recovery replays it to the same place: completed steps are not executed again. Steps
 are started in declaration order even in a parallel batch (a call starts its step once the call
@@ -27,6 +30,17 @@ DBOS's own step retries are off for tools unless the tool sets ``step_retries``.
 Where the database is:
     ``sqlite:////abs/path/runs.sqlite`` (a file, no server; one process) or
     ``postgresql://user@host:port/db`` (workers on many machines share one queue).
+
+Aborts:
+    `abort` / `Client.abort` (CLI ``statemachine-agent abort``) set the run's DBOS workflow
+    attribute `ABORT_TOPIC` (durable, sent from any process, no record in the run). The worker
+    executing the run reads the attributes of its runs every `ABORT_POLL_SECONDS` (one query
+    for all of them, outside any workflow, so no record) and sets the run's abort signal:
+    the run stops as after ``agent.abort()``, a model request or tool call in flight under the
+    usual grace rules, a sub-agent with it. A run waiting in ``awaiting_approval`` is woken by
+    the abort's message on `DECISION_TOPIC`. The abort is applied only once the run executes a
+    step for real (a recovered run first replays its recorded steps), and each step records
+    whether the run was aborted by its end, so a replay stops where the original did.
 
 Approvals:
     A run that reaches ``awaiting_approval`` (a ``before_tool_call`` hook returned `Defer`, or a
@@ -93,6 +107,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     ) from exc
 
 from .._worker_registry import Liveness, WorkerRecord
+from ._abort import ABORT_POLL_SECONDS
 from ._client import Client, RunStatus, abort, pending, run, send_decisions
 
 # Private names kept importable from here, as before the package split (tests read them): how
@@ -123,6 +138,7 @@ from ._worker import Takeover, launch, load_factory, recover_executor, shutdown
 from ._workflow import agent_workflow, drive
 
 __all__ = [
+    "ABORT_POLL_SECONDS",
     "ABORT_TOPIC",
     "APPROVAL_TIMEOUT_SECONDS",
     "APP_NAME",

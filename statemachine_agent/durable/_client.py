@@ -17,10 +17,11 @@ from .._errors import UsageError
 from .._hooks import Decision, PendingCall
 from .._result import RunResult
 from .._worker_registry import WorkerRecord
+from . import _abort
 from ._codec import decision_message, decode_pending, decode_result
 from ._database import DatabaseUnavailableError, check_database_url, database
 from ._names import (
-    ABORT_TOPIC,
+    ABORT_ATTRIBUTE,
     APP_NAME,
     APP_VERSION,
     APPROVAL_TIMEOUT_SECONDS,
@@ -73,20 +74,27 @@ def _check_timeout(seconds: float) -> None:
 async def abort(run_id: str, reason: str = "aborted by the caller") -> None:
     """Ask run ``run_id`` to stop (from a launched process; `Client.abort` from any other).
 
-    The run notices before its next model request: it ends ``aborted`` with ``reason`` as its
-    error, every call answered; a tool batch that is running finishes first, unless it runs a
-    sub-agent (`Agent.as_tool`): then the sub-agent is aborted at once. A run that is
-    answering for the last time ends ``done`` as usual. A run in ``awaiting_approval`` ends
-    ``aborted`` at once, each pending call answered "not run" (as ``agent.abort()`` ends a
-    waiting in-process run); so does one whose batch is about to defer calls.
+    The request is durable (the workflow attribute `ABORT_ATTRIBUTE`, no DBOS record of the
+    run): the worker executing the run reads it within `ABORT_POLL_SECONDS` (at once when it is
+    this process, once the run has executed a step here) and aborts the run
+    as ``agent.abort()`` aborts an in-process one: a model request or tool call in flight is
+    stopped under the usual grace rules (``abort_grace_seconds``), a sub-agent
+    (`Agent.as_tool`) is aborted with it, and the run ends ``aborted`` with ``reason`` as its
+    error, every call answered. A run that is answering for the last time ends ``done`` as
+    usual. A run in ``awaiting_approval`` ends ``aborted`` at once, each pending call answered
+    "not run" (as ``agent.abort()`` ends a waiting in-process run); so does one whose batch is
+    about to defer calls. Sent while no worker runs the run, the abort is applied when a worker
+    continues it, once the recovered run has replayed its recorded steps.
 
     Raises:
         UsageError: `launch` was not called in this process.
         dbos.error.DBOSNonExistentWorkflowError: no run has this id.
     """
     require_launched()
-    await DBOS.send_async(run_id, reason, topic=ABORT_TOPIC)
+    # The message first: it raises for an unknown id (setting attributes would not).
     await DBOS.send_async(run_id, {"abort": reason}, topic=DECISION_TOPIC)
+    await DBOS.update_workflow_attributes_async(run_id, {ABORT_ATTRIBUTE: reason}, merge=True)
+    _abort.deliver(run_id, reason)  # a run executing here: at once
 
 
 async def pending(run_id: str, *, wait_seconds: float = 0) -> tuple[PendingCall, ...]:
@@ -211,8 +219,8 @@ class Client:
     def abort(self, run_id: str, reason: str = "aborted by the caller") -> None:
         """Ask run ``run_id`` to stop (see the module's `abort`)."""
         with database(self._db):
-            self._client.send(run_id, reason, topic=ABORT_TOPIC)
             self._client.send(run_id, {"abort": reason}, topic=DECISION_TOPIC)
+            self._client.update_workflow_attributes(run_id, {ABORT_ATTRIBUTE: reason}, merge=True)
 
     def pending(self, run_id: str, *, wait_seconds: float = 0) -> tuple[PendingCall, ...]:
         """The calls run ``run_id`` waits for decisions on (see the module's `pending`).

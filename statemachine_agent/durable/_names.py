@@ -16,10 +16,10 @@ QUEUE_NAME = "statemachine-agent-runs"
 WORKFLOW_NAME = "statemachine_agent.durable.agent_run"
 """The registered name of the run workflow."""
 ABORT_TOPIC = "statemachine-agent.abort"
-"""The DBOS message topic of an abort request (see `abort`)."""
-BATCH_ENDED = {"statemachine-agent": "batch ended"}
-"""The message a run sends itself on `ABORT_TOPIC` when a batch that runs sub-agents ends: it
-wakes the batch's abort watch (and is no abort)."""
+"""The name of an abort request (see `abort`): the key of the workflow attribute that holds its
+reason (`ABORT_ATTRIBUTE`, the same string)."""
+ABORT_ATTRIBUTE = ABORT_TOPIC
+"""The DBOS workflow attribute `abort` sets to the reason; the run's worker reads it."""
 DECISION_TOPIC = "statemachine-agent.decisions"
 """The DBOS message topic a run in ``awaiting_approval`` waits on (see `send_decisions`); an
 abort is sent there too, so it also reaches a waiting run."""

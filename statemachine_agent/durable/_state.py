@@ -4,11 +4,14 @@ where it registered (one DBOS per process, so one `Process`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from .._agent import Agent
 from .._errors import UsageError
+
+if TYPE_CHECKING:
+    from ._abort import AbortWatch
 
 AgentFactory = Callable[[], Agent]
 
@@ -23,12 +26,14 @@ class Process:
             flight when its worker died.
         registered: (executor id, registry engine) of this worker when it registered.
         launched: (db, executor id) of this process once launched.
+        watches: the abort watch of each run executing here, by run id (see `_abort`).
     """
 
     factory: AgentFactory | None = None
     incarnation: str = ""
     registered: tuple[str, Any] | None = None
     launched: tuple[str, str] | None = None
+    watches: dict[str, AbortWatch] = field(default_factory=dict)
 
 
 process = Process()

@@ -1,30 +1,30 @@
-"""The DBOS steps of a durable run: each model request (`DurableRun.send`), each tool call
-(`DurableBatch`, with its ``tool_start`` marker for a tool that is not idempotent), the
-durable abort check before each request, and the abort watch of a batch that runs sub-agents."""
+"""The DBOS steps of a durable run: each model request (`DurableRun.send`) and each tool call
+(`DurableBatch`, with its ``tool_start`` marker for a tool that is not idempotent). Each step
+body first lets a pending abort reach the run (`AbortWatch.go_live`) and records, with its
+output, whether the run was aborted by its end (see `_abort`)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from dbos import DBOS, StepOptions
 from dbos import error as dbos_error
 
 from .._execution import BatchRun
-from .._messages import AssistantMessage, ToolCallBlock, ToolResultMessage
+from .._messages import AssistantMessage, ToolCallBlock, ToolResultMessage, UserMessage
 from .._messages import text_result as _text_result
 from .._protocol import NO_RESULT
 from .._responses import RequestAborted, RequestFailed
+from .._result import RunResult
 from .._run import Run
+from .._states import Trigger
 from .._tools import Tool
 from ..models._base import ModelRequest
+from . import _abort
 from ._codec import decode_outcome, dump_message, encode_outcome, load_message
-from ._names import ABORT_TOPIC, BATCH_ENDED
 from ._state import process
-
-WATCH_TIMEOUT_SECONDS = 365 * 24 * 3600.0
-"""How long the abort watch of a batch that runs sub-agents waits (a year: in practice until the
-batch ends and wakes it)."""
 
 STEP_RETRY_INTERVAL_SECONDS = 1.0
 """The first wait before DBOS runs a failed call of a tool with ``step_retries`` again (it
@@ -45,6 +45,7 @@ class ToolStepFailed(Exception):
 
 
 _POSITION_KEY = "model_position"
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -70,8 +71,23 @@ class PositionedModel(Protocol):
         """Continue as if ``calls`` requests had been asked."""
 
 
-def _current_incarnation() -> str:
+async def _current_incarnation() -> str:
     return process.incarnation
+
+
+async def _step(name: str | StepOptions, body: Callable[[], Awaitable[T]]) -> T:
+    """Run ``body`` as the DBOS step ``name``: a pending abort reaches the run before the body
+    runs, and the output records whether the run was aborted by the body's end; a replayed
+    step's recorded abort is applied to the run (see `_abort`)."""
+    watch = _abort.current()
+    options: StepOptions = {"name": name} if isinstance(name, str) else name
+
+    async def step() -> Any:
+        if watch is not None:
+            await watch.go_live()
+        return _abort.wrap(await body(), watch)
+
+    return cast(T, _abort.unwrap(await DBOS.run_step_async(options, step), watch))
 
 
 class DurableBatch(BatchRun):
@@ -81,55 +97,12 @@ class DurableBatch(BatchRun):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._started: list[asyncio.Future[None]] = []
-        self._workflow_id = ""
 
     async def run(self) -> None:
-        """Run the batch (see `BatchRun.run`).
-
-        A batch of a top-level run with a call of a tool whose steps are the workflow's (a
-        sub-agent, `Tool.durable_steps`) is watched for an abort while it runs: a durable
-        ``DBOS.recv`` on `ABORT_TOPIC` started before any call's step, woken by the abort (which
-        sets the run's signal: the sub-agent is aborted at once, under the usual grace rules) or
-        by the `BATCH_ENDED` message the workflow sends itself when the batch ends. Both the
-        wait and the wake-up are recorded, so a replay takes the same path.
-        """
+        """Run the batch (see `BatchRun.run`)."""
         loop = asyncio.get_running_loop()
         self._started = [loop.create_future() for _ in self.calls]
-        if not self._watched():
-            await super().run()
-            return
-        watch = asyncio.ensure_future(self._watch_for_abort())
-        await asyncio.sleep(0)  # the watch takes its step ids now, before any call's steps
-        try:
-            await super().run()
-        except BaseException:
-            watch.cancel()
-            raise
-        if not watch.done():
-            # (Once an abort woke the watch, the run takes no new step: a recovered run that
-            # receives it earlier in its replay than the first run did takes a prefix of the
-            # recorded steps, never a different step at a recorded one's place.)
-            await DBOS.send_async(self._workflow_id, BATCH_ENDED, topic=ABORT_TOPIC)
-        await watch
-
-    def _watched(self) -> bool:
-        owner = self.owner
-        if not isinstance(owner, Run) or owner.settings.step_prefix:
-            return False  # a sub-agent's batch: its parent's watch reaches it
-        workflow_id = DBOS.workflow_id
-        if workflow_id is None:
-            return False  # outside a workflow: no durable messages
-        self._workflow_id = workflow_id
-        tools = self.tools
-        return any(
-            (tool := tools.get(call.name)) is not None and tool.durable_steps for call in self.calls
-        )
-
-    async def _watch_for_abort(self) -> None:
-        reason = await DBOS.recv_async(ABORT_TOPIC, timeout_seconds=WATCH_TIMEOUT_SECONDS)
-        signal = self.owner.signal
-        if reason is not None and reason != BATCH_ENDED and not signal.aborted:
-            signal.set(str(reason))
+        await super().run()
 
     def _release(self, index: int) -> None:
         # Call ``index`` has started its steps (or will start none): the next call may start its
@@ -165,9 +138,7 @@ class DurableBatch(BatchRun):
                 return await super().execute(index, tool, kwargs)
             marker = process.incarnation
             if not tool.idempotent:
-                marker = await DBOS.run_step_async(
-                    {"name": f"{prefix}tool_start:{call.id}"}, _current_incarnation
-                )
+                marker = await _step(f"{prefix}tool_start:{call.id}", _current_incarnation)
         except BaseException:
             self._release(index)
             raise
@@ -195,7 +166,7 @@ class DurableBatch(BatchRun):
         # The step's position is taken synchronously when it starts: release the next call now.
         self._release(index)
         try:
-            text = await DBOS.run_step_async(options, tool_call)
+            text = await _step(options, tool_call)
         except dbos_error.DBOSMaxStepRetriesExceeded as exc:
             failures = [e for e in exc.errors if isinstance(e, ToolStepFailed)]
             if not failures:
@@ -210,8 +181,17 @@ class DurableRun(Run):
     """A `Run` whose model requests and tool calls are DBOS steps (see the module docstring).
 
     Only meaningful inside the workflow (`run`, `submit`); outside one, DBOS runs the steps as
-    plain functions.
+    plain functions. A top-level run's signal is the one a durable abort sets (`_abort`).
     """
+
+    async def drive(self, prompt: UserMessage | None, first: str = Trigger.START) -> RunResult:
+        """Drive the run (`Run.drive`); a top-level run's signal is the one a durable abort
+        sets (a sub-agent's, whose step prefix is set by now, follows its parent's)."""
+        if not self.settings.step_prefix:
+            watch = _abort.current()
+            if watch is not None:
+                watch.attach(self.signal)
+        return await super().drive(prompt, first)
 
     async def send(
         self, request: ModelRequest
@@ -234,24 +214,11 @@ class DurableRun(Run):
                 data[_POSITION_KEY] = str(positioned.calls)
             return data
 
-        name = f"{self.settings.step_prefix}model_request"
-        data = await DBOS.run_step_async({"name": name}, model_request)
+        data = await _step(f"{self.settings.step_prefix}model_request", model_request)
         if not asked and positioned is not None and _POSITION_KEY in data:
             # Replayed from the database: the model was not asked, so its position is where
             # the recorded step left it (an error and its retries may have played several).
             positioned.seek(int(data[_POSITION_KEY]))
         return decode_outcome(data)
-
-    async def build_request(self) -> ModelRequest:
-        # Before each model request, a durable check for an abort sent from any process: the
-        # message is received (and recorded) here, so a replay sees it at the same place.
-        request = await super().build_request()
-        # (A sub-agent's run leaves the message to its parent, whose abort reaches it.)
-        if not self.signal.aborted and not self.settings.step_prefix:
-            reason = await DBOS.recv_async(ABORT_TOPIC, timeout_seconds=0)
-            # (`BATCH_ENDED` is left behind only when an abort woke the watch: no abort itself.)
-            if reason is not None and reason != BATCH_ENDED:
-                self.signal.set(str(reason))
-        return request
 
     batch_class = DurableBatch

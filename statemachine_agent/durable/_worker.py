@@ -17,6 +17,7 @@ from dbos import DBOS
 from .. import _worker_registry as registry
 from .._errors import UsageError
 from .._importing import working_folder_first
+from . import _abort
 from ._database import check_database_url, database, use_wal
 from ._names import APP_NAME, APP_VERSION, QUEUE_NAME
 from ._state import AgentFactory, process, require_launched
@@ -205,6 +206,8 @@ def shutdown() -> None:
     worker that starts)."""
     process.factory = None
     process.launched = None
+    process.watches.clear()
+    _abort.poller.stop()
     DBOS.destroy()
     if process.registered is not None:
         executor_id, engine = process.registered

@@ -16,6 +16,7 @@ from .._errors import UsageError
 from .._hooks import Decision, PendingCall
 from .._result import RunResult
 from .._states import State, Trigger
+from . import _abort
 from ._codec import decode_decision, encode_pending, encode_result
 from ._names import APPROVAL_TIMEOUT_SECONDS, DECISION_TOPIC, PENDING_EVENT, WORKFLOW_NAME
 from ._state import process
@@ -131,6 +132,9 @@ async def agent_workflow(
     if process.factory is None:
         raise UsageError("no agent factory: call statemachine_agent.durable.launch() first")
     agent = process.factory()
+    workflow_id = DBOS.workflow_id
+    if workflow_id is not None:
+        _abort.watch(workflow_id)
     try:
         result = await drive(
             agent,
@@ -139,6 +143,8 @@ async def agent_workflow(
             approval_timeout_seconds=approval_timeout_seconds,
         )
     finally:
+        if workflow_id is not None:
+            _abort.unwatch(workflow_id)
         if agent.tool_table is not None:  # its MCP servers: stopped with the run
             await agent.tool_table.aclose()
     return encode_result(result)

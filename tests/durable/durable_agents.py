@@ -107,6 +107,11 @@ def noop_agent() -> Agent:
     return Agent(FunctionModel(turns_model), tools=[tool(noop)], max_turns=100)
 
 
+def idempotent_noop_agent() -> Agent:
+    """`noop_agent` with the no-op tool ``@tool(idempotent=True)`` (no ``tool_start`` marker)."""
+    return Agent(FunctionModel(turns_model), tools=[tool(idempotent=True)(noop)], max_turns=100)
+
+
 # -- case 3: a run awaiting approval -------------------------------------------------------------
 
 DEPLOY_CALL = "call_deploy"
