@@ -9,9 +9,11 @@ pointing at it.
 
 Every counted process runs with ``PYTHONHASHSEED=0``: Python's hash seed changes the order of
 sets and the layout of dicts and moved the figure of one commit by a few thousand instructions a
-turn between runs (536k-542k at batch 1); with the seed fixed, a run of one commit gives the same
-count to within a few hundred instructions, so a difference of a few thousand is a change of the
-code. (A seed is a choice: another seed gives another figure within that spread.)
+turn between runs (536k-542k at batch 1); with the seed fixed, two counts of one tree agree to
+within a few instructions a turn (a whole 20-turn run: 625,862 and 625,870), so a difference of a
+few thousand is a change of the code. (A seed is a choice: another seed gives another figure
+within that spread.) Counts also depend a little on the interpreter's environment (the benchmark
+venv counts 545k where the project's venv counts 543k): compare counts made with one interpreter.
 
 The cost of context accounting (issue 13) is the difference with ``--stub-accounting`` (the
 meter does nothing, as in `bench_context`'s stubbed configuration): an exact figure where CPU time
@@ -38,8 +40,8 @@ JSON line `run_all.py` collects):
   response into its stream events. The same agent without a handler (``FunctionModel(function)``,
   as in `bench_overhead`) is counted beside it for reference. pydantic-ai is not a dependency of
   the project: without it in this interpreter its column is skipped with a note (benchmarks/
-  README.md, "Setup"). Needs about five minutes with pydantic-ai (its import alone is about 3.3G
-  instructions under callgrind).
+  README.md, "Setup"). The counts with pydantic-ai take several minutes (its import alone is about
+  3.3G instructions, slowed some 50x under callgrind).
 
 Usage: ``python benchmarks/bench_instructions.py [BATCH] [--stub-accounting] [--targets]``
 """
