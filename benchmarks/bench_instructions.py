@@ -9,9 +9,9 @@ pointing at it.
 
 Every counted process runs with ``PYTHONHASHSEED=0``: Python's hash seed changes the order of
 sets and the layout of dicts and moved the figure of one commit by a few thousand instructions a
-turn between runs (536k-542k at batch 1); with the seed fixed, two counts of one tree agree to
-within a few instructions a turn (a whole 20-turn run: 625,862 and 625,870), so a difference of a
-few thousand is a change of the code. (A seed is a choice: another seed gives another figure
+turn between runs (536k-542k at batch 1); with the seed fixed, two runs of one tree gave 545.0k
+and 543.4k (the temporary folder's name and memory addresses still vary) and a whole 20-turn run
+625,862 and 625,870 a turn, so a difference of tens of thousands is a change of the code. (A seed is a choice: another seed gives another figure
 within that spread.) Counts also depend a little on the interpreter's environment (the benchmark
 venv counts 545k where the project's venv counts 543k): compare counts made with one interpreter.
 
