@@ -42,11 +42,10 @@ def measured(**changes: Any) -> dict[str, dict[str, Any]]:
         "bytes": {"pair_bytes": 1536, "idle_agent_bytes": 10239},
         "durable": {
             "overhead": {
-                "records_per_turn_idempotent": 2.0,
-                "records_per_turn": 3.0,
-                "overhead_over_floor": 1.3,
+                "ours": {"records_per_call_turn": 2.0, "overhead_over_floor": 1.3},
+                "ours_marker": {"records_per_call_turn": 3.0},
             },
-            "overhead_postgres": {"overhead_over_floor": 1.3},
+            "overhead_postgres": {"ours": {"overhead_over_floor": 1.3}},
         },
     }
     for figure, keys in changes.items():
@@ -100,19 +99,19 @@ def test_every_issue_39_target_is_a_row_with_its_figure_and_bound(run_all: Modul
         ("bytes", "idle_agent_bytes", 10240, "an idle agent"),
         (
             "durable",
-            "overhead.records_per_turn_idempotent",
+            "overhead.ours.records_per_call_turn",
             2.05,
             "DBOS records a turn, one idempotent call",
         ),
         (
             "durable",
-            "overhead.records_per_turn",
+            "overhead.ours_marker.records_per_call_turn",
             5.15,
             "DBOS records a turn, one non-idempotent call",
         ),
         (
             "durable",
-            "overhead_postgres.overhead_over_floor",
+            "overhead_postgres.ours.overhead_over_floor",
             4.3,
             "durable overhead a turn over the bare-DBOS floor, Postgres",
         ),
@@ -167,7 +166,7 @@ def test_a_figure_the_script_skipped_is_not_measured_with_the_scripts_reason(
         "not measured: pydantic-ai is not importable"
     )
     assert rows["durable overhead a turn over the bare-DBOS floor, Postgres"] == (
-        "not measured: bench_durable.py printed no overhead_postgres.overhead_over_floor"
+        "not measured: bench_durable.py printed no overhead_postgres.ours.overhead_over_floor"
     )
 
 
