@@ -120,6 +120,14 @@ def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
     """Turn what a tool returned into its result message."""
     is_error = False
     details = None
+    if isinstance(value, str):  # the common case, checked first (see `_messages`)
+        return ToolResultMessage(
+            tool_call_id=call.id,
+            tool_name=call.name,
+            content=_clean([TextBlock(text=value)]),
+            is_error=False,
+            details=None,
+        )
     if isinstance(value, ToolResultMessage):
         # Re-addressed to this call (the protocol pairs by id) and cleaned like any output.
         return value.model_copy(

@@ -92,13 +92,16 @@ def project(
     while i < n:
         message = messages[i]
         i += 1
-        if isinstance(message, ToolResultMessage):
+        role = message.role  # (not isinstance: see `_messages`)
+        if role == "tool_result":
             continue  # an orphan: its call is not in the assistant message before its batch
-        if isinstance(message, UserMessage):
+        if role == "user":
+            assert isinstance(message, UserMessage)
             cleaned_user = _clean_user(message)
             if cleaned_user is not None:
                 out.append(cleaned_user)
             continue
+        assert isinstance(message, AssistantMessage)
         cleaned = _clean_assistant(message)
         if cleaned is None:
             previous_kept = out[-1] if out else None
@@ -116,7 +119,7 @@ def project(
             i == n or isinstance(messages[i], AssistantMessage)
         ):
             continue  # cut off and then replaced by what follows: never joined to a response
-        if out and isinstance(out[-1], AssistantMessage):
+        if out and out[-1].role == "assistant":
             previous = out.pop()
             assert isinstance(previous, AssistantMessage)
             if (

@@ -17,7 +17,7 @@ from ._context import ContextProjector
 from ._errors import UsageError
 from ._execution import PendingBatch
 from ._hooks import Decision, PendingCall, check_decisions
-from ._messages import AssistantMessage, Message, ToolCallBlock, ToolResultMessage, UserMessage
+from ._messages import AssistantMessage, Message, ToolResultMessage, UserMessage
 from ._responses import call_ids
 from ._states import Trigger
 
@@ -93,10 +93,10 @@ class Conversation:
         """Add ``message`` at the end (the engine's appends: the projection trusts them)."""
         self._messages.append(message)
         self.appended += 1
-        if isinstance(message, AssistantMessage):
+        if message.role == "assistant":  # (not isinstance: see `_messages`)
             ids = self.call_ids
             for block in message.content:  # its tool calls (a loop: one message a turn)
-                if isinstance(block, ToolCallBlock):
+                if block.type == "tool_call":
                     ids.add(block.id)
 
     def replace(self, messages: Sequence[Message]) -> None:

@@ -181,7 +181,7 @@ def is_blank(block: object) -> bool:
     (`without_blank_text`, applied by the context projection and the request encoder). This is the
     one definition of the rule.
     """
-    return isinstance(block, TextBlock) and not block.text.strip()
+    return getattr(block, "type", None) == "text" and not block.text.strip()  # type: ignore[attr-defined]
 
 
 def without_blank_text(blocks: Sequence[_B], placeholder: str | None = None) -> list[_B]:
@@ -343,7 +343,7 @@ def assert_valid_history(messages: Sequence[Message], *, request: bool = False) 
 
 def is_user_side(message: Message) -> bool:
     """A user message or a tool result: what a request may end with."""
-    return isinstance(message, UserMessage | ToolResultMessage)
+    return message.role != "assistant"  # (not isinstance: see `_messages`)
 
 
 def with_open_batch(

@@ -188,7 +188,7 @@ class Run:
         """Add ``message`` to the history, then announce it (a ``message_end`` event: tool results
         in declaration order, each after it is in the history). A message that is not a tool
         result first answers the calls still open before it (`answer_open_calls`)."""
-        if not isinstance(message, ToolResultMessage):
+        if message.role != "tool_result":  # (not isinstance: see `_messages`)
             self.answer_open_calls()
         self.conversation.append(message)
         if self.bus.subscribers:
@@ -206,7 +206,7 @@ class Run:
         if not messages or conversation.held is not None:
             return
         last = messages[-1]
-        if not isinstance(last, AssistantMessage) or not last.tool_calls:
+        if last.role != "assistant" or not last.tool_calls:
             return
         fired = self.fired
         text = NO_RESULT if fired is None else branch_text(str(fired.dest), fired.label)

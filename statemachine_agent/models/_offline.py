@@ -34,11 +34,15 @@ def _stream_message(message: AssistantMessage) -> Iterator[StreamEvent]:
     # loop's finalizer hook, one more task per response.
     yield ResponseStart(message.model)
     for index, block in enumerate(message.content):
-        if isinstance(block, TextBlock):
+        kind = block.type  # (not isinstance: see `_messages`)
+        if kind == "text":
+            assert isinstance(block, TextBlock)
             yield TextDelta(index, block.text)
-        elif isinstance(block, ThinkingBlock):
+        elif kind == "thinking":
+            assert isinstance(block, ThinkingBlock)
             yield ThinkingDelta(index, block.thinking)
-        elif isinstance(block, ToolCallBlock):
+        elif kind == "tool_call":
+            assert isinstance(block, ToolCallBlock)
             raw = block.raw_arguments
             if raw is None:
                 raw = json.dumps(block.input) if block.input else "{}"
