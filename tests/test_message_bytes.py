@@ -205,3 +205,81 @@ def test_an_idle_agent_stays_under_10_kib() -> None:
     finally:
         sys.path.remove(str(BENCHMARKS))
     assert bench_bytes.idle_bytes(200) < 10 * 1024
+
+
+def validated_result(call: ToolCallBlock, text: str, **fields: object) -> ToolResultMessage:
+    """The result as validation builds it (the code before the engine built results directly)."""
+    return ToolResultMessage(
+        tool_call_id=call.id, tool_name=call.name, content=[TextBlock(text=text)], **fields
+    )
+
+
+def same_message(built: ToolResultMessage, validated: ToolResultMessage) -> None:
+    assert built == validated
+    assert built.model_fields_set == validated.model_fields_set
+    for block, expected in zip(built.content, validated.content, strict=True):
+        assert block.model_fields_set == expected.model_fields_set
+    assert built.model_dump() == validated.model_dump()
+    assert built.model_dump(exclude_unset=True) == validated.model_dump(exclude_unset=True)
+    assert MESSAGE_ADAPTER.dump_json(built) == MESSAGE_ADAPTER.dump_json(validated)
+    assert repr(built) == repr(validated)
+    assert pickle.loads(pickle.dumps(built)) == validated
+    assert copy.deepcopy(built).model_fields_set == validated.model_fields_set
+
+
+def test_the_engines_text_results_are_the_messages_validation_builds() -> None:
+    from statemachine_agent._messages import text_result
+
+    call = ToolCallBlock(id="c1", name="f", input={})
+    same_message(
+        text_result(call, "bad", is_error=True), validated_result(call, "bad", is_error=True)
+    )
+    same_message(text_result(call, "ok"), validated_result(call, "ok", is_error=False))
+
+
+def test_the_engines_tool_results_are_the_messages_validation_builds() -> None:
+    from statemachine_agent._call_results import to_result
+    from statemachine_agent._tools import ToolResult
+
+    call = ToolCallBlock(id="c1", name="f", input={})
+    fields = {"is_error": False, "details": None}
+    same_message(to_result(call, "ok"), validated_result(call, "ok", **fields))
+    same_message(to_result(call, {"a": 1}), validated_result(call, '{"a":1}', **fields))
+    details = {"rows": [1]}
+    same_message(
+        to_result(call, ToolResult("no", is_error=True, details=details)),
+        validated_result(call, "no", is_error=True, details=details),
+    )
+    # A non-bool is_error goes through validation, as it did: coerced where pydantic coerces.
+    same_message(
+        to_result(call, ToolResult("no", is_error=1)),  # type: ignore[arg-type]
+        validated_result(call, "no", is_error=True, details=None),
+    )
+
+
+def test_results_with_values_of_the_wrong_type_raise_the_same_validation_error() -> None:
+    from pydantic import ValidationError
+
+    from statemachine_agent._call_results import to_result
+    from statemachine_agent._messages import text_result
+    from statemachine_agent._tools import ToolResult
+
+    call = ToolCallBlock(id="c1", name="f", input={})
+    with pytest.raises(ValidationError) as built:
+        text_result(call, 5)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError) as validated:
+        validated_result(call, 5)  # type: ignore[arg-type]
+    assert built.value.errors() == validated.value.errors()
+    with pytest.raises(ValidationError, match="is_error"):
+        to_result(call, ToolResult("no", is_error="maybe"))  # type: ignore[arg-type]
+
+
+def test_a_kept_message_copied_with_an_update_has_its_own_fields_set() -> None:
+    (message,) = kept([AssistantMessage(content=[TextBlock(text="a")], stop_reason="end_turn")])
+    changed = message.model_copy(update={"model": "m"})
+    assert changed.model == "m" and message.model is None
+    assert changed.model_fields_set == {"content", "stop_reason", "model"}
+    assert message.model_fields_set == {"content", "stop_reason"}
+    (other,) = kept([AssistantMessage(content=[TextBlock(text="b")], stop_reason="end_turn")])
+    assert other.model_fields_set == {"content", "stop_reason"}  # the shared set is unchanged
+    assert eval(repr(message.model_fields_set)) == {"content", "stop_reason"}  # a set's repr
