@@ -20,7 +20,9 @@ from ._messages import (
     TextBlock,
     ToolCallBlock,
     ToolResultMessage,
+    text_block,
     text_result,
+    tool_result,
 )
 from ._protocol import (
     EMPTY_OUTPUT,
@@ -121,13 +123,7 @@ def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
     is_error = False
     details = None
     if isinstance(value, str):  # the common case, checked first (see `_messages`)
-        return ToolResultMessage(
-            tool_call_id=call.id,
-            tool_name=call.name,
-            content=_clean([TextBlock(text=value)]),
-            is_error=False,
-            details=None,
-        )
+        return tool_result(call, _clean([text_block(value)]), False, None)
     if isinstance(value, ToolResultMessage):
         # Re-addressed to this call (the protocol pairs by id) and cleaned like any output.
         return value.model_copy(
@@ -142,21 +138,15 @@ def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
     if value is None:
         blocks: list[TextBlock | ImageBlock] = [TextBlock(text=NO_OUTPUT)]
     elif isinstance(value, str):
-        blocks = _clean([TextBlock(text=value)])
+        blocks = _clean([text_block(value)])
     elif isinstance(value, TextBlock | ImageBlock):
         blocks = _clean([value])
     elif isinstance(value, list) and all(isinstance(b, TextBlock | ImageBlock) for b in value):
         blocks = _clean(value)
     else:  # data: compact JSON (pydantic); what cannot be serialized is an error result
         text, failed = result_json(value)
-        blocks, is_error = [TextBlock(text=text)], is_error or failed
-    return ToolResultMessage(
-        tool_call_id=call.id,
-        tool_name=call.name,
-        content=blocks,
-        is_error=is_error,
-        details=details,
-    )
+        blocks, is_error = [text_block(text)], is_error or failed
+    return tool_result(call, blocks, is_error, details)  # compact for the history (issue 39)
 
 
 @dataclass(slots=True)

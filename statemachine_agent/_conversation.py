@@ -17,7 +17,13 @@ from ._context import ContextProjector
 from ._errors import UsageError
 from ._execution import PendingBatch
 from ._hooks import Decision, PendingCall, check_decisions
-from ._messages import AssistantMessage, Message, ToolResultMessage, UserMessage
+from ._messages import (
+    AssistantMessage,
+    Message,
+    ToolResultMessage,
+    UserMessage,
+    keep,
+)
 from ._responses import call_ids
 from ._states import Trigger
 
@@ -74,6 +80,8 @@ class Conversation:
         self.steering_mode: DeliveryMode = steering_mode
         self.follow_up_mode: DeliveryMode = follow_up_mode
         self._messages: list[Message] = list(messages)
+        for message in self._messages:
+            keep(message)  # stored compactly (issue 39)
         self.call_ids = call_ids(self._messages)
         self.projector = ContextProjector()
         self.meter = ContextMeter()
@@ -91,6 +99,7 @@ class Conversation:
 
     def append(self, message: Message) -> None:
         """Add ``message`` at the end (the engine's appends: the projection trusts them)."""
+        keep(message)  # stored compactly (issue 39)
         self._messages.append(message)
         self.appended += 1
         if message.role == "assistant":  # (not isinstance: see `_messages`)
@@ -124,6 +133,8 @@ class Conversation:
                 )
             held.response = last  # the batch goes on from the message the history holds
         self._messages = list(messages)
+        for message in self._messages:
+            keep(message)
         self.call_ids = call_ids(self._messages)
         # The projection and the context account followed the old list: start over (and let
         # the old messages go).

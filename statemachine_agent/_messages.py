@@ -13,6 +13,7 @@ that succeeds on the exact class is cheap and is kept where a type checker needs
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -79,7 +80,177 @@ StopReasonValue = Annotated[str | None, AfterValidator(_coerce_stop_reason)]
 
 
 class _Model(BaseModel):
+    """A frozen message model; the ones a history keeps are stored compactly (`keep`)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# -- compact storage (issue 39) -------------------------------------------------------------------
+# A history holds many small frozen models, so their per-instance overhead is most of its memory:
+# pydantic gives each validated instance a dict of its own (a 6-field one is 272 bytes) and a
+# ``set`` of the names of the fields set (216 bytes, more when built by insertion). A message the
+# history keeps holds instead one ``_SharedFieldsSet`` shared by every instance of its class with
+# the same names, and a key-sharing dict (CPython shares the keys of the instance dicts of a plain
+# class: 157 bytes for 7 fields). Nothing public changes: the same fields in the same order, the
+# same ``model_dump`` output, ``model_fields_set``, equality, copies and pickles (a copy or an
+# unpickled message has its own ordinary dict and set, which pydantic then updates as usual).
+
+
+class _SharedFieldsSet(set[str]):
+    """The names of the fields set on a kept message, shared by every message of its class set
+    with the same names. A ``set``, as pydantic needs, that refuses changes (so sharing it is
+    safe); a copy is a plain ``set`` of its own."""
+
+    __slots__ = ()
+
+    def _refuse(self, *_args: Any) -> Any:
+        raise TypeError(
+            "the fields set of a message in a history is shared and cannot be changed; "
+            "use set(message.model_fields_set) for a copy"
+        )
+
+    add = discard = remove = pop = clear = update = _refuse
+    intersection_update = difference_update = symmetric_difference_update = _refuse
+    __ior__ = __iand__ = __isub__ = __ixor__ = _refuse
+
+    def __copy__(self) -> set[str]:
+        return set(self)
+
+    def __deepcopy__(self, _memo: Any) -> set[str]:
+        return set(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (set, (sorted(self),))
+
+    def __repr__(self) -> str:
+        return repr(set(self))
+
+
+_SHARED_SETS: dict[frozenset[str], _SharedFieldsSet] = {}  # at most 2**fields per class
+
+
+def _shared(names: set[str] | frozenset[str]) -> _SharedFieldsSet:
+    shared = _SHARED_SETS[frozenset(names)] = _SharedFieldsSet(names)
+    return shared
+
+
+_HOLDERS: dict[type, type] = {}
+
+
+def _holder(cls: type) -> type:
+    """The plain class whose instances' dicts share their keys, for ``cls``'s fields."""
+    holder = _HOLDERS.get(cls)
+    if holder is None:
+        namespace = {"__module__": __name__, "__doc__": None}
+        holder = _HOLDERS[cls] = type(f"_{cls.__name__}Fields", (), namespace)
+    return holder
+
+
+def _builder(cls: type[BaseModel], fields_set: tuple[str, ...]) -> Callable[..., Any]:
+    """A function building a ``cls`` already kept compactly from the values of all its fields
+    (positional, in declaration order) set as ``fields_set`` names. It does what
+    ``cls.model_construct(fields_set, **values)`` does, without its per-field loop, so it is
+    only for values already of the fields' types (the engine's own tool results; anything
+    else goes through validation)."""
+    names = tuple(cls.model_fields)
+    lines = [
+        f"def build({', '.join(names)}):",
+        "    held = Holder()",
+        *(f"    held.{name} = {name}" for name in names),
+        "    model = new(cls)",
+        "    setattr_(model, '__dict__', held.__dict__)",
+        "    setattr_(model, '__pydantic_fields_set__', fields_set)",
+        "    setattr_(model, '__pydantic_extra__', None)",
+        "    setattr_(model, '__pydantic_private__', None)",
+        "    return model",
+    ]
+    shared = _SHARED_SETS.get(frozenset(fields_set)) or _shared(frozenset(fields_set))
+    namespace: dict[str, Any] = {
+        "Holder": _holder(cls),
+        "new": object.__new__,
+        "cls": cls,
+        "setattr_": object.__setattr__,
+        "fields_set": shared,
+    }
+    exec("\n".join(lines), namespace)  # generated from the field names above
+    built: Callable[..., Any] = namespace["build"]
+    return built
+
+
+_Compactor = Callable[[Any], None]
+_COMPACTORS: dict[type, _Compactor] = {}
+_NESTED = {"content": "list", "usage": "one"}  # the fields of our messages that hold our models
+
+
+def _no_compaction(_value: Any) -> None:
+    pass
+
+
+def _compactor(cls: type) -> _Compactor:
+    """``cls``'s compaction, generated once per class: attribute stores in bytecode into an
+    instance of a plain class, whose ``__dict__`` then shares its keys (the way `dataclasses`
+    writes an ``__init__``), and the class's usual shared fields set compared before any other
+    is looked up; several times cheaper than a generic loop of ``setattr``."""
+    if not issubclass(cls, _Model):  # a value pydantic did not validate (model_construct)
+        _COMPACTORS[cls] = _no_compaction
+        return _no_compaction
+    names = tuple(cls.model_fields)
+    lines = [
+        "def compact(model):",
+        "    fields_set = model.__pydantic_fields_set__",
+        "    if type(fields_set) is Shared:",
+        "        return",
+        "    values = model.__dict__",
+    ]
+    for name in names:
+        kind = _NESTED.get(name)
+        if kind == "list":
+            lines += [
+                f"    for item in values.get({name!r}) or ():",
+                "        (compactors.get(type(item)) or make(type(item)))(item)",
+            ]
+        elif kind == "one":
+            lines += [
+                f"    item = values.get({name!r})",
+                "    if item is not shared_item:",
+                "        (compactors.get(type(item)) or make(type(item)))(item)",
+            ]
+    lines += [
+        f"    if len(values) == {len(names)}:",  # every field (as validation leaves them)
+        "        held = Holder()",
+        *(f"        held.{name} = values[{name!r}]" for name in names),
+        "        setattr_(model, '__dict__', held.__dict__)",
+        "    usual = last[0]",
+        "    if fields_set != usual:",
+        "        usual = last[0] = sets.get(frozenset(fields_set)) or shared(fields_set)",
+        "    setattr_(model, '__pydantic_fields_set__', usual)",
+    ]
+    namespace: dict[str, Any] = {
+        "Shared": _SharedFieldsSet,
+        "Holder": _holder(cls),
+        "compactors": _COMPACTORS,
+        "make": _compactor,
+        "setattr_": object.__setattr__,
+        "sets": _SHARED_SETS,
+        "shared": _shared,
+        "shared_item": globals().get("NO_USAGE"),  # kept once, when it is made
+        "last": [_SharedFieldsSet()],  # the fields set this class's last message shared
+    }
+    exec("\n".join(lines), namespace)  # generated from the field names above
+    made: _Compactor = namespace["compact"]
+    _COMPACTORS[cls] = made
+    return made
+
+
+def keep(message: BaseModel) -> None:
+    """Store a message the history keeps compactly, in place (issue 39: a call + result pair at
+    most 1.5 KiB), with the blocks and usage it holds. A message already kept is left as it is;
+    nothing public about it changes (see ``_SharedFieldsSet``).
+
+    Args:
+        message: a message of this module (another value is left alone).
+    """
+    (_COMPACTORS.get(type(message)) or _compactor(type(message)))(message)
 
 
 class Usage(_Model):
@@ -122,6 +293,7 @@ class Usage(_Model):
 
 NO_USAGE = Usage()
 """Zero tokens: the usage of a response that reports none (shared: `Usage` is frozen)."""
+keep(NO_USAGE)
 
 
 class TextBlock(_Model):
@@ -317,8 +489,70 @@ MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
 """Validates and serialises one message (one session-log line)."""
 
 
+_text_block = _builder(TextBlock, ("text",))
+_result_4 = _builder(ToolResultMessage, ("tool_call_id", "tool_name", "content", "is_error"))
+_result_5 = _builder(
+    ToolResultMessage, ("tool_call_id", "tool_name", "content", "is_error", "details")
+)
+
+
+def text_block(text: str) -> TextBlock:
+    """``TextBlock(text=text)``, built already compact for a history (issue 39).
+
+    Raises:
+        pydantic.ValidationError: ``text`` is not a str (as ``TextBlock(text=text)``).
+    """
+    if type(text) is str:
+        block: TextBlock = _text_block("text", text, None)
+        return block
+    return TextBlock(text=text)
+
+
+def tool_result(
+    call: ToolCallBlock,
+    content: list[TextBlock | ImageBlock],
+    is_error: bool,
+    details: Any,
+) -> ToolResultMessage:
+    """``ToolResultMessage(tool_call_id=call.id, tool_name=call.name, content=content,
+    is_error=is_error, details=details)``, built already compact for a history (issue 39): the
+    engine's result of a call. It is the same message, fields set included.
+
+    Args:
+        call: the call answered.
+        content: blocks already validated (`TextBlock` or `ImageBlock` instances, as a tool's
+            output becomes); the message holds a copy of the list.
+        is_error: the call failed (another type than bool goes through validation).
+        details: structured data for the application.
+
+    Raises:
+        pydantic.ValidationError: ``is_error`` is not a bool and validation refuses it.
+    """
+    if type(is_error) is bool:
+        message: ToolResultMessage = _result_5(
+            "tool_result", call.id, call.name, list(content), is_error, details
+        )
+        return message
+    return ToolResultMessage(
+        tool_call_id=call.id,
+        tool_name=call.name,
+        content=content,
+        is_error=is_error,
+        details=details,
+    )
+
+
 def text_result(call: ToolCallBlock, text: str, *, is_error: bool = False) -> ToolResultMessage:
-    """Build a one-text-block result for ``call``."""
+    """Build a one-text-block result for ``call`` (already compact for a history, issue 39).
+
+    Raises:
+        pydantic.ValidationError: ``text`` is not a str.
+    """
+    if type(text) is str and type(is_error) is bool:  # else validation says what is wrong
+        message: ToolResultMessage = _result_4(
+            "tool_result", call.id, call.name, [_text_block("text", text, None)], is_error, None
+        )
+        return message
     return ToolResultMessage(
         tool_call_id=call.id,
         tool_name=call.name,
