@@ -5,9 +5,10 @@ has been appended, which lets the context projection and the provider adapters c
 ``HISTORY_ADAPTER`` round-trips a whole history to JSON and back unchanged.
 
 The engine's per-turn code tells messages apart by ``role`` and blocks by ``type`` rather than
-with ``isinstance`` (an ``isinstance`` on a message class that fails runs pydantic's metaclass
-``__instancecheck__``: about 1.5k instructions, several times the field read); an ``isinstance``
-that succeeds on the exact class is cheap and is kept where a type checker needs it.
+with ``isinstance``: an ``isinstance`` on a message class that fails runs pydantic's metaclass
+``__instancecheck__``, several times the cost of reading the field (benchmarks/README.md, "Why
+the code is shaped this way"). One that succeeds on the exact class is cheap and is kept where a
+type checker needs it.
 """
 
 from __future__ import annotations
