@@ -490,6 +490,13 @@ MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
 """Validates and serialises one message (one session-log line)."""
 
 
+# Each message class's compaction is generated here, on import, rather than by the first message
+# of its class a history keeps: a run's first turns would pay for compiling them.
+for _cls in (TextBlock, ThinkingBlock, ImageBlock, ToolCallBlock, ProviderBlock, UserMessage):
+    _COMPACTORS.get(_cls) or _compactor(_cls)
+for _cls in (AssistantMessage, ToolResultMessage):
+    _COMPACTORS.get(_cls) or _compactor(_cls)
+
 _text_block = _builder(TextBlock, ("text",))
 _result_4 = _builder(ToolResultMessage, ("tool_call_id", "tool_name", "content", "is_error"))
 _result_5 = _builder(
