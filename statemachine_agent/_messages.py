@@ -492,9 +492,11 @@ MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
 
 # Each message class's compaction is generated here, on import, rather than by the first message
 # of its class a history keeps: a run's first turns would pay for compiling them.
-for _cls in (TextBlock, ThinkingBlock, ImageBlock, ToolCallBlock, ProviderBlock, UserMessage):
-    _COMPACTORS.get(_cls) or _compactor(_cls)
-for _cls in (AssistantMessage, ToolResultMessage):
+_KEPT_CLASSES: tuple[type[_Model], ...] = (
+    *(TextBlock, ThinkingBlock, ImageBlock, ToolCallBlock, ProviderBlock),
+    *(UserMessage, AssistantMessage, ToolResultMessage),
+)
+for _cls in _KEPT_CLASSES:
     _COMPACTORS.get(_cls) or _compactor(_cls)
 
 _text_block = _builder(TextBlock, ("text",))
