@@ -190,7 +190,9 @@ class Tool:
         Raises:
             pydantic.ValidationError: with every field error.
         """
-        model = self.args_model.model_validate(arguments)
+        # The model's validator itself (``model_validate`` adds a Python call and a failing
+        # isinstance on a pydantic class per call).
+        model = self.args_model.__pydantic_validator__.validate_python(arguments)
         values = vars(model)  # the fields as validated (pydantic keeps extras and privates apart)
         if not self._renamed and len(values) == len(self._field_names):
             return dict(values)
