@@ -46,16 +46,8 @@ from ._hooks import (
     ToolCallInfo,
     record_interrupt,
 )
-from ._messages import (
-    ToolCallBlock,
-    ToolResultMessage,
-    text_result,
-)
-from ._protocol import (
-    AFTER_TERMINATION,
-    INTERRUPTED,
-    NOT_RUN,
-)
+from ._messages import ToolCallBlock, ToolResultMessage, text_result
+from ._protocol import AFTER_TERMINATION, INTERRUPTED, NOT_RUN
 from ._tools import Tool, ToolResult, format_validation_error
 
 logger = logging.getLogger("statemachine_agent")
@@ -261,8 +253,8 @@ class BatchRun:
         await self._watch([self._start(slot)])
 
     def _start(self, slot: _Slot) -> asyncio.Future[None]:
-        """``slot``'s call in a task of its own (`_guarded`: it ends with no exception but its
-        cancellation; a task the batch stops waiting for is retrieved by `_stop`)."""
+        """``slot``'s call in a task of its own (ending with no exception but its cancellation:
+        `_guarded`; `_stop` retrieves one the batch stops waiting for)."""
         task = asyncio.get_running_loop().create_task(self._guarded(slot), name=CALL_TASK_NAME)
         self._task_slots[task] = slot
         return task
@@ -285,10 +277,7 @@ class BatchRun:
         result ignored: the run is never held open by it. The cancellation of the task running
         the batch cancels the calls, waits for them the same way, and propagates."""
         try:
-            # One step of the loop first: the calls' tasks take their first step before this
-            # task resumes, so calls that end without waiting on anything (most do) need no
-            # wake-up callbacks and cost one pass of the loop rather than three.
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # the calls' first steps: one ending there needs no wake-up
             if not all(task.done() for task in tasks):
                 await self._all_done_or_abort(tasks)
             pending = {task for task in tasks if not task.done()}
@@ -577,9 +566,7 @@ class BatchRun:
         return to_result(call, value)
 
 
-CALL_TASK_NAME = "statemachine_agent tool call"
-"""The name of a call's task (given: a task named by asyncio formats a new name each time)."""
-
+CALL_TASK_NAME = "statemachine_agent tool call"  # (asyncio would format a name per task)
 STOP_WAIT_SECONDS = 0.1
 """How long a batch waits for a call it cancelled (after an abort's grace period, or when the
 task running the batch is cancelled) to end: its cancellation delivered and its cleanup run. A
@@ -592,8 +579,7 @@ _ABANDONED: set[asyncio.Future[None]] = set()
 
 
 def _retrieve(task: asyncio.Future[None]) -> None:
-    """Retrieve what a call's task ended with, so asyncio never reports "Task exception was
-    never retrieved" for a task the batch stopped waiting for."""
+    """Retrieve what an abandoned call's task ended with ("Task exception was never retrieved")."""
     if not task.cancelled():
         task.exception()
 

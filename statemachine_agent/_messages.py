@@ -244,9 +244,9 @@ def _compactor(cls: type) -> _Compactor:
 
 
 def keep(message: BaseModel) -> None:
-    """Store a message the history keeps compactly, in place (issue 39: a call + result pair at
-    most 1.5 KiB), with the blocks and usage it holds. A message already kept is left as it is;
-    nothing public about it changes (see ``_SharedFieldsSet``).
+    """Store a message the history keeps compactly, in place (a history holds many: their
+    bytes, benchmarks/README.md), with the blocks and usage it holds. A message already kept is
+    left as it is; nothing public about it changes (see ``_SharedFieldsSet``).
 
     Args:
         message: a message of this module (another value is left alone).
