@@ -78,7 +78,7 @@ def test_postgres_two_workers_one_killed(tmp_path: Path, postgres: ThrowawayPost
     run_dir.mkdir()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
-    env.update(SMA_RUN_DIR=str(run_dir), SMA_TURNS=str(TURNS), SMA_MODEL_SECONDS="0.05")
+    env.update(SMA_RUN_DIR=str(run_dir), SMA_TURNS=str(TURNS), SMA_MODEL_SECONDS="0.2")
     db = postgres.url
     workers = {"w1": _start_worker(db, "w1", env)}
     workers["w2"] = _start_worker(db, "w2", env)
@@ -99,7 +99,9 @@ def test_postgres_two_workers_one_killed(tmp_path: Path, postgres: ThrowawayPost
             client.submit(run_id, run_id=run_id)
 
         # Kill w1 while it has runs in flight (about 10 finished): waiting on both keeps a
-        # loaded machine from killing it in a gap between two of its runs.
+        # loaded machine from killing it in a gap between two of its runs; a model of 0.2 s
+        # keeps each run in flight long after the check (with 0.05 s a durable turn, now two
+        # records, once ended all of w1's runs between the check and the kill).
         _wait_for(
             lambda: client.count("SUCCESS") >= 10 and client.count("PENDING", executor_id="w1") > 0,
             "10 finished runs and w1 running one",
