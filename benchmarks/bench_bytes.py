@@ -24,6 +24,7 @@ import tracemalloc
 from typing import Any
 
 from _common import emit, table
+from bench_turn_cpu import NOOP
 
 from statemachine_agent import (
     Agent,
@@ -33,21 +34,12 @@ from statemachine_agent import (
     TextBlock,
     ToolCallBlock,
     Usage,
-    tool,
 )
 from statemachine_agent.models import FunctionModel
 
 PAIR_TARGET_KIB = 1.5
 IDLE_TARGET_KIB = 10.0
 IDLE_AGENTS = 1000
-
-
-async def noop() -> str:
-    """Do nothing."""
-    return "ok"
-
-
-NOOP = tool(noop)
 
 
 def responder(turns: int) -> Any:
