@@ -728,3 +728,28 @@ def test_result_data_uses_aliases_nan_as_null_and_bytes_as_utf8_text(
     _, answer = run_one_call(give, {})
     assert answer.text.startswith(text), answer.text
     assert answer.is_error is is_error
+
+
+async def test_a_parallel_call_still_running_when_another_has_ended_is_waited_for() -> None:
+    # One call ends in its first step, the other needs a few more loop iterations (yields, no
+    # time): the batch waits for both, whatever the abort grace (0 here: a call the batch
+    # stopped waiting for would be cancelled at once and answered as interrupted).
+    @tool
+    async def quick() -> str:
+        """End at once."""
+        return "quick done"
+
+    @tool
+    async def slower() -> str:
+        """End a few loop iterations later."""
+        for _ in range(5):
+            await asyncio.sleep(0)
+        return "slower done"
+
+    model = ScriptedModel(
+        [tool_response(call("quick", {}, id="q"), call("slower", {}, id="s")), text_response("ok")]
+    )
+    agent = Agent(model, tools=[quick, slower], abort_grace_seconds=0)
+    result = await agent.run("go")
+    assert [r.text for r in results_of(result.messages)] == ["quick done", "slower done"]
+    assert result.state is State.DONE and result.text == "ok"
