@@ -427,6 +427,8 @@ async def test_a_raising_resource_function_is_an_error_result_and_the_agent_runs
 @pytest.mark.parametrize(
     "value",
     [
+        "",
+        " \n ",
         TextBlock(text="  "),
         ToolResultMessage(tool_call_id="?", tool_name="?", content=[TextBlock(text="")]),
     ],

@@ -6,7 +6,14 @@ from typing import Any
 
 import pytest
 
-from statemachine_agent import Agent, AssistantMessage, ProviderBlock, State, UsageError
+from statemachine_agent import (
+    Agent,
+    AssistantMessage,
+    MessageDelta,
+    ProviderBlock,
+    State,
+    UsageError,
+)
 from statemachine_agent.models import FunctionModel, ScriptedModel
 from statemachine_agent.testing.steps import text_response
 
@@ -92,3 +99,20 @@ async def test_function_model_accepts_messages_dicts_and_strings() -> None:
 CONTINUE = (
     "Your response was cut off by the output token limit. Continue exactly where you stopped."
 )
+
+
+async def test_a_scripted_response_streams_each_block_kind_as_a_delta() -> None:
+    answer = {
+        "content": [
+            {"type": "thinking", "thinking": "weighing it", "signature": "sig"},
+            {"type": "text", "text": "the answer"},
+        ]
+    }
+    agent = Agent(ScriptedModel([answer]))
+    deltas: list[tuple[int, str, str]] = []
+    agent.subscribe(
+        lambda e: deltas.append((e.index, e.kind, e.delta)) if isinstance(e, MessageDelta) else None
+    )
+    result = await agent.run("think")
+    assert deltas == [(0, "thinking", "weighing it"), (1, "text", "the answer")]
+    assert result.state is State.DONE and result.text == "the answer"
