@@ -239,3 +239,33 @@ async def test_a_replay_of_a_run_aborted_in_a_call_ends_aborted_at_the_same_plac
     assert (replayed.state, replayed.error) == (State.ABORTED, REASON)
     assert replayed.messages == original.messages
     assert asked == [1]  # the model was not asked again
+
+
+async def test_a_client_abort_of_one_run_leaves_another_run_of_the_worker_going(
+    factory: Factory, db: str
+) -> None:
+    # Both runs are in a model request when run "a" is aborted through the database only (the
+    # worker reads the attributes of all its runs at once): run "b" must not take a's abort.
+    a_stuck, b_stuck, b_gate, never = (asyncio.Event() for _ in range(4))
+
+    async def model(messages: list[Any], request: Any) -> Any:
+        if messages[0].text == "A.":
+            a_stuck.set()
+            await never.wait()
+        b_stuck.set()
+        await b_gate.wait()
+        return "b finished"
+
+    factory.build = lambda: Agent(FunctionModel(model), abort_grace_seconds=0)
+    a = asyncio.ensure_future(run("A.", run_id="a"))
+    b = asyncio.ensure_future(run("B.", run_id="b"))
+    both = asyncio.ensure_future(asyncio.gather(a_stuck.wait(), b_stuck.wait()))
+    await asyncio.wait({a, b, both}, return_when=asyncio.FIRST_COMPLETED)
+    assert a_stuck.is_set() and b_stuck.is_set()  # neither run ended before both were stuck
+    await asyncio.to_thread(_client_abort, db, "a")
+    aborted = await asyncio.wait_for(a, SAFETY_SECONDS)
+    assert (aborted.state, aborted.error) == (State.ABORTED, REASON)
+    b_gate.set()
+    going = await asyncio.wait_for(b, SAFETY_SECONDS)
+    assert (going.state, going.text, going.error) == (State.DONE, "b finished", None)
+    assert_valid_history(going.messages)
