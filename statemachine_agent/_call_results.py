@@ -122,19 +122,18 @@ def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
     """Turn what a tool returned into its result message."""
     is_error = False
     details = None
-    if isinstance(value, str):  # the common case, checked first (see `_messages`)
-        return tool_result(call, _clean([text_block(value)]), False, None)
-    if isinstance(value, ToolResultMessage):
-        # Re-addressed to this call (the protocol pairs by id) and cleaned like any output.
-        return value.model_copy(
-            update={
-                "tool_call_id": call.id,
-                "tool_name": call.name,
-                "content": _clean(list(value.content)),
-            }
-        )
-    if isinstance(value, ToolResult):
-        is_error, details, value = value.is_error, value.details, value.content
+    if not isinstance(value, str):  # the common case skips the checks of a pydantic class
+        if isinstance(value, ToolResultMessage):
+            # Re-addressed to this call (the protocol pairs by id) and cleaned like any output.
+            return value.model_copy(
+                update={
+                    "tool_call_id": call.id,
+                    "tool_name": call.name,
+                    "content": _clean(list(value.content)),
+                }
+            )
+        if isinstance(value, ToolResult):
+            is_error, details, value = value.is_error, value.details, value.content
     if value is None:
         blocks: list[TextBlock | ImageBlock] = [TextBlock(text=NO_OUTPUT)]
     elif isinstance(value, str):
