@@ -79,11 +79,7 @@ class Conversation:
                 raise UsageError(f"{option} must be 'all' or 'one_at_a_time', got {mode!r}")
         self.steering_mode: DeliveryMode = steering_mode
         self.follow_up_mode: DeliveryMode = follow_up_mode
-        self._messages: list[Message] = list(messages)
-        for message in self._messages:
-            keep(message)  # stored compactly (issue 39)
-        self.call_ids = call_ids(self._messages)
-        self.projector = ContextProjector()
+        self._take(messages)
         self.meter = ContextMeter()
         self.appended = 0
         self.steering: deque[UserMessage] = deque()
@@ -132,13 +128,18 @@ class Conversation:
                     "Deny(reason)}), or agent.abort()"
                 )
             held.response = last  # the batch goes on from the message the history holds
-        self._messages = list(messages)
+        # The projection and the context account followed the old list: start over (and let
+        # the old messages go).
+        self._take(messages)
+        self.meter.reset()
+
+    def _take(self, messages: Sequence[Message]) -> None:
+        """Hold a copy of ``messages`` as the history, each stored compactly (`keep`), with its
+        call ids and a projection that starts from it."""
+        self._messages: list[Message] = list(messages)
         for message in self._messages:
             keep(message)
         self.call_ids = call_ids(self._messages)
-        # The projection and the context account followed the old list: start over (and let
-        # the old messages go).
-        self.meter.reset()
         self.projector = ContextProjector()
 
     def usage(self, window: int | None) -> ContextUsage:
