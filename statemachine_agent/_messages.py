@@ -14,7 +14,7 @@ type checker needs it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -130,8 +130,12 @@ class _SharedFieldsSet(set[str]):
 _SHARED_SETS: dict[frozenset[str], _SharedFieldsSet] = {}  # at most 2**fields per class
 
 
-def _shared(names: set[str] | frozenset[str]) -> _SharedFieldsSet:
-    shared = _SHARED_SETS[frozenset(names)] = _SharedFieldsSet(names)
+def _shared(names: Iterable[str]) -> _SharedFieldsSet:
+    """The one shared fields set of ``names``, made the first time it is asked for."""
+    key = frozenset(names)
+    shared = _SHARED_SETS.get(key)
+    if shared is None:
+        shared = _SHARED_SETS[key] = _SharedFieldsSet(key)
     return shared
 
 
@@ -165,7 +169,7 @@ def _builder(cls: type[BaseModel], fields_set: tuple[str, ...]) -> Callable[...,
         "    setattr_(model, '__pydantic_private__', None)",
         "    return model",
     ]
-    shared = _SHARED_SETS.get(frozenset(fields_set)) or _shared(frozenset(fields_set))
+    shared = _shared(fields_set)
     namespace: dict[str, Any] = {
         "Holder": _holder(cls),
         "new": object.__new__,
@@ -223,7 +227,7 @@ def _compactor(cls: type) -> _Compactor:
         "        setattr_(model, '__dict__', held.__dict__)",
         "    usual = last[0]",
         "    if fields_set != usual:",
-        "        usual = last[0] = sets.get(frozenset(fields_set)) or shared(fields_set)",
+        "        usual = last[0] = shared(fields_set)",
         "    setattr_(model, '__pydantic_fields_set__', usual)",
     ]
     namespace: dict[str, Any] = {
@@ -232,7 +236,6 @@ def _compactor(cls: type) -> _Compactor:
         "compactors": _COMPACTORS,
         "make": _compactor,
         "setattr_": object.__setattr__,
-        "sets": _SHARED_SETS,
         "shared": _shared,
         "shared_item": globals().get("NO_USAGE"),  # kept once, when it is made
         "last": [_SharedFieldsSet()],  # the fields set this class's last message shared
