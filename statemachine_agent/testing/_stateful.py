@@ -238,8 +238,13 @@ class AgentStateMachine(RuleBasedStateMachine):
             {"type": "tool_use", "id": f"s{i}", "name": name, "input": {"prompt": f"part {i}"}}
             for i, name in enumerate(chosen, 1)
         ]
+        # Half the sub-agents' scripts start with tool calls, so a fault in a sub-agent's hooks
+        # (which only its calls reach) shows in a few dozen examples rather than a few hundred.
+        child_scripts = st.one_of(
+            scripts(max_responses=3), scripts(max_responses=3, working_start=True)
+        )
         for name in names:
-            kit.sub_agents[name].load(data.draw(scripts(max_responses=3), label=name))
+            kit.sub_agents[name].load(data.draw(child_scripts, label=name))
         self._run(
             "do the task", [{"content": blocks, "stop_reason": "tool_use"}, *script], abort, []
         )

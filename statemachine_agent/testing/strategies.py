@@ -266,16 +266,19 @@ def responses(
     *,
     call_ids: Sequence[str] | None = None,
     max_tool_calls: int = 4,
+    min_tool_calls: int = 0,
 ) -> dict[str, Any]:
-    """An assistant response: 0-2 text or thinking blocks, then 0-``max_tool_calls`` tool calls
-    (with text sometimes between them), any stop reason.
+    """An assistant response: 0-2 text or thinking blocks, then ``min_tool_calls``-
+    ``max_tool_calls`` tool calls (with text sometimes between them), any stop reason.
 
     Args:
         call_ids: ids for the tool calls (their number caps the calls); default ``call_1``...
         max_tool_calls: the most tool calls.
+        min_tool_calls: the fewest tool calls (at most the number of ids).
     """
     ids = list(call_ids) if call_ids is not None else [f"call_{i}" for i in range(1, 9)]
-    n_calls = draw(st.integers(0, min(max_tool_calls, len(ids))))
+    most = min(max_tool_calls, len(ids))
+    n_calls = draw(st.integers(min(min_tool_calls, most), most))
     content: list[dict[str, Any]] = draw(
         st.lists(st.one_of(text_blocks(), thinking_blocks(), provider_blocks()), max_size=2)
     )
@@ -309,21 +312,27 @@ def scripts(
     errors: bool = True,
     delays: bool = True,
     id_prefix: str = "call",
+    working_start: bool = False,
 ) -> list[dict[str, Any]]:
     """A `ScriptedModel` script of 1-``max_responses`` steps. Tool-call ids are unique across it.
 
     The run it drives ends: in ``done`` on a final answer, or in ``failed`` once the script is
     exhausted (a valid terminal state). Steps may be errors (``errors``) and may wait 1 ms before
-    answering (``delays``), so aborts land mid-request too.
+    answering (``delays``), so aborts land mid-request too. With ``working_start`` the first step
+    is a response with at least one tool call (the model starts by working), so a search reaches
+    the calls of a run (a sub-agent's, say) in fewer examples.
     """
     counter = itertools.count(1)
     steps: list[dict[str, Any]] = []
-    for _ in range(draw(st.integers(1, max_responses))):
-        if errors and draw(st.integers(0, 9)) == 0:
+    for index in range(draw(st.integers(1, max_responses))):
+        working = working_start and index == 0
+        if errors and not working and draw(st.integers(0, 9)) == 0:
             step = dict(draw(error_steps()))
         else:
             ids = [f"{id_prefix}_{next(counter)}" for _ in range(max_tool_calls)]
-            step = draw(responses(call_ids=ids, max_tool_calls=max_tool_calls))
+            step = draw(
+                responses(call_ids=ids, max_tool_calls=max_tool_calls, min_tool_calls=int(working))
+            )
         if delays and draw(st.booleans()):
             step["delay_seconds"] = 0.001
         steps.append(step)

@@ -48,6 +48,21 @@ def test_scripts_have_at_most_8_steps_and_unique_call_ids(script: list[dict[str,
             assert len(message.tool_calls) <= 4
 
 
+@given(scripts(max_responses=3, working_start=True))
+def test_a_working_start_script_opens_with_at_least_one_tool_call(
+    script: list[dict[str, Any]],
+) -> None:
+    first = script[0]
+    assert "error" not in first
+    assert sum(b["type"] == "tool_use" for b in first["content"]) >= 1
+    ScriptedModel(script)
+
+
+@given(responses(call_ids=["a", "b"], min_tool_calls=3))
+def test_min_tool_calls_is_capped_by_the_ids_given(response: dict[str, Any]) -> None:
+    assert sum(b["type"] == "tool_use" for b in response["content"]) == 2
+
+
 ERROR_KINDS = {"overloaded_error", "api_error", "invalid_request_error", "authentication_error"}
 
 
