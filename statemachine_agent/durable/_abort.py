@@ -14,7 +14,6 @@ records the reason in its output, so a replay applies it at the same place (`wra
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import logging
 from typing import Any
@@ -57,19 +56,19 @@ class AbortWatch:
     def attach(self, signal: AbortSignal) -> None:
         """A new top-level run of the workflow (a continuation after decisions, too)."""
         self.signal = signal
-        self._apply()
+        self.apply()
 
     def seen(self, reason: str) -> None:
         """The watcher read an abort for this run."""
         self.reason = reason
-        self._apply()
+        self.apply()
 
     async def go_live(self) -> None:
         """A step body runs for real: apply an abort sent meanwhile (read it first, once)."""
         if not self.live:
             await self.checked.wait()
             self.live = True
-        self._apply()
+        self.apply()
 
     def replayed(self, reason: str) -> None:
         """A replayed step recorded that the run was aborted by its end: abort it here too."""
@@ -83,7 +82,8 @@ class AbortWatch:
             return None
         return signal.reason or ""
 
-    def _apply(self) -> None:
+    def apply(self) -> None:
+        """Set the run's signal to the abort read, once live (a step body runs for real)."""
         signal = self.signal
         if self.live and self.reason is not None and signal is not None and not signal.aborted:
             signal.set(self.reason)
@@ -135,6 +135,7 @@ class _Poller:
             task.get_loop().call_soon_threadsafe(task.cancel)
 
     async def _poll(self, wake: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
         failing = False
         while process.watches:
             wake.clear()
@@ -152,8 +153,12 @@ class _Poller:
             else:
                 failing = False
                 _deliver(statuses, watches)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), ABORT_POLL_SECONDS)
+            # A timer, not ``wait_for`` (a task and its timeout every poll).
+            timer = loop.call_later(ABORT_POLL_SECONDS, wake.set)
+            try:
+                await wake.wait()
+            finally:
+                timer.cancel()
 
 
 def _deliver(statuses: list[Any], watches: dict[str, AbortWatch]) -> None:

@@ -6,7 +6,7 @@ output, whether the run was aborted by its end (see `_abort`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from dbos import DBOS, StepOptions
@@ -75,16 +75,23 @@ async def _current_incarnation() -> str:
     return process.incarnation
 
 
-async def _step(name: str | StepOptions, body: Callable[[], Awaitable[T]]) -> T:
-    """Run ``body`` as the DBOS step ``name``: a pending abort reaches the run before the body
+async def _step(
+    options: StepOptions,
+    body: Callable[[], Coroutine[Any, Any, T]],
+    watch: _abort.AbortWatch | None,
+) -> T:
+    """Run ``body`` as the DBOS step ``options``: a pending abort reaches the run before the body
     runs, and the output records whether the run was aborted by the body's end; a replayed
-    step's recorded abort is applied to the run (see `_abort`)."""
-    watch = _abort.current()
-    options: StepOptions = {"name": name} if isinstance(name, str) else name
+    step's recorded abort is applied to the run (see `_abort`). ``watch``: the run's abort
+    watch (None outside a watched workflow: the body is the step)."""
+    if watch is None:
+        return cast(T, _abort.unwrap(await DBOS.run_step_async(options, body), None))
 
     async def step() -> Any:
-        if watch is not None:
+        if not watch.live:
             await watch.go_live()
+        else:
+            watch.apply()
         return _abort.wrap(await body(), watch)
 
     return cast(T, _abort.unwrap(await DBOS.run_step_async(options, step), watch))
@@ -129,7 +136,9 @@ class DurableBatch(BatchRun):
         own (preceded by a ``tool_start`` marker step for a tool that is not idempotent): on
         replay, the recorded result (`BatchRun.execute`)."""
         call = self.calls[index]
-        prefix = self.owner.settings.step_prefix if isinstance(self.owner, Run) else ""
+        owner = self.owner
+        prefix = owner.settings.step_prefix if isinstance(owner, Run) else ""
+        watch = owner.abort_watch if isinstance(owner, DurableRun) else _abort.current()
         try:
             if index > 0:
                 await asyncio.shield(self._started[index - 1])
@@ -138,7 +147,9 @@ class DurableBatch(BatchRun):
                 return await super().execute(index, tool, kwargs)
             marker = process.incarnation
             if not tool.idempotent:
-                marker = await _step(f"{prefix}tool_start:{call.id}", _current_incarnation)
+                marker = await _step(
+                    {"name": f"{prefix}tool_start:{call.id}"}, _current_incarnation, watch
+                )
         except BaseException:
             self._release(index)
             raise
@@ -146,8 +157,10 @@ class DurableBatch(BatchRun):
             if tool.durable_steps:  # ended: the next call may start its steps
                 self._release(index)
         execute = super().execute
+        live: ToolResultMessage | None = None
 
         async def tool_call() -> str:
+            nonlocal live
             if marker != process.incarnation:
                 # Started by a worker that died before the result was recorded.
                 result = _text_result(call, NO_RESULT, is_error=True)
@@ -155,7 +168,9 @@ class DurableBatch(BatchRun):
                 result = await execute(index, tool, kwargs)
                 if tool.step_retries and result.is_error:
                     raise ToolStepFailed(dump_message(result))
-            return dump_message(result)
+            text = dump_message(result)
+            live = result
+            return text
 
         options: StepOptions = {"name": f"{prefix}tool:{call.id}"}
         if tool.step_retries:
@@ -166,12 +181,15 @@ class DurableBatch(BatchRun):
         # The step's position is taken synchronously when it starts: release the next call now.
         self._release(index)
         try:
-            text = await _step(options, tool_call)
+            text = await _step(options, tool_call, watch)
         except dbos_error.DBOSMaxStepRetriesExceeded as exc:
             failures = [e for e in exc.errors if isinstance(e, ToolStepFailed)]
             if not failures:
                 raise
             text = failures[-1].result
+        else:
+            if live is not None:  # ran here: the result it recorded, without reading it back
+                return live
         result = load_message(text)
         assert isinstance(result, ToolResultMessage)
         return result
@@ -182,13 +200,24 @@ class DurableRun(Run):
 
     Only meaningful inside the workflow (`run`, `submit`); outside one, DBOS runs the steps as
     plain functions. A top-level run's signal is the one a durable abort sets (`_abort`).
+
+    Attributes:
+        abort_watch: the abort watch of the workflow the run was made in (None outside a
+            watched workflow); its steps let a pending abort reach the run (`_abort`).
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.abort_watch = _abort.current()
+        model = self.settings.model
+        # Checked once a run (a runtime protocol check walks the protocol's members each time).
+        self._positioned = model if isinstance(model, PositionedModel) else None
 
     async def drive(self, prompt: UserMessage | None, first: str = Trigger.START) -> RunResult:
         """Drive the run (`Run.drive`); a top-level run's signal is the one a durable abort
         sets (a sub-agent's, whose step prefix is set by now, follows its parent's)."""
         if not self.settings.step_prefix:
-            watch = _abort.current()
+            watch = self.abort_watch
             if watch is not None:
                 watch.attach(self.signal)
         return await super().drive(prompt, first)
@@ -198,13 +227,11 @@ class DurableRun(Run):
     ) -> AssistantMessage | RequestAborted | RequestFailed:
         """Send the request as a ``model_request`` step: on replay, the recorded outcome."""
         send = super().send
-        model = self.settings.model
-        positioned = model if isinstance(model, PositionedModel) else None
-        asked = False
+        positioned = self._positioned
+        live: AssistantMessage | RequestAborted | RequestFailed | None = None
 
         async def model_request() -> dict[str, str]:
-            nonlocal asked
-            asked = True
+            nonlocal live
             try:
                 outcome = await send(request)
             except Exception as exc:  # a bug in a model: the run fails with it, recorded
@@ -212,10 +239,14 @@ class DurableRun(Run):
             data = encode_outcome(outcome)
             if positioned is not None:
                 data[_POSITION_KEY] = str(positioned.calls)
+            live = outcome
             return data
 
-        data = await _step(f"{self.settings.step_prefix}model_request", model_request)
-        if not asked and positioned is not None and _POSITION_KEY in data:
+        options: StepOptions = {"name": f"{self.settings.step_prefix}model_request"}
+        data = await _step(options, model_request, self.abort_watch)
+        if live is not None:  # asked here: the outcome it recorded, without reading it back
+            return live
+        if positioned is not None and _POSITION_KEY in data:
             # Replayed from the database: the model was not asked, so its position is where
             # the recorded step left it (an error and its retries may have played several).
             positioned.seek(int(data[_POSITION_KEY]))
