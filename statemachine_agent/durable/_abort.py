@@ -4,7 +4,9 @@
 ``update_workflow_attributes``, from any process, durable). A worker watches the runs it
 executes: one task per process reads their attributes (``DBOS.list_workflows``, outside any
 workflow, so nothing is recorded) every `ABORT_POLL_SECONDS` and sets the run's abort signal;
-the run then ends under the usual grace rules, as after ``agent.abort()``.
+the run then ends under the usual grace rules, as after ``agent.abort()``. The task ends when no
+run is left to read (a run waiting for decisions gets an abort as a message instead, not read)
+and starts again with the next one.
 
 Replay stays deterministic: an abort is applied only once the run executes a step for real
 (`AbortWatch.go_live`: a replayed step does not), and each step whose run was aborted by its end
@@ -14,8 +16,10 @@ records the reason in its output, so a replay applies it at the same place (`wra
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from dbos import DBOS
@@ -44,6 +48,8 @@ class AbortWatch:
         live: a step of this workflow has executed in this process (not a replay): an abort
             read from the database may be applied from now on.
         checked: set once the attribute was read for the first time.
+        waiting: the run waits for decisions (`waiting_for_decisions`): an abort reaches it as
+            a message then, so its attribute is not read.
     """
 
     def __init__(self, workflow_id: str) -> None:
@@ -52,6 +58,7 @@ class AbortWatch:
         self.reason: str | None = None
         self.live = False
         self.checked = asyncio.Event()
+        self.waiting = False
 
     def attach(self, signal: AbortSignal) -> None:
         """A new top-level run of the workflow (a continuation after decisions, too)."""
@@ -137,9 +144,12 @@ class _Poller:
     async def _poll(self, wake: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         failing = False
-        while process.watches:
+        while True:
             wake.clear()
-            watches = dict(process.watches)
+            # Runs waiting for decisions get an abort as a message: nothing to read for them.
+            watches = {key: w for key, w in process.watches.items() if not w.waiting}
+            if not watches:
+                break  # `watch` / `waiting_for_decisions` start the task again
             try:
                 statuses = await DBOS.list_workflows_async(
                     workflow_ids=list(watches), load_input=False, load_output=False
@@ -199,6 +209,23 @@ def deliver(workflow_id: str, reason: str) -> None:
         found.seen(reason)
     elif not loop.is_closed():
         loop.call_soon_threadsafe(found.seen, reason)
+
+
+@contextlib.contextmanager
+def waiting_for_decisions() -> Iterator[None]:
+    """The block waits for decisions (``recv``): the watched run of this workflow is not read
+    meanwhile (an abort sent then comes as a message on the decision topic); when the block
+    ends, its attribute is read at once (an abort sent meanwhile still reaches it)."""
+    found = current()
+    if found is None:
+        yield
+        return
+    found.waiting = True
+    try:
+        yield
+    finally:
+        found.waiting = False
+        poller.start()
 
 
 def unwatch(workflow_id: str) -> None:

@@ -92,7 +92,8 @@ async def _wait_for_decisions(
     """Publish the pending calls and wait durably for a message on `DECISION_TOPIC` (None when
     none came within ``timeout_seconds``)."""
     await DBOS.set_event_async(PENDING_EVENT, [encode_pending(c) for c in calls])
-    message = await DBOS.recv_async(DECISION_TOPIC, timeout_seconds=timeout_seconds)
+    with _abort.waiting_for_decisions():
+        message = await DBOS.recv_async(DECISION_TOPIC, timeout_seconds=timeout_seconds)
     await DBOS.set_event_async(PENDING_EVENT, [])
     if message is None:
         return None

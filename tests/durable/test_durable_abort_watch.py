@@ -21,7 +21,7 @@ pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
 from statemachine_agent import Agent, State, ToolResultMessage, tool
 from statemachine_agent._cancel import AbortSignal
-from statemachine_agent.durable import Client, _abort, launch, run, shutdown
+from statemachine_agent.durable import Client, _abort, launch, pending, run, shutdown
 from statemachine_agent.durable._state import process
 from statemachine_agent.models import FunctionModel
 from statemachine_agent.testing import assert_valid_history
@@ -164,3 +164,24 @@ async def test_a_runs_first_step_body_waits_for_the_first_read_of_its_abort() ->
     # Tasks start in the order they were made: the step reaches go_live before the read ends.
     await asyncio.gather(asyncio.ensure_future(step_body()), asyncio.ensure_future(first_read()))
     assert order == ["read", ("body", REASON)]
+
+
+async def test_a_run_waiting_for_approval_is_not_read_and_a_client_abort_still_ends_it(
+    factory: Factory, db: str
+) -> None:
+    # A waiting run gets an abort as a message: the watching task has nothing to read and ends
+    # (no query every poll while runs only wait for people).
+    factory.build = lambda: Agent(
+        FunctionModel(_one_call_model), tools=[tool(requires_approval=True)(noop)]
+    )
+    started = asyncio.ensure_future(run("Go.", run_id="waiting"))
+    calls = await pending("waiting", wait_seconds=SAFETY_SECONDS)
+    assert [call.id for call in calls] == ["call_1"]
+    await _poller_ended()
+    assert list(process.watches) == ["waiting"]  # still watched: read again once it goes on
+    await asyncio.to_thread(_client_abort, db, "waiting")
+    result = await asyncio.wait_for(started, SAFETY_SECONDS)
+    assert (result.state, result.error) == (State.ABORTED, REASON)
+    answers = [m for m in result.messages if isinstance(m, ToolResultMessage)]
+    assert [(m.tool_call_id, m.is_error) for m in answers] == [("call_1", True)]
+    assert_valid_history(result.messages)
