@@ -80,10 +80,17 @@ def encode_result(result: RunResult) -> dict[str, Any]:
     if isinstance(output, BaseModel):
         output = output.model_dump(mode="json")
     limit = result.limit_exceeded
+    messages = HISTORY_ADAPTER.dump_python(result.messages, mode="json")
+    new = result.new_messages
+    start = len(result.messages) - len(new)
+    if start >= 0 and all(a is b for a, b in zip(result.messages[start:], new, strict=True)):
+        new_messages = messages[start:]  # the history's tail, as a run's result has it: once
+    else:
+        new_messages = HISTORY_ADAPTER.dump_python(new, mode="json")
     return {
         "state": str(result.state),
-        "messages": HISTORY_ADAPTER.dump_python(result.messages, mode="json"),
-        "new_messages": HISTORY_ADAPTER.dump_python(result.new_messages, mode="json"),
+        "messages": messages,
+        "new_messages": new_messages,
         "turns": result.turns,
         "usage": result.usage.model_dump(mode="json"),
         "stop_reason": result.stop_reason,
@@ -122,10 +129,17 @@ def decode_result(
         output = output_type.model_validate(output)
     counts = data.get("counts")
     limit = data.get("limit_exceeded")
+    messages = HISTORY_ADAPTER.validate_python(data["messages"])
+    new_data = data["new_messages"]
+    start = len(messages) - len(new_data)
+    if start >= 0 and data["messages"][start:] == new_data:
+        new_messages = messages[start:]  # the history's tail (as a run's result has it)
+    else:
+        new_messages = HISTORY_ADAPTER.validate_python(new_data)
     return RunResult(
         state=State(data["state"]),
-        messages=HISTORY_ADAPTER.validate_python(data["messages"]),
-        new_messages=HISTORY_ADAPTER.validate_python(data["new_messages"]),
+        messages=messages,
+        new_messages=new_messages,
         turns=data["turns"],
         usage=Usage.model_validate(data["usage"]),
         stop_reason=data["stop_reason"],
