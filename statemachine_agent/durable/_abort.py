@@ -71,7 +71,8 @@ class AbortWatch:
         self.apply()
 
     async def go_live(self) -> None:
-        """A step body runs for real: apply an abort sent meanwhile (read it first, once)."""
+        """A step body runs for real (each body calls it first): apply an abort sent meanwhile
+        (the run's first live step waits for the first read of its abort attribute)."""
         if not self.live:
             await self.checked.wait()
             self.live = True
@@ -103,8 +104,11 @@ def current() -> AbortWatch | None:
 
 
 def wrap(output: Any, watch: AbortWatch | None) -> Any:
-    """A step's output, with the run's abort reason when it was aborted by the step's end."""
-    reason = None if watch is None else watch.applied()
+    """A step's output, with the run's abort reason when it was aborted by the step's end (what
+    each step body returns)."""
+    if watch is None:
+        return output
+    reason = watch.applied()
     return output if reason is None else {_RECORDED_KEY: reason, "output": output}
 
 

@@ -71,30 +71,17 @@ class PositionedModel(Protocol):
         """Continue as if ``calls`` requests had been asked."""
 
 
-async def _current_incarnation() -> str:
-    return process.incarnation
-
-
 async def _step(
     options: StepOptions,
     body: Callable[[], Coroutine[Any, Any, T]],
     watch: _abort.AbortWatch | None,
 ) -> T:
-    """Run ``body`` as the DBOS step ``options``: a pending abort reaches the run before the body
-    runs, and the output records whether the run was aborted by the body's end; a replayed
-    step's recorded abort is applied to the run (see `_abort`). ``watch``: the run's abort
-    watch (None outside a watched workflow: the body is the step)."""
-    if watch is None:
-        return cast(T, _abort.unwrap(await DBOS.run_step_async(options, body), None))
-
-    async def step() -> Any:
-        if not watch.live:
-            await watch.go_live()
-        else:
-            watch.apply()
-        return _abort.wrap(await body(), watch)
-
-    return cast(T, _abort.unwrap(await DBOS.run_step_async(options, step), watch))
+    """Run ``body`` as the DBOS step ``options``: on replay, its recorded output, with the abort
+    it recorded applied to the run (see `_abort`). The body itself first lets a pending abort
+    reach the run (`AbortWatch.go_live`) and records, with its output, whether the run was
+    aborted by its end (`_abort.wrap`): no wrapper around it. ``watch``: the run's abort watch
+    (None outside a watched workflow)."""
+    return cast(T, _abort.unwrap(await DBOS.run_step_async(options, body), watch))
 
 
 class DurableBatch(BatchRun):
@@ -147,9 +134,13 @@ class DurableBatch(BatchRun):
                 return await super().execute(index, tool, kwargs)
             marker = process.incarnation
             if not tool.idempotent:
-                marker = await _step(
-                    {"name": f"{prefix}tool_start:{call.id}"}, _current_incarnation, watch
-                )
+
+                async def tool_start() -> Any:
+                    if watch is not None:
+                        await watch.go_live()
+                    return _abort.wrap(process.incarnation, watch)
+
+                marker = await _step({"name": f"{prefix}tool_start:{call.id}"}, tool_start, watch)
         except BaseException:
             self._release(index)
             raise
@@ -159,8 +150,10 @@ class DurableBatch(BatchRun):
         execute = super().execute
         live: ToolResultMessage | None = None
 
-        async def tool_call() -> str:
+        async def tool_call() -> Any:
             nonlocal live
+            if watch is not None:
+                await watch.go_live()
             if marker != process.incarnation:
                 # Started by a worker that died before the result was recorded.
                 result = _text_result(call, NO_RESULT, is_error=True)
@@ -170,7 +163,7 @@ class DurableBatch(BatchRun):
                     raise ToolStepFailed(dump_message(result))
             text = dump_message(result)
             live = result
-            return text
+            return _abort.wrap(text, watch)
 
         options: StepOptions = {"name": f"{prefix}tool:{call.id}"}
         if tool.step_retries:
@@ -228,10 +221,13 @@ class DurableRun(Run):
         """Send the request as a ``model_request`` step: on replay, the recorded outcome."""
         send = super().send
         positioned = self._positioned
+        watch = self.abort_watch
         live: AssistantMessage | RequestAborted | RequestFailed | None = None
 
-        async def model_request() -> dict[str, str]:
+        async def model_request() -> Any:
             nonlocal live
+            if watch is not None:
+                await watch.go_live()
             try:
                 outcome = await send(request)
             except Exception as exc:  # a bug in a model: the run fails with it, recorded
@@ -240,10 +236,10 @@ class DurableRun(Run):
             if positioned is not None:
                 data[_POSITION_KEY] = str(positioned.calls)
             live = outcome
-            return data
+            return _abort.wrap(data, watch)
 
         options: StepOptions = {"name": f"{self.settings.step_prefix}model_request"}
-        data = await _step(options, model_request, self.abort_watch)
+        data: dict[str, str] = await _step(options, model_request, watch)
         if live is not None:  # asked here: the outcome it recorded, without reading it back
             return live
         if positioned is not None and _POSITION_KEY in data:
