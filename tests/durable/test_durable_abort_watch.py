@@ -19,8 +19,7 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
-from statemachine_agent import Agent, State, ToolResultMessage, tool
-from statemachine_agent._cancel import AbortSignal
+from statemachine_agent import AbortSignal, Agent, State, ToolResultMessage, tool
 from statemachine_agent.durable import Client, _abort, launch, pending, run, shutdown
 from statemachine_agent.durable._state import process
 from statemachine_agent.models import FunctionModel
