@@ -70,7 +70,7 @@ def test_the_kit_drives_a_nested_agent_at_both_levels() -> None:
             # Found, not shrunk. Hypothesis turns a random subset of the rules off in each
             # example, so the examples before the first nested run vary by seed: over 60 seeds
             # a sub-agent was reached after 16 examples on average (4 to 78), so 400 leave a
-            # random seed (the explore pass) about one chance in a billion of missing it. A
+            # random seed (the explore pass) far under one chance in a million of missing it. A
             # fixed 30 missed it under 1 of 41 seeds (3100177494: one nested run in its 30
             # examples, aborted before its sub-agent started), and 4 of the 60 searches took
             # longer than 30 examples run: a few percent of the explore passes.
