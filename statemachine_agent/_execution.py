@@ -166,7 +166,7 @@ class BatchRun:
     def deferred(self) -> list[PendingCall]:
         """The calls deferred for a decision, in declaration order (none once the batch was
         aborted or a denial ended the run: those are answered instead)."""
-        if self._terminated or self._signal.aborted:
+        if self._terminated or self._signal._aborted:  # (the flag: a property is a call)
             return []
         return [slot.deferred for slot in self._slots if slot.deferred is not None]
 
@@ -216,7 +216,7 @@ class BatchRun:
             return
         if self._one_at_a_time():
             for slot in self._slots:
-                if self._signal.aborted or self._terminated:
+                if self._signal._aborted or self._terminated:
                     break
                 await self._process_inline(slot)
         else:
@@ -519,7 +519,7 @@ class BatchRun:
         """
         slot = self._slots[index]
         call = slot.call
-        if self._signal.aborted:
+        if self._signal._aborted:
             return text_result(call, NOT_RUN, is_error=True)
         # Only a tool that takes a `ToolContext` (or may yield progress) gets one.
         ctx = None
