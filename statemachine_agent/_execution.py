@@ -95,7 +95,8 @@ class BatchRun:
             are cancelled.
         emit: receives the tool-execution events.
         listening: whether anyone receives events (skips building them when not).
-        on_result: called with each call's result the moment it is final (completion order).
+        on_result: called with each call's result the moment it is final (completion order);
+            None: nothing is.
         approved: the calls were approved by a person (tools that require approval run).
         run: the run executing the batch, given to the tools as `ToolContext.run`.
     """
@@ -113,7 +114,7 @@ class BatchRun:
         after: AfterToolCall | None = None,
         deps: Any = None,
         listening: Callable[[], bool] = lambda: True,
-        on_result: Callable[[ToolResultMessage], None] = lambda _result: None,
+        on_result: Callable[[ToolResultMessage], None] | None = None,
         approved: bool = False,
         run: Any = None,
     ) -> None:
@@ -130,7 +131,9 @@ class BatchRun:
         self._before = before
         self._after = after
         self._deps = deps
-        self._terminated = False
+        self._terminated = False  # a denial ended the run (a slot's ``terminate``)
+        self._ends_run = False  # a slot's ``ends_run`` was set (`final_result` looks then)
+        self._deferring = False  # a slot's call was deferred (`deferred` looks then)
         self._fatal: BaseException | None = None
         self._resource_tails: dict[str, asyncio.Future[None]] = {}
         self._task_slots: dict[asyncio.Future[None], _Slot] = {}
@@ -149,6 +152,8 @@ class BatchRun:
     @property
     def terminate_reason(self) -> str | None:
         """The reason of the first terminating denial, if any."""
+        if not self._terminated:  # (set with every slot's ``terminate``: no loop)
+            return None
         for slot in self._slots:
             if slot.terminate:
                 return slot.terminate
@@ -158,6 +163,8 @@ class BatchRun:
     def final_result(self) -> ToolResultMessage | None:
         """The first result (declaration order) marked ``terminate=True``, if any: the run ends
         ``done`` with its text as the final answer."""
+        if not self._ends_run:  # (set with every slot's ``ends_run``: no loop)
+            return None
         for slot in self._slots:
             if slot.ends_run and slot.result is not None:
                 return slot.result
@@ -166,8 +173,8 @@ class BatchRun:
     def deferred(self) -> list[PendingCall]:
         """The calls deferred for a decision, in declaration order (none once the batch was
         aborted or a denial ended the run: those are answered instead)."""
-        if self._terminated or self._signal._aborted:  # (the flag: a property is a call)
-            return []
+        if not self._deferring or self._terminated or self._signal._aborted:
+            return []  # (the signal's flag read directly: its property is a call)
         return [slot.deferred for slot in self._slots if slot.deferred is not None]
 
     def results(self, held: Sequence[PendingCall] = ()) -> list[ToolResultMessage]:
@@ -199,7 +206,8 @@ class BatchRun:
         slot.result = result
         if slot.announced:
             self._emit(ToolExecutionEnd(slot.call, result))
-        self._on_result(result)
+        if self._on_result is not None:
+            self._on_result(result)
 
     async def run(self) -> None:
         """Run the batch until every call has a result, or until abort (plus the grace period).
@@ -212,15 +220,22 @@ class BatchRun:
                 so the other calls stop (with the grace period), every call has its result, then
                 it propagates.
         """
-        if not self._slots:
+        slots = self._slots
+        if not slots:
             return
-        if self._one_at_a_time():
-            for slot in self._slots:
+        if len(slots) == 1 or self._one_at_a_time():
+            # One call at a time, each in this task (`_in_this_task`) or in a task of its own
+            # watched as a parallel batch's calls are (no coroutine between: a per-turn cost).
+            for slot in slots:
                 if self._signal._aborted or self._terminated:
                     break
-                await self._process_inline(slot)
+                if self._in_this_task(slot):
+                    with abort_scope(self._signal, self._grace):
+                        await self.run_call(slot.index, slot.call)
+                else:
+                    await self._watch([self._start(slot)])
         else:
-            await self._watch([self._start(slot) for slot in self._slots])
+            await self._watch([self._start(slot) for slot in slots])
         if self._fatal is not None:
             raise self._fatal
 
@@ -233,24 +248,21 @@ class BatchRun:
             (t := tools.get(slot.call.name)) is not None and t.sequential for slot in self._slots
         )
 
-    async def _process_inline(self, slot: _Slot) -> None:
-        """Process one call of a batch run one at a time. A sync tool in its worker thread with
-        no hooks runs in this task (no task of its own: a per-turn cost; an abort gives it the
-        grace period, then stops waiting for the thread). Anything that runs on the loop (an
-        async tool, a hook) gets a task of its own, watched as a parallel batch's calls are, so
-        a call that ignores its cancellation cannot keep the run open (`_watch`)."""
+    def _in_this_task(self, slot: _Slot) -> bool:
+        """Whether a call of a batch run one at a time runs in the batch's task: a sync tool in
+        its worker thread with no hooks does (no task of its own: a per-turn cost; an abort
+        gives it the grace period, then stops waiting for the thread). Anything that runs on
+        the loop (an async tool, a hook) gets a task of its own, watched as a parallel batch's
+        calls are, so a call that ignores its cancellation cannot keep the run open
+        (`_watch`)."""
         tool = self.tools.get(slot.call.name)
-        if (
+        return (
             tool is not None
             and not tool.is_async
             and tool.run_in_thread
             and self._before is None
             and self._after is None
-        ):
-            with abort_scope(self._signal, self._grace):
-                await self.run_call(slot.index, slot.call)
-            return
-        await self._watch([self._start(slot)])
+        )
 
     def _start(self, slot: _Slot) -> asyncio.Future[None]:
         """``slot``'s call in a task of its own (ending with no exception but its cancellation:
@@ -278,8 +290,12 @@ class BatchRun:
         the batch cancels the calls, waits for them the same way, and propagates."""
         try:
             await asyncio.sleep(0)  # the calls' first steps: one ending there needs no wake-up
-            if not all(task.done() for task in tasks):
-                await self._all_done_or_abort(tasks)
+            for task in tasks:  # (a loop: no generator or set when every call has ended)
+                if not task.done():
+                    break
+            else:
+                return
+            await self._all_done_or_abort(tasks)
             pending = {task for task in tasks if not task.done()}
             if pending:
                 # Aborted: running tools saw the signal; give them the grace period to stop.
@@ -356,33 +372,45 @@ class BatchRun:
         if slot.announced:
             self._emit(ToolExecutionStart(call))
         try:
-            checked = check_call(call, self.tools)
+            tools = self.tools
+            checked = check_call(call, tools)
             if isinstance(checked, str):
                 self._finish(slot, text_result(call, checked, is_error=True))
                 return
-            tool = self.tools[call.name]
-            result = await self._invoke(slot, tool, checked)
+            tool = tools[call.name]
+            try:
+                kwargs = tool.validate(checked)
+                resource = tool.resource_of(kwargs) if self._mode == "parallel" else None
+            except ValidationError as exc:
+                text = format_validation_error(call.name, exc, checked)
+                self._finish(slot, text_result(call, text, is_error=True))
+                return
+            except Exception as exc:  # a broken validator or resource function: cannot run
+                text = f"Could not prepare the call: {type(exc).__name__}: {exc}"
+                self._finish(slot, text_result(call, text, is_error=True))
+                return
+            if (
+                resource is None
+                and self._before is None
+                and self._after is None
+                and (self._approved or not tool.requires_approval)
+            ):
+                # Nothing around the execution (no hook, no approval, no resource queue):
+                # `execute` is awaited here, without the layers `_queued` goes through.
+                result = await self.execute(index, tool, kwargs)
+            else:
+                result = await self._queued(slot, tool, kwargs, resource)
             self._finish(slot, result)
         except asyncio.CancelledError:
             text = INTERRUPTED if slot.started else NOT_RUN
             self._finish(slot, text_result(call, text, is_error=True))
             raise
 
-    async def _invoke(
-        self, slot: _Slot, tool: Tool, arguments: dict[str, Any]
+    async def _queued(
+        self, slot: _Slot, tool: Tool, kwargs: dict[str, Any], resource: str | None
     ) -> ToolResultMessage:
-        call = slot.call
-        try:
-            kwargs = tool.validate(arguments)
-            resource = tool.resource_of(kwargs) if self._mode == "parallel" else None
-        except ValidationError as exc:
-            return text_result(
-                call, format_validation_error(call.name, exc, arguments), is_error=True
-            )
-        except Exception as exc:  # a broken validator or resource function: the call cannot run
-            return text_result(
-                call, f"Could not prepare the call: {type(exc).__name__}: {exc}", is_error=True
-            )
+        """The call's place on its resource (if any), then its hooks and execution
+        (`_checked_run`)."""
         # The write queue: a call claims its place on its resource before anything it awaits
         # (a permission hook may take any time), so calls on one resource run in declaration
         # order. The place is released on every way out.
@@ -407,6 +435,7 @@ class BatchRun:
         call = slot.call
         arguments = call.input if isinstance(call.input, dict) else {}
         slot.deferred = PendingCall(call.id, call.name, dict(arguments), reason)
+        self._deferring = True
         result = text_result(call, f"Awaiting approval: {reason}")
         return result.model_copy(update={"details": DEFERRED})
 
@@ -480,6 +509,7 @@ class BatchRun:
                 return self._interrupted(call, exc, "the after_tool_call hook", ran=True)
             if isinstance(replaced, ToolResult):
                 slot.ends_run = replaced.terminate
+                self._ends_run = self._ends_run or replaced.terminate
                 result = to_result(call, replaced)
             elif isinstance(replaced, ToolResultMessage):
                 # A hook may rewrite a result, never re-address it: the protocol pairs by id.
@@ -562,7 +592,7 @@ class BatchRun:
         except INTERRUPTS as exc:
             return self._interrupted(call, exc, "the tool", ran=True)
         if isinstance(value, ToolResult) and value.terminate:
-            slot.ends_run = True
+            slot.ends_run = self._ends_run = True
         return to_result(call, value)
 
 
