@@ -60,8 +60,7 @@ async def request_model(run: RunLike) -> str:
     kept; with tool calls, its batch answers each "not run"); ``fail`` when the provider failed
     for good or the request could not be built.
     """
-    # The signal's flag read directly (not its `aborted` property: a call) on a turn's path.
-    if run.signal._aborted:  # aborted between two steps: send nothing more
+    if run.signal.aborted:  # aborted between two steps: send nothing more
         return Trigger.ABORT
     run.answer_open_calls()  # a user's branch came here from a response with calls
     if run.data.compaction and compaction_due(run):
@@ -79,7 +78,7 @@ async def request_model(run: RunLike) -> str:
     data.usage = data.usage + usage  # the guards read it at once
     run.turn_message = response
     run.append(response)
-    if run.signal._aborted and not response.tool_calls:
+    if run.signal.aborted and not response.tool_calls:
         run.complete_turn()
         return Trigger.ABORT
     if not is_known_stop_reason(response.stop_reason):
@@ -122,7 +121,7 @@ async def run_tools(run: RunLike) -> str:
             _hold(run, response, {r.tool_call_id: r for r in results}, deferred)
         else:
             _append_results(run, results)
-    if run.signal._aborted:
+    if run.signal.aborted:
         return Trigger.ABORT
     if deferred:
         return Trigger.TOOLS_FINISHED  # to awaiting_approval: nothing more until decisions

@@ -95,8 +95,6 @@ class BatchRun:
             are cancelled.
         emit: receives the tool-execution events.
         listening: whether anyone receives events (skips building them when not).
-        on_result: called with each call's result the moment it is final (completion order);
-            None: nothing is.
         approved: the calls were approved by a person (tools that require approval run).
         run: the run executing the batch, given to the tools as `ToolContext.run`.
     """
@@ -114,7 +112,6 @@ class BatchRun:
         after: AfterToolCall | None = None,
         deps: Any = None,
         listening: Callable[[], bool] = lambda: True,
-        on_result: Callable[[ToolResultMessage], None] | None = None,
         approved: bool = False,
         run: Any = None,
     ) -> None:
@@ -126,13 +123,11 @@ class BatchRun:
         self._grace = abort_grace_seconds
         self._emit = emit
         self._listening = listening
-        self._on_result = on_result
         self._approved = approved
         self._before = before
         self._after = after
         self._deps = deps
         self._terminated = False  # a denial ended the run (a slot's ``terminate``)
-        self._ends_run = False  # a slot's ``ends_run`` was set (`final_result` looks then)
         self._deferring = False  # a slot's call was deferred (`deferred` looks then)
         self._fatal: BaseException | None = None
         self._resource_tails: dict[str, asyncio.Future[None]] = {}
@@ -152,8 +147,6 @@ class BatchRun:
     @property
     def terminate_reason(self) -> str | None:
         """The reason of the first terminating denial, if any."""
-        if not self._terminated:  # (set with every slot's ``terminate``: no loop)
-            return None
         for slot in self._slots:
             if slot.terminate:
                 return slot.terminate
@@ -163,8 +156,6 @@ class BatchRun:
     def final_result(self) -> ToolResultMessage | None:
         """The first result (declaration order) marked ``terminate=True``, if any: the run ends
         ``done`` with its text as the final answer."""
-        if not self._ends_run:  # (set with every slot's ``ends_run``: no loop)
-            return None
         for slot in self._slots:
             if slot.ends_run and slot.result is not None:
                 return slot.result
@@ -173,8 +164,8 @@ class BatchRun:
     def deferred(self) -> list[PendingCall]:
         """The calls deferred for a decision, in declaration order (none once the batch was
         aborted or a denial ended the run: those are answered instead)."""
-        if not self._deferring or self._terminated or self._signal._aborted:
-            return []  # (the signal's flag read directly: its property is a call)
+        if not self._deferring or self._terminated or self._signal.aborted:
+            return []
         return [slot.deferred for slot in self._slots if slot.deferred is not None]
 
     def results(self, held: Sequence[PendingCall] = ()) -> list[ToolResultMessage]:
@@ -206,8 +197,6 @@ class BatchRun:
         slot.result = result
         if slot.announced:
             self._emit(ToolExecutionEnd(slot.call, result))
-        if self._on_result is not None:
-            self._on_result(result)
 
     async def run(self) -> None:
         """Run the batch until every call has a result, or until abort (plus the grace period).
@@ -224,10 +213,9 @@ class BatchRun:
         if not slots:
             return
         if len(slots) == 1 or self._one_at_a_time():
-            # One call at a time, each in this task (`_in_this_task`) or in a task of its own
-            # watched as a parallel batch's calls are (no coroutine between: a per-turn cost).
+            # One call at a time, each in this task or in a task of its own (`_in_this_task`).
             for slot in slots:
-                if self._signal._aborted or self._terminated:
+                if self._signal.aborted or self._terminated:
                     break
                 if self._in_this_task(slot):
                     with abort_scope(self._signal, self._grace):
@@ -249,12 +237,11 @@ class BatchRun:
         )
 
     def _in_this_task(self, slot: _Slot) -> bool:
-        """Whether a call of a batch run one at a time runs in the batch's task: a sync tool in
-        its worker thread with no hooks does (no task of its own: a per-turn cost; an abort
-        gives it the grace period, then stops waiting for the thread). Anything that runs on
-        the loop (an async tool, a hook) gets a task of its own, watched as a parallel batch's
-        calls are, so a call that ignores its cancellation cannot keep the run open
-        (`_watch`)."""
+        """A call of a batch run one at a time runs in the batch's task when it is a sync tool in
+        its worker thread with no hooks (a task is a per-turn cost; an abort gives it the grace
+        period, then stops waiting for the thread). What runs on the loop (an async tool, a
+        hook) gets a task, watched as a parallel batch's are: a call ignoring its cancellation
+        cannot keep the run open (`_watch`)."""
         tool = self.tools.get(slot.call.name)
         return (
             tool is not None
@@ -290,10 +277,7 @@ class BatchRun:
         the batch cancels the calls, waits for them the same way, and propagates."""
         try:
             await asyncio.sleep(0)  # the calls' first steps: one ending there needs no wake-up
-            for task in tasks:  # (a loop: no generator or set when every call has ended)
-                if not task.done():
-                    break
-            else:
+            if all(map(_is_done, tasks)):  # (no generator, no set)
                 return
             await self._all_done_or_abort(tasks)
             pending = {task for task in tasks if not task.done()}
@@ -381,12 +365,12 @@ class BatchRun:
             try:
                 kwargs = tool.validate(checked)
                 resource = tool.resource_of(kwargs) if self._mode == "parallel" else None
-            except ValidationError as exc:
-                text = format_validation_error(call.name, exc, checked)
-                self._finish(slot, text_result(call, text, is_error=True))
-                return
-            except Exception as exc:  # a broken validator or resource function: cannot run
-                text = f"Could not prepare the call: {type(exc).__name__}: {exc}"
+            except Exception as exc:  # invalid, or a broken validator or resource function
+                text = (
+                    format_validation_error(call.name, exc, checked)
+                    if isinstance(exc, ValidationError)
+                    else f"Could not prepare the call: {type(exc).__name__}: {exc}"
+                )
                 self._finish(slot, text_result(call, text, is_error=True))
                 return
             if (
@@ -394,32 +378,23 @@ class BatchRun:
                 and self._before is None
                 and self._after is None
                 and (self._approved or not tool.requires_approval)
-            ):
-                # Nothing around the execution (no hook, no approval, no resource queue):
-                # `execute` is awaited here, without the layers `_queued` goes through.
+            ):  # nothing around the execution: `execute` awaited here, without `_checked_run`
                 result = await self.execute(index, tool, kwargs)
             else:
-                result = await self._queued(slot, tool, kwargs, resource)
+                # The write queue: a call claims its place on its resource before anything it
+                # awaits (a permission hook may take any time), so calls on one resource run in
+                # declaration order. The place is released on every way out.
+                previous, turn = self._claim(resource)
+                try:
+                    result = await self._checked_run(slot, tool, kwargs, previous)
+                finally:
+                    if turn is not None and not turn.done():
+                        _release_after(previous, turn)
             self._finish(slot, result)
         except asyncio.CancelledError:
             text = INTERRUPTED if slot.started else NOT_RUN
             self._finish(slot, text_result(call, text, is_error=True))
             raise
-
-    async def _queued(
-        self, slot: _Slot, tool: Tool, kwargs: dict[str, Any], resource: str | None
-    ) -> ToolResultMessage:
-        """The call's place on its resource (if any), then its hooks and execution
-        (`_checked_run`)."""
-        # The write queue: a call claims its place on its resource before anything it awaits
-        # (a permission hook may take any time), so calls on one resource run in declaration
-        # order. The place is released on every way out.
-        previous, turn = self._claim(resource)
-        try:
-            return await self._checked_run(slot, tool, kwargs, previous)
-        finally:
-            if turn is not None and not turn.done():
-                _release_after(previous, turn)
 
     def _claim(
         self, resource: str | None
@@ -509,7 +484,6 @@ class BatchRun:
                 return self._interrupted(call, exc, "the after_tool_call hook", ran=True)
             if isinstance(replaced, ToolResult):
                 slot.ends_run = replaced.terminate
-                self._ends_run = self._ends_run or replaced.terminate
                 result = to_result(call, replaced)
             elif isinstance(replaced, ToolResultMessage):
                 # A hook may rewrite a result, never re-address it: the protocol pairs by id.
@@ -549,7 +523,7 @@ class BatchRun:
         """
         slot = self._slots[index]
         call = slot.call
-        if self._signal._aborted:
+        if self._signal.aborted:
             return text_result(call, NOT_RUN, is_error=True)
         # Only a tool that takes a `ToolContext` (or may yield progress) gets one.
         ctx = None
@@ -592,7 +566,7 @@ class BatchRun:
         except INTERRUPTS as exc:
             return self._interrupted(call, exc, "the tool", ran=True)
         if isinstance(value, ToolResult) and value.terminate:
-            slot.ends_run = self._ends_run = True
+            slot.ends_run = True
         return to_result(call, value)
 
 
@@ -604,6 +578,7 @@ call still running then ignores its cancellation: it is answered as interrupted 
 stops waiting for it."""
 
 
+_is_done = asyncio.Future.done  # (`_watch` maps it over its tasks)
 _ABANDONED: set[asyncio.Future[None]] = set()
 """The tasks of calls a batch stopped waiting for, until they end."""
 

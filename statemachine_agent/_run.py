@@ -240,11 +240,9 @@ class Run:
 
     def close_turn(self) -> None:
         """End the open turn, if any (a ``turn_end`` event with its response and results)."""
-        turn = self.turn
-        if turn is not None:
-            if self.turn_message is not None:  # completed (`complete_turn`, inline)
-                self.data.turns = turn
-            self.turn = None
+        self.complete_turn()
+        if self.turn is not None:
+            turn, self.turn = self.turn, None
             if self.bus.subscribers:
                 conversation = self.conversation
                 window = context_window(self.settings.model)
@@ -298,8 +296,7 @@ class Run:
         Raises:
             MachineDefinitionError: no transition of ``trigger`` can leave the current state.
         """
-        data = self.data
-        settings = self.settings
+        data, settings = self.data, self.settings
         data.max_turns, data.limits = settings.max_turns, settings.limits
         try:
             fired = self.machine.fire(trigger, data)
@@ -490,10 +487,8 @@ class Run:
         """Build and send one request (with the engine's retries). Returns the response, or the
         trigger to fire instead (``abort``, ``fail``) with the history and error recorded."""
         self.answer_open_calls()
-        if self.settings.tool_table is not None:  # (no step to await without tool sources)
-            failed = await self.refresh_tools()
-            if failed is not None:
-                return failed
+        if self.settings.tool_table is not None and (failed := await self.refresh_tools()):
+            return failed
         try:
             request = await self.build_request()
         except InvalidHistoryError as exc:
@@ -508,7 +503,7 @@ class Run:
         except INTERRUPTS as exc:
             record_interrupt(self.signal, exc, "the transform_context hook")
             raise  # the run ends aborted (`drive`), then it propagates
-        if self.signal._aborted:  # aborted while the request was built: do not send it
+        if self.signal.aborted:  # aborted while the request was built: do not send it
             return Trigger.ABORT
         if not self.data.winding_down:  # the final turn does not count against the limits
             self.data.requests += 1
@@ -548,10 +543,9 @@ class Run:
         """The `BatchRun` that runs ``calls`` (a response's tool calls, or the calls a person
         approved: they skip ``before_tool_call``): the one place a run does tool I/O."""
         settings = self.settings
-        table = settings.tool_table  # (`tools`, read here without the property's call)
         return self.batch_class(
             calls,
-            settings.tools if table is None else table.tools,
+            settings.tools if (table := settings.tool_table) is None else table.tools,
             mode=settings.tool_execution,
             signal=self.signal,
             abort_grace_seconds=settings.abort_grace_seconds,
@@ -581,7 +575,7 @@ class Run:
         else:
             conversation = self.conversation
             projected = conversation.projector.project(conversation.messages, conversation.appended)
-        table = config.tool_table  # (`tool_definitions`, read here without the property's call)
+        table = config.tool_table  # (`tool_definitions`, read without the property's call)
         tools = config.tool_definitions if table is None else table.definitions
         if self.data.winding_down:  # the final turn: tools disabled, an instruction to answer
             instruction = (
