@@ -40,25 +40,19 @@ logger = logging.getLogger("statemachine_agent")
 
 
 class Partial:
-    """What a response has streamed so far: kept when it is aborted (text only).
+    """What a response has streamed so far: kept when it is aborted (text only)."""
 
-    Attributes:
-        texts: the streamed text of each text block by its index; None until a text delta.
-        model: the model the response started from, once it said.
+    __slots__ = ("model", "texts")
 
-    Made for every request, so made without an ``__init__``: the fields start as the class's
-    None and are set as the stream fills them in.
-    """
-
-    texts: dict[int, list[str]] | None = None
-    model: str | None = None
+    def __init__(self) -> None:
+        self.texts: dict[int, list[str]] = {}
+        self.model: str | None = None
 
     def message(self, reason: str) -> AssistantMessage:
         """The aborted assistant message: the streamed text blocks as streamed, never a partial
         tool call (blank ones are dropped when a request is built, see `is_blank`)."""
-        texts = self.texts or {}
         blocks: list[ContentBlock] = [
-            TextBlock(text="".join(parts)) for _, parts in sorted(texts.items())
+            TextBlock(text="".join(parts)) for _, parts in sorted(self.texts.items())
         ]
         return AssistantMessage(
             content=blocks,
@@ -169,10 +163,7 @@ async def consume(
         async for event in stream:
             # The subscriber checks skip building event objects when nobody listens.
             if isinstance(event, TextDelta):
-                texts = partial.texts
-                if texts is None:
-                    texts = partial.texts = {}
-                texts.setdefault(event.index, []).append(event.text)
+                partial.texts.setdefault(event.index, []).append(event.text)
                 if listening():
                     emit(MessageDelta(event.index, "text", event.text))
             elif isinstance(event, ResponseComplete):
