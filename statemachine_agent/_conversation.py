@@ -40,6 +40,8 @@ class Conversation:
         follow_up_mode: ``"all"`` or ``"one_at_a_time"`` (see `Agent`).
 
     Attributes:
+        messages: the history (the engine appends to it; replace it with `replace`). A plain
+            attribute: the engine reads it several times a turn.
         steering: queued steering messages, oldest first.
         follow_ups: queued follow-up messages, oldest first.
         steering_mode: how steering is delivered.
@@ -55,12 +57,12 @@ class Conversation:
     """
 
     __slots__ = (
-        "_messages",
         "appended",
         "call_ids",
         "follow_up_mode",
         "follow_ups",
         "held",
+        "messages",
         "meter",
         "projector",
         "steering",
@@ -88,15 +90,10 @@ class Conversation:
 
     # -- the history ------------------------------------------------------------------------------
 
-    @property
-    def messages(self) -> list[Message]:
-        """The history (the engine appends to it; replace it with `replace`)."""
-        return self._messages
-
     def append(self, message: Message) -> None:
         """Add ``message`` at the end (the engine's appends: the projection trusts them)."""
         keep(message)  # stored compactly (issue 39)
-        self._messages.append(message)
+        self.messages.append(message)
         self.appended += 1
         if message.role == "assistant":  # (not isinstance: see `_messages`)
             ids = self.call_ids
@@ -136,15 +133,15 @@ class Conversation:
     def _take(self, messages: Sequence[Message]) -> None:
         """Hold a copy of ``messages`` as the history, each stored compactly (`keep`), with its
         call ids and a projection that starts from it."""
-        self._messages: list[Message] = list(messages)
-        for message in self._messages:
+        self.messages: list[Message] = list(messages)
+        for message in self.messages:
             keep(message)
-        self.call_ids = call_ids(self._messages)
+        self.call_ids = call_ids(self.messages)
         self.projector = ContextProjector()
 
     def usage(self, window: int | None) -> ContextUsage:
         """How much of a context window of ``window`` tokens the history uses (`ContextUsage`)."""
-        return self.meter.usage(self._messages, window)
+        return self.meter.usage(self.messages, window)
 
     def decide(self, user: UserMessage | None, decisions: Mapping[str, Decision] | None) -> Trigger:
         """Validate ``decisions`` for the held batch (changing nothing when they are wrong) and

@@ -90,7 +90,7 @@ async def request_model(run: RunLike) -> str:
             else "the run treats it as an answer",
         )
     data.response = response
-    data.queued_input = run.has_queued_input()
+    data.queued_input = bool(conversation.steering or conversation.follow_ups)  # (inline)
     return Trigger.MODEL_REPLIED
 
 
@@ -125,7 +125,11 @@ async def run_tools(run: RunLike) -> str:
         return Trigger.ABORT
     if deferred:
         return Trigger.TOOLS_FINISHED  # to awaiting_approval: nothing more until decisions
-    return await _after_batch(run, response, results, batch.terminate_reason, batch.final_result)
+    if run.settings.should_continue is not None:
+        await _ask_should_continue(run, response, results)
+    else:
+        run.data.hook_error = None
+    return _after_batch(run, results, batch.terminate_reason, batch.final_result)
 
 
 async def _run_decided(run: RunLike, pending: PendingBatch) -> str:
@@ -170,7 +174,11 @@ async def _run_decided(run: RunLike, pending: PendingBatch) -> str:
     if run.conversation.held is not None:
         return Trigger.TOOLS_FINISHED
     results = [held[c.id] for c in response.tool_calls]
-    return await _after_batch(run, response, results, terminate, batch.final_result)
+    if run.settings.should_continue is not None:
+        await _ask_should_continue(run, response, results)
+    else:
+        data.hook_error = None
+    return _after_batch(run, results, terminate, batch.final_result)
 
 
 def _hold(
@@ -194,26 +202,36 @@ def _append_results(run: RunLike, results: list[ToolResultMessage]) -> None:
     run.complete_turn()
 
 
-async def _after_batch(
+async def _ask_should_continue(
+    run: RunLike, response: AssistantMessage, results: list[ToolResultMessage]
+) -> None:
+    """The ``should_continue`` hook after a batch: its answer in ``data.keep_going``, or its
+    failure in ``data.hook_error`` (None when it answered)."""
+    data, should_continue = run.data, run.settings.should_continue
+    assert should_continue is not None
+    data.hook_error = None
+    info = TurnInfo(data.turns, response, tuple(results), run.usage, run.messages, run.signal)
+    try:
+        data.keep_going = bool(await resolve(should_continue(info)))
+    except (Exception, asyncio.CancelledError) as exc:
+        if is_run_cancellation(exc):
+            raise  # the run's task is being cancelled; a hook's own one is its failure
+        data.hook_error = f"The should_continue hook failed: {type(exc).__name__}: {exc}"
+    except INTERRUPTS as exc:
+        record_interrupt(run.signal, exc, "the should_continue hook")
+        raise  # the run ends aborted (`Run.drive`), then it propagates
+
+
+def _after_batch(
     run: RunLike,
-    response: AssistantMessage,
     results: list[ToolResultMessage],
     terminate_reason: str | None,
     final_result: ToolResultMessage | None = None,
 ) -> str:
-    data, settings = run.data, run.settings
-    data.hook_error = None
-    if settings.should_continue is not None:
-        info = TurnInfo(data.turns, response, tuple(results), run.usage, run.messages, run.signal)
-        try:
-            data.keep_going = bool(await resolve(settings.should_continue(info)))
-        except (Exception, asyncio.CancelledError) as exc:
-            if is_run_cancellation(exc):
-                raise  # the run's task is being cancelled; a hook's own one is its failure
-            data.hook_error = f"The should_continue hook failed: {type(exc).__name__}: {exc}"
-        except INTERRUPTS as exc:
-            record_interrupt(run.signal, exc, "the should_continue hook")
-            raise  # the run ends aborted (`Run.drive`), then it propagates
+    """What the guards read after a batch (after `_ask_should_continue`, if there is a hook):
+    invalid final results, the terminating denial and the final result; returns
+    ``tools_finished``. Synchronous: no coroutine a turn when no hook is awaited."""
+    data = run.data
     if data.output_expected:  # invalid final results, sent back as error results
         data.output_failures += sum(r.is_error and r.tool_name == OUTPUT_TOOL_NAME for r in results)
     run.terminate_reason = terminate_reason

@@ -95,7 +95,6 @@ class BatchRun:
             are cancelled.
         emit: receives the tool-execution events.
         listening: whether anyone receives events (skips building them when not).
-        on_result: called with each call's result the moment it is final (completion order).
         approved: the calls were approved by a person (tools that require approval run).
         run: the run executing the batch, given to the tools as `ToolContext.run`.
     """
@@ -113,7 +112,6 @@ class BatchRun:
         after: AfterToolCall | None = None,
         deps: Any = None,
         listening: Callable[[], bool] = lambda: True,
-        on_result: Callable[[ToolResultMessage], None] = lambda _result: None,
         approved: bool = False,
         run: Any = None,
     ) -> None:
@@ -125,12 +123,12 @@ class BatchRun:
         self._grace = abort_grace_seconds
         self._emit = emit
         self._listening = listening
-        self._on_result = on_result
         self._approved = approved
         self._before = before
         self._after = after
         self._deps = deps
-        self._terminated = False
+        self._terminated = False  # a denial ended the run (a slot's ``terminate``)
+        self._deferring = False  # a slot's call was deferred (`deferred` looks then)
         self._fatal: BaseException | None = None
         self._resource_tails: dict[str, asyncio.Future[None]] = {}
         self._task_slots: dict[asyncio.Future[None], _Slot] = {}
@@ -166,7 +164,7 @@ class BatchRun:
     def deferred(self) -> list[PendingCall]:
         """The calls deferred for a decision, in declaration order (none once the batch was
         aborted or a denial ended the run: those are answered instead)."""
-        if self._terminated or self._signal.aborted:
+        if not self._deferring or self._terminated or self._signal.aborted:
             return []
         return [slot.deferred for slot in self._slots if slot.deferred is not None]
 
@@ -199,7 +197,6 @@ class BatchRun:
         slot.result = result
         if slot.announced:
             self._emit(ToolExecutionEnd(slot.call, result))
-        self._on_result(result)
 
     async def run(self) -> None:
         """Run the batch until every call has a result, or until abort (plus the grace period).
@@ -212,15 +209,21 @@ class BatchRun:
                 so the other calls stop (with the grace period), every call has its result, then
                 it propagates.
         """
-        if not self._slots:
+        slots = self._slots
+        if not slots:
             return
-        if self._one_at_a_time():
-            for slot in self._slots:
+        if len(slots) == 1 or self._one_at_a_time():
+            # One call at a time, each in this task or in a task of its own (`_in_this_task`).
+            for slot in slots:
                 if self._signal.aborted or self._terminated:
                     break
-                await self._process_inline(slot)
+                if self._in_this_task(slot):
+                    with abort_scope(self._signal, self._grace):
+                        await self.run_call(slot.index, slot.call)
+                else:
+                    await self._watch([self._start(slot)])
         else:
-            await self._watch([self._start(slot) for slot in self._slots])
+            await self._watch([self._start(slot) for slot in slots])
         if self._fatal is not None:
             raise self._fatal
 
@@ -233,24 +236,20 @@ class BatchRun:
             (t := tools.get(slot.call.name)) is not None and t.sequential for slot in self._slots
         )
 
-    async def _process_inline(self, slot: _Slot) -> None:
-        """Process one call of a batch run one at a time. A sync tool in its worker thread with
-        no hooks runs in this task (no task of its own: a per-turn cost; an abort gives it the
-        grace period, then stops waiting for the thread). Anything that runs on the loop (an
-        async tool, a hook) gets a task of its own, watched as a parallel batch's calls are, so
-        a call that ignores its cancellation cannot keep the run open (`_watch`)."""
+    def _in_this_task(self, slot: _Slot) -> bool:
+        """A call of a batch run one at a time runs in the batch's task when it is a sync tool in
+        its worker thread with no hooks (a task is a per-turn cost; an abort gives it the grace
+        period, then stops waiting for the thread). What runs on the loop (an async tool, a
+        hook) gets a task, watched as a parallel batch's are: a call ignoring its cancellation
+        cannot keep the run open (`_watch`)."""
         tool = self.tools.get(slot.call.name)
-        if (
+        return (
             tool is not None
             and not tool.is_async
             and tool.run_in_thread
             and self._before is None
             and self._after is None
-        ):
-            with abort_scope(self._signal, self._grace):
-                await self.run_call(slot.index, slot.call)
-            return
-        await self._watch([self._start(slot)])
+        )
 
     def _start(self, slot: _Slot) -> asyncio.Future[None]:
         """``slot``'s call in a task of its own (ending with no exception but its cancellation:
@@ -278,8 +277,9 @@ class BatchRun:
         the batch cancels the calls, waits for them the same way, and propagates."""
         try:
             await asyncio.sleep(0)  # the calls' first steps: one ending there needs no wake-up
-            if not all(task.done() for task in tasks):
-                await self._all_done_or_abort(tasks)
+            if all(map(_is_done, tasks)):  # (no generator, no set)
+                return
+            await self._all_done_or_abort(tasks)
             pending = {task for task in tasks if not task.done()}
             if pending:
                 # Aborted: running tools saw the signal; give them the grace period to stop.
@@ -356,42 +356,45 @@ class BatchRun:
         if slot.announced:
             self._emit(ToolExecutionStart(call))
         try:
-            checked = check_call(call, self.tools)
+            tools = self.tools
+            checked = check_call(call, tools)
             if isinstance(checked, str):
                 self._finish(slot, text_result(call, checked, is_error=True))
                 return
-            tool = self.tools[call.name]
-            result = await self._invoke(slot, tool, checked)
+            tool = tools[call.name]
+            try:
+                kwargs = tool.validate(checked)
+                resource = tool.resource_of(kwargs) if self._mode == "parallel" else None
+            except Exception as exc:  # invalid, or a broken validator or resource function
+                text = (
+                    format_validation_error(call.name, exc, checked)
+                    if isinstance(exc, ValidationError)
+                    else f"Could not prepare the call: {type(exc).__name__}: {exc}"
+                )
+                self._finish(slot, text_result(call, text, is_error=True))
+                return
+            if (
+                resource is None
+                and self._before is None
+                and self._after is None
+                and (self._approved or not tool.requires_approval)
+            ):  # nothing around the execution: `execute` awaited here, without `_checked_run`
+                result = await self.execute(index, tool, kwargs)
+            else:
+                # The write queue: a call claims its place on its resource before anything it
+                # awaits (a permission hook may take any time), so calls on one resource run in
+                # declaration order. The place is released on every way out.
+                previous, turn = self._claim(resource)
+                try:
+                    result = await self._checked_run(slot, tool, kwargs, previous)
+                finally:
+                    if turn is not None and not turn.done():
+                        _release_after(previous, turn)
             self._finish(slot, result)
         except asyncio.CancelledError:
             text = INTERRUPTED if slot.started else NOT_RUN
             self._finish(slot, text_result(call, text, is_error=True))
             raise
-
-    async def _invoke(
-        self, slot: _Slot, tool: Tool, arguments: dict[str, Any]
-    ) -> ToolResultMessage:
-        call = slot.call
-        try:
-            kwargs = tool.validate(arguments)
-            resource = tool.resource_of(kwargs) if self._mode == "parallel" else None
-        except ValidationError as exc:
-            return text_result(
-                call, format_validation_error(call.name, exc, arguments), is_error=True
-            )
-        except Exception as exc:  # a broken validator or resource function: the call cannot run
-            return text_result(
-                call, f"Could not prepare the call: {type(exc).__name__}: {exc}", is_error=True
-            )
-        # The write queue: a call claims its place on its resource before anything it awaits
-        # (a permission hook may take any time), so calls on one resource run in declaration
-        # order. The place is released on every way out.
-        previous, turn = self._claim(resource)
-        try:
-            return await self._checked_run(slot, tool, kwargs, previous)
-        finally:
-            if turn is not None and not turn.done():
-                _release_after(previous, turn)
 
     def _claim(
         self, resource: str | None
@@ -407,6 +410,7 @@ class BatchRun:
         call = slot.call
         arguments = call.input if isinstance(call.input, dict) else {}
         slot.deferred = PendingCall(call.id, call.name, dict(arguments), reason)
+        self._deferring = True
         result = text_result(call, f"Awaiting approval: {reason}")
         return result.model_copy(update={"details": DEFERRED})
 
@@ -574,6 +578,7 @@ call still running then ignores its cancellation: it is answered as interrupted 
 stops waiting for it."""
 
 
+_is_done = asyncio.Future.done  # (`_watch` maps it over its tasks)
 _ABANDONED: set[asyncio.Future[None]] = set()
 """The tasks of calls a batch stopped waiting for, until they end."""
 

@@ -296,8 +296,7 @@ class Run:
         Raises:
             MachineDefinitionError: no transition of ``trigger`` can leave the current state.
         """
-        data = self.data
-        settings = self.settings
+        data, settings = self.data, self.settings
         data.max_turns, data.limits = settings.max_turns, settings.limits
         try:
             fired = self.machine.fire(trigger, data)
@@ -488,8 +487,7 @@ class Run:
         """Build and send one request (with the engine's retries). Returns the response, or the
         trigger to fire instead (``abort``, ``fail``) with the history and error recorded."""
         self.answer_open_calls()
-        failed = await self.refresh_tools()
-        if failed is not None:
+        if self.settings.tool_table is not None and (failed := await self.refresh_tools()):
             return failed
         try:
             request = await self.build_request()
@@ -547,7 +545,7 @@ class Run:
         settings = self.settings
         return self.batch_class(
             calls,
-            self.tools,
+            settings.tools if (table := settings.tool_table) is None else table.tools,
             mode=settings.tool_execution,
             signal=self.signal,
             abort_grace_seconds=settings.abort_grace_seconds,
@@ -577,14 +575,16 @@ class Run:
         else:
             conversation = self.conversation
             projected = conversation.projector.project(conversation.messages, conversation.appended)
+        table = config.tool_table  # (`tool_definitions`, read without the property's call)
+        tools = config.tool_definitions if table is None else table.definitions
         if self.data.winding_down:  # the final turn: tools disabled, an instruction to answer
             instruction = (
                 config.final_turn if isinstance(config.final_turn, str) else FINAL_TURN_PROMPT
             )
             system = instruction if not config.system else f"{config.system}\n\n{instruction}"
             settings = {**config.model_settings, "tool_choice": {"type": "none"}}
-            return ModelRequest(projected, system, self.tool_definitions, settings)
-        return ModelRequest(projected, config.system, self.tool_definitions, config.model_settings)
+            return ModelRequest(projected, system, tools, settings)
+        return ModelRequest(projected, config.system, tools, config.model_settings)
 
     def fail(self, error: str) -> str:
         """Record a failed request (an error message in the history); returns ``fail``."""
