@@ -28,10 +28,9 @@ from ._protocol import (
     EMPTY_OUTPUT,
     NO_OUTPUT,
     TRUNCATED,
-    NonFiniteNumberError,
-    loads_strict,
     without_blank_text,
 )
+from ._strict_json import NonFiniteNumberError, loads_strict
 from ._tools import Tool, ToolResult, repr_json, result_json
 
 logger = logging.getLogger("statemachine_agent")

@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from ._jsonable import jsonable
+from ._strict_json import non_finite_at
 
 
 class StopReason(StrEnum):
@@ -375,11 +376,8 @@ class ToolCallBlock(_Model):
         # error naming the field; it never runs), as arguments that did not parse are.
         if isinstance(data, dict) and data.get("raw_arguments") is None:
             value = data.get("input")
-            if isinstance(value, dict | list | float):
-                from ._protocol import non_finite_at
-
-                if non_finite_at(value) is not None:
-                    data = {**data, "input": None, "raw_arguments": json.dumps(value)}
+            if isinstance(value, dict | list | float) and non_finite_at(value) is not None:
+                data = {**data, "input": None, "raw_arguments": json.dumps(value)}
         return data
 
 

@@ -20,7 +20,7 @@ from .._messages import (
     ToolCallBlock,
     Usage,
 )
-from .._protocol import loads_strict
+from .._strict_json import loads_strict
 from ._base import ResponseStart, StreamEvent, TextDelta, ThinkingDelta, ToolCallDelta
 
 RETRYABLE_ERROR_TYPES = frozenset(
