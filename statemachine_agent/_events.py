@@ -17,8 +17,9 @@ sub-agent run's own). A consumer of one agent's own run filters on ``event.paren
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, get_args
 
 from pydantic import BaseModel
 
@@ -317,3 +318,63 @@ def _result_summary(value: Any) -> Any:
 
 for _event_class in get_args(Event):
     fast_init(_event_class, unset=tuple(_UNSET_DEFAULTS))
+
+
+E = TypeVar("E", bound=EventBase)
+
+
+def stamped(cls: type[E]) -> Callable[..., E]:
+    """A function building a ``cls`` event already stamped: ``build(run_id, seq, *fields)``,
+    the fields positional in ``cls``'s order (defaults as in ``cls``), ``parent`` left None.
+
+    The event is the one ``cls(*fields)`` stamped by `Run.emit` would be (same type, fields,
+    equality; frozen), built for less: ``cls(...)`` writes each field through its slot
+    descriptor (a method-wrapper call each), while this writes each slot with a plain store on
+    a private writable subclass of ``cls`` (no ``__setattr__`` of its own, so the store goes
+    straight to the slot) and then sets the object's class to ``cls``, one store for all
+    fields (the figures: benchmarks/README.md, "Why the code is shaped this way").
+
+    Raises:
+        TypeError: a field of ``cls`` has a default factory (no event has one).
+    """
+    writable = type(
+        f"_Writable{cls.__name__}",
+        (cls,),
+        {
+            "__slots__": (),  # the same layout as ``cls``: its class can be set to ``cls``
+            "__setattr__": object.__setattr__,
+            "__delattr__": object.__delattr__,  # (both, or the store is not the plain one)
+            "__init__": object.__init__,
+            "__module__": cls.__module__,
+        },
+    )
+    params = ["run_id", "seq"]
+    stores = ["    event.run_id = run_id", "    event.seq = seq"]
+    namespace: dict[str, Any] = {"_new": writable, "_cls": cls}
+    for f in dataclasses.fields(cls):
+        if f.kw_only:
+            continue  # run_id, seq (stamped above) and parent (left None)
+        if f.default_factory is not dataclasses.MISSING:
+            raise TypeError(f"stamped() takes no default factory ({cls.__name__}.{f.name})")
+        if f.default is dataclasses.MISSING:
+            params.append(f.name)
+        else:
+            namespace[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+        stores.append(f"    event.{f.name} = {f.name}")
+    head = [f"def build({', '.join(params)}):", "    event = _new()"]
+    source = "\n".join([*head, *stores, "    event.__class__ = _cls", "    return event"])
+    exec(source, namespace)
+    build: Callable[..., E] = namespace["build"]
+    build.__qualname__ = build.__name__ = f"stamped_{cls.__name__}"
+    build.__module__ = __name__
+    return build
+
+
+# The events `Run` builds itself (`Run.emit_new`), each built stamped.
+NEW_RUN_START = stamped(RunStart)
+NEW_RUN_END = stamped(RunEnd)
+NEW_TURN_START = stamped(TurnStart)
+NEW_TURN_END = stamped(TurnEnd)
+NEW_MESSAGE_END = stamped(MessageEnd)
+NEW_STATE_CHANGED = stamped(StateChanged)

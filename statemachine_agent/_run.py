@@ -13,7 +13,7 @@ import asyncio
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._accounting import ContextUsage
 from ._bindings import BUILTIN_STEPS
@@ -26,15 +26,15 @@ from ._conversation import Conversation
 from ._effects import answer_pending, request_model
 from ._errors import InvalidHistoryError, MachineDefinitionError
 from ._events import (
+    NEW_MESSAGE_END,
+    NEW_RUN_END,
+    NEW_RUN_START,
+    NEW_STATE_CHANGED,
+    NEW_TURN_END,
+    NEW_TURN_START,
     SET_RUN_ID,
     SET_SEQ,
     Event,
-    MessageEnd,
-    RunEnd,
-    RunStart,
-    StateChanged,
-    TurnEnd,
-    TurnStart,
 )
 from ._execution import BatchRun, resolve
 from ._hooks import INTERRUPTS, record_interrupt
@@ -184,6 +184,13 @@ class Run:
         SET_SEQ(event, seq)
         self.bus.publish(event)
 
+    def emit_new(self, build: Callable[..., Event], *fields: Any) -> None:
+        """Build the next event with ``build``, one of `_events`' ``stamped`` builders (given the
+        run's id, the next sequence number and ``fields``), and send it to the subscribers: the
+        event `emit` would send for ``cls(*fields)``, built stamped (cheaper: see `stamped`)."""
+        self._seq = seq = self._seq + 1
+        self.bus.publish(build(self.id, seq, *fields))
+
     def append(self, message: Message) -> None:
         """Add ``message`` to the history, then announce it (a ``message_end`` event: tool results
         in declaration order, each after it is in the history). A message that is not a tool
@@ -192,7 +199,7 @@ class Run:
             self.answer_open_calls()
         self.conversation.append(message)
         if self.bus.subscribers:
-            self.emit(MessageEnd(message))
+            self.emit_new(NEW_MESSAGE_END, message)
 
     def answer_open_calls(self) -> None:
         """Answer the calls of the last response that have no result, naming the branch that
@@ -230,7 +237,7 @@ class Run:
         self.turn = self.data.turns + 1
         self.turn_message, self.turn_results = None, ()
         if self.bus.subscribers:
-            self.emit(TurnStart(self.turn))
+            self.emit_new(NEW_TURN_START, self.turn)
         return self.turn
 
     def complete_turn(self) -> None:
@@ -247,7 +254,7 @@ class Run:
                 conversation = self.conversation
                 window = context_window(self.settings.model)
                 context = conversation.meter.deferred(conversation.messages, window)
-                self.emit(TurnEnd(turn, self.turn_message, self.turn_results, context))
+                self.emit_new(NEW_TURN_END, turn, self.turn_message, self.turn_results, context)
 
     # -- queued input -------------------------------------------------------------------------
 
@@ -303,7 +310,7 @@ class Run:
             fired = self.machine.fire(trigger, data)
             self.fired = fired
             if self.bus.subscribers:
-                self.emit(StateChanged(fired.source, fired.dest, trigger, fired.label))
+                self.emit_new(NEW_STATE_CHANGED, fired.source, fired.dest, trigger, fired.label)
             if fired.action is not None:
                 fired.action(self)
         except INTERRUPTS as exc:
@@ -328,7 +335,7 @@ class Run:
             BaseException: whatever escaped an effect (the run is recorded as failed first).
         """
         self.machine.check_complete()
-        self.emit(RunStart(prompt))
+        self.emit_new(NEW_RUN_START, prompt)
         try:
             if self.conversation.held is None:
                 for repair in answer_dangling(self.messages):  # a given history ended mid-batch
@@ -371,18 +378,18 @@ class Run:
             await self._end_after_exception(f"{type(exc).__name__}: {exc}", "fail")
             raise
         result = self.result()
-        self.emit(RunEnd(result))
+        self.emit_new(NEW_RUN_END, result)
         return result
 
     def abort_waiting(self, reason: str) -> RunResult:
         """An abort while calls wait for decisions, with no run to stop: this short run answers
         them and ends ``aborted`` (``run_start`` to ``run_end``); returns its result."""
         self.signal.set(reason)
-        self.emit(RunStart(None))
+        self.emit_new(NEW_RUN_START, None)
         self.fire(Trigger.ABORT)
         self.close_turn()
         result = self.result()
-        self.emit(RunEnd(result))
+        self.emit_new(NEW_RUN_END, result)
         return result
 
     async def _end_after_exception(
@@ -404,7 +411,7 @@ class Run:
                 await effect(self)
         self.close_turn()
         result = self.result()
-        self.emit(RunEnd(result))
+        self.emit_new(NEW_RUN_END, result)
         return result
 
     def _forced_end(self, trigger: str) -> Fired:
@@ -416,7 +423,7 @@ class Run:
         spec = TransitionSpec(trigger, (str(source),), dest, label=trigger)
         self.fired = fired = Fired(trigger, source, dest, trigger, spec, str(dest))
         if self.bus.subscribers:
-            self.emit(StateChanged(fired.source, dest, trigger, trigger))
+            self.emit_new(NEW_STATE_CHANGED, fired.source, dest, trigger, trigger)
         if self.conversation.held is not None:  # calls held for decisions: answered, in order
             answer_pending(self)
         return fired
