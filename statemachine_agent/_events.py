@@ -371,7 +371,7 @@ def stamped(cls: type[E]) -> Callable[..., E]:
     return build
 
 
-# The events `Run` builds itself (`Run.emit_new`), each built stamped.
+# The events `Run` builds itself, each built stamped (see `Run.emit`).
 NEW_RUN_START = stamped(RunStart)
 NEW_RUN_END = stamped(RunEnd)
 NEW_TURN_START = stamped(TurnStart)

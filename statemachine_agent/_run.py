@@ -10,10 +10,11 @@ escaping an effect, or a cancelled task, still ends the run in a terminal state 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._accounting import ContextUsage
 from ._bindings import BUILTIN_STEPS
@@ -107,7 +108,8 @@ class Run:
         counts: RunCounts | None = None,
     ) -> None:
         self.id = uuid.uuid4().hex
-        self._seq = 0
+        self._seqs = itertools.count(1)
+        """The sequence numbers of the run's events, ``next(run._seqs)`` for each."""
         self.settings = settings
         self.conversation = conversation
         self.bus = bus
@@ -178,18 +180,14 @@ class Run:
 
     def emit(self, event: Event) -> None:
         """Stamp ``event`` with the run's id and its next sequence number and send it to the
-        agent's subscribers (`EventBus.publish`)."""
-        self._seq = seq = self._seq + 1
-        SET_RUN_ID(event, self.id)  # through the slots: several events every turn
-        SET_SEQ(event, seq)
-        self.bus.publish(event)
+        agent's subscribers (`EventBus.publish`).
 
-    def emit_new(self, build: Callable[..., Event], *fields: Any) -> None:
-        """Build the next event with ``build``, one of `_events`' ``stamped`` builders (given the
-        run's id, the next sequence number and ``fields``), and send it to the subscribers: the
-        event `emit` would send for ``cls(*fields)``, built stamped (cheaper: see `stamped`)."""
-        self._seq = seq = self._seq + 1
-        self.bus.publish(build(self.id, seq, *fields))
+        The events the run builds itself are built stamped instead, and published where they
+        are built: ``self.bus.publish(NEW_TURN_START(self.id, next(self._seqs), turn))`` (a
+        `_events.stamped` builder; cheaper than building, then stamping through the slots)."""
+        SET_RUN_ID(event, self.id)  # through the slots: several events every turn
+        SET_SEQ(event, next(self._seqs))
+        self.bus.publish(event)
 
     def append(self, message: Message) -> None:
         """Add ``message`` to the history, then announce it (a ``message_end`` event: tool results
@@ -199,7 +197,7 @@ class Run:
             self.answer_open_calls()
         self.conversation.append(message)
         if self.bus.subscribers:
-            self.emit_new(NEW_MESSAGE_END, message)
+            self.bus.publish(NEW_MESSAGE_END(self.id, next(self._seqs), message))
 
     def answer_open_calls(self) -> None:
         """Answer the calls of the last response that have no result, naming the branch that
@@ -237,7 +235,7 @@ class Run:
         self.turn = self.data.turns + 1
         self.turn_message, self.turn_results = None, ()
         if self.bus.subscribers:
-            self.emit_new(NEW_TURN_START, self.turn)
+            self.bus.publish(NEW_TURN_START(self.id, next(self._seqs), self.turn))
         return self.turn
 
     def complete_turn(self) -> None:
@@ -254,7 +252,16 @@ class Run:
                 conversation = self.conversation
                 window = context_window(self.settings.model)
                 context = conversation.meter.deferred(conversation.messages, window)
-                self.emit_new(NEW_TURN_END, turn, self.turn_message, self.turn_results, context)
+                self.bus.publish(
+                    NEW_TURN_END(
+                        self.id,
+                        next(self._seqs),
+                        turn,
+                        self.turn_message,
+                        self.turn_results,
+                        context,
+                    )
+                )
 
     # -- queued input -------------------------------------------------------------------------
 
@@ -310,7 +317,11 @@ class Run:
             fired = self.machine.fire(trigger, data)
             self.fired = fired
             if self.bus.subscribers:
-                self.emit_new(NEW_STATE_CHANGED, fired.source, fired.dest, trigger, fired.label)
+                self.bus.publish(
+                    NEW_STATE_CHANGED(
+                        self.id, next(self._seqs), fired.source, fired.dest, trigger, fired.label
+                    )
+                )
             if fired.action is not None:
                 fired.action(self)
         except INTERRUPTS as exc:
@@ -335,7 +346,7 @@ class Run:
             BaseException: whatever escaped an effect (the run is recorded as failed first).
         """
         self.machine.check_complete()
-        self.emit_new(NEW_RUN_START, prompt)
+        self.bus.publish(NEW_RUN_START(self.id, next(self._seqs), prompt))
         try:
             if self.conversation.held is None:
                 for repair in answer_dangling(self.messages):  # a given history ended mid-batch
@@ -378,18 +389,18 @@ class Run:
             await self._end_after_exception(f"{type(exc).__name__}: {exc}", "fail")
             raise
         result = self.result()
-        self.emit_new(NEW_RUN_END, result)
+        self.bus.publish(NEW_RUN_END(self.id, next(self._seqs), result))
         return result
 
     def abort_waiting(self, reason: str) -> RunResult:
         """An abort while calls wait for decisions, with no run to stop: this short run answers
         them and ends ``aborted`` (``run_start`` to ``run_end``); returns its result."""
         self.signal.set(reason)
-        self.emit_new(NEW_RUN_START, None)
+        self.bus.publish(NEW_RUN_START(self.id, next(self._seqs), None))
         self.fire(Trigger.ABORT)
         self.close_turn()
         result = self.result()
-        self.emit_new(NEW_RUN_END, result)
+        self.bus.publish(NEW_RUN_END(self.id, next(self._seqs), result))
         return result
 
     async def _end_after_exception(
@@ -411,7 +422,7 @@ class Run:
                 await effect(self)
         self.close_turn()
         result = self.result()
-        self.emit_new(NEW_RUN_END, result)
+        self.bus.publish(NEW_RUN_END(self.id, next(self._seqs), result))
         return result
 
     def _forced_end(self, trigger: str) -> Fired:
@@ -423,7 +434,9 @@ class Run:
         spec = TransitionSpec(trigger, (str(source),), dest, label=trigger)
         self.fired = fired = Fired(trigger, source, dest, trigger, spec, str(dest))
         if self.bus.subscribers:
-            self.emit_new(NEW_STATE_CHANGED, fired.source, dest, trigger, trigger)
+            self.bus.publish(
+                NEW_STATE_CHANGED(self.id, next(self._seqs), fired.source, dest, trigger, trigger)
+            )
         if self.conversation.held is not None:  # calls held for decisions: answered, in order
             answer_pending(self)
         return fired
