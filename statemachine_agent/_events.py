@@ -324,15 +324,23 @@ E = TypeVar("E", bound=EventBase)
 
 
 def stamped(cls: type[E]) -> Callable[..., E]:
-    """A function building a ``cls`` event already stamped: ``build(run_id, seq, *fields)``,
-    the fields positional in ``cls``'s order (defaults as in ``cls``), ``parent`` left None.
+    """A function building ``cls`` events already stamped, for `Run`'s own events.
 
-    The event is the one ``cls(*fields)`` stamped by `Run.emit` would be (same type, fields,
-    equality; frozen), built for less: ``cls(...)`` writes each field through its slot
-    descriptor (a method-wrapper call each), while this writes each slot with a plain store on
-    a private writable subclass of ``cls`` (no ``__setattr__`` of its own, so the store goes
-    straight to the slot) and then sets the object's class to ``cls``, one store for all
-    fields (the figures: benchmarks/README.md, "Why the code is shaped this way").
+    ``build(run_id, seq, *fields)`` returns the event ``cls(*fields)`` would be once `Run.emit`
+    stamped it: the same class (exactly ``cls``), fields, equality, ``repr`` and pickles,
+    ``parent`` None, frozen. It costs less: ``cls(...)`` and the stamps write each field through
+    its slot descriptor's ``__set__`` (a method-wrapper call, about 650 instructions), while
+    ``build`` writes the slots with plain stores on a private writable subclass of ``cls`` (no
+    ``__setattr__`` of its own, so each store goes straight to the slot, some 40 instructions)
+    and then sets the object's class to ``cls`` (about 500, once): the figures are in
+    benchmarks/README.md, "Why the code is shaped this way".
+
+    Args:
+        cls: an event class (a frozen, slotted `EventBase` dataclass).
+
+    Returns:
+        ``build(run_id, seq, *fields)``: ``fields`` positional, in ``cls``'s field order, with
+        ``cls``'s defaults; a wrong number of them raises `TypeError` as ``cls(...)`` does.
 
     Raises:
         TypeError: a field of ``cls`` has a default factory (no event has one).
