@@ -326,8 +326,8 @@ E = TypeVar("E", bound=EventBase)
 def stamped(cls: type[E]) -> Callable[..., E]:
     """A function building ``cls`` events already stamped, for `Run`'s own events.
 
-    ``build(run_id, seq, *fields)`` returns the event ``cls(*fields)`` would be once `Run.emit`
-    stamped it: the same class (exactly ``cls``), fields, equality, ``repr`` and pickles,
+    ``build(run, *fields)`` returns the event ``cls(*fields)`` would be once `Run.emit` stamped
+    it with ``run.id`` and ``next(run.seqs)`` (the run's next sequence number): the same class (exactly ``cls``), fields, equality, ``repr`` and pickles,
     ``parent`` None, frozen. It costs less: ``cls(...)`` and the stamps write each field through
     its slot descriptor's ``__set__`` (a method-wrapper call, about 650 instructions), while
     ``build`` writes the slots with plain stores on a private writable subclass of ``cls`` (no
@@ -339,8 +339,9 @@ def stamped(cls: type[E]) -> Callable[..., E]:
         cls: an event class (a frozen, slotted `EventBase` dataclass).
 
     Returns:
-        ``build(run_id, seq, *fields)``: ``fields`` positional, in ``cls``'s field order, with
-        ``cls``'s defaults; a wrong number of them raises `TypeError` as ``cls(...)`` does.
+        ``build(run, *fields)``: ``run`` has ``id`` (str) and ``seqs`` (an iterator of ints, a
+        `Run`'s); ``fields`` positional, in ``cls``'s field order, with ``cls``'s defaults; a
+        wrong number of them raises `TypeError` as ``cls(...)`` does.
 
     Raises:
         TypeError: a field of ``cls`` has a default factory (no event has one).
@@ -356,8 +357,8 @@ def stamped(cls: type[E]) -> Callable[..., E]:
             "__module__": cls.__module__,
         },
     )
-    params = ["run_id", "seq"]
-    stores = ["    event.run_id = run_id", "    event.seq = seq"]
+    params = ["run"]
+    stores = ["    event.run_id = run.id", "    event.seq = next(run.seqs)"]
     namespace: dict[str, Any] = {"_new": writable, "_cls": cls}
     for f in dataclasses.fields(cls):
         if f.kw_only:
@@ -379,7 +380,7 @@ def stamped(cls: type[E]) -> Callable[..., E]:
     return build
 
 
-# The events `Run` builds itself, each built stamped (see `Run.emit`).
+# The events `Run` builds itself, each built stamped: ``NEW_TURN_START(run, turn)``.
 NEW_RUN_START = stamped(RunStart)
 NEW_RUN_END = stamped(RunEnd)
 NEW_TURN_START = stamped(TurnStart)

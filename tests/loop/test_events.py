@@ -224,11 +224,13 @@ def _sample_fields(cls: type[Any]) -> list[str]:
 
 def test_an_event_built_stamped_is_the_event_its_class_builds_then_stamped() -> None:
     """`_events.stamped` (how `Run` builds its own events) gives, for every event class, the
-    event ``cls(*fields)`` stamped with a run id and seq would be: exactly that class (never the
+    event ``cls(*fields)`` stamped with the run's id and next seq would be: exactly that class (never the
     writable subclass it is written through), the same fields, equality, hash, ``repr``,
     ``asdict``, ``event_to_dict``, copies and pickles, ``parent`` None, and frozen."""
     import copy
+    import itertools
     import pickle
+    import types
     import typing
 
     from statemachine_agent import Event
@@ -236,7 +238,8 @@ def test_an_event_built_stamped_is_the_event_its_class_builds_then_stamped() -> 
 
     for cls in typing.get_args(Event):
         fields = _sample_fields(cls)
-        built = stamped(cls)("run-1", 7, *fields)
+        run = types.SimpleNamespace(id="run-1", seqs=itertools.count(7))  # a `Run`'s stamps
+        built = stamped(cls)(run, *fields)
         expected = cls(*fields, run_id="run-1", seq=7)
         assert type(built) is cls, (cls, type(built))
         assert (built.run_id, built.seq, built.parent) == ("run-1", 7, None)
@@ -254,7 +257,7 @@ def test_an_event_built_stamped_is_the_event_its_class_builds_then_stamped() -> 
                 delattr(built, name)
         assert (built.run_id, built.seq) == ("run-1", 7)
         with pytest.raises(TypeError):
-            stamped(cls)("run-1", 7, *fields, "one too many")
+            stamped(cls)(run, *fields, "one too many")
 
 
 async def test_a_runs_events_are_its_frozen_public_events_numbered_one_by_one() -> None:
