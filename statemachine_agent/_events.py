@@ -320,20 +320,21 @@ for _event_class in get_args(Event):
     fast_init(_event_class, unset=tuple(_UNSET_DEFAULTS))
 
 
-E = TypeVar("E", bound=EventBase)
+EventT = TypeVar("EventT", bound=EventBase)
 
 
-def stamped(cls: type[E]) -> Callable[..., E]:
+def stamped(cls: type[EventT]) -> Callable[..., EventT]:
     """A function building ``cls`` events already stamped, for `Run`'s own events.
 
     ``build(run, *fields)`` returns the event ``cls(*fields)`` would be once `Run.emit` stamped
-    it with ``run.id`` and ``next(run.seqs)`` (the run's next sequence number): the same class (exactly ``cls``), fields, equality, ``repr`` and pickles,
-    ``parent`` None, frozen. It costs less: ``cls(...)`` and the stamps write each field through
-    its slot descriptor's ``__set__`` (a method-wrapper call, about 650 instructions), while
-    ``build`` writes the slots with plain stores on a private writable subclass of ``cls`` (no
-    ``__setattr__`` of its own, so each store goes straight to the slot, some 40 instructions)
-    and then sets the object's class to ``cls`` (about 500, once): the figures are in
-    benchmarks/README.md, "Why the code is shaped this way".
+    it with ``run.id`` and ``next(run.seqs)`` (the run's next sequence number): the same class
+    (exactly ``cls``), fields, equality, ``repr`` and pickles, ``parent`` None, frozen. It
+    costs less: ``cls(...)`` and the stamps write each field through its slot descriptor's
+    ``__set__`` (a method-wrapper call, about 650 instructions), while ``build`` writes the
+    slots with plain stores on a private writable subclass of ``cls`` (no ``__setattr__`` of
+    its own, so each store goes straight to the slot, some 40 instructions) and then sets the
+    object's class to ``cls`` (about 500, once): the figures are in benchmarks/README.md, "Why
+    the code is shaped this way".
 
     Args:
         cls: an event class (a frozen, slotted `EventBase` dataclass).
@@ -357,8 +358,8 @@ def stamped(cls: type[E]) -> Callable[..., E]:
             "__module__": cls.__module__,
         },
     )
-    params = ["run"]
-    stores = ["    event.run_id = run.id", "    event.seq = next(run.seqs)"]
+    params = ["_run"]  # (the generated names start with _: no field's does)
+    stores = ["    _event.run_id = _run.id", "    _event.seq = next(_run.seqs)"]
     namespace: dict[str, Any] = {"_new": writable, "_cls": cls}
     for f in dataclasses.fields(cls):
         if f.kw_only:
@@ -370,11 +371,11 @@ def stamped(cls: type[E]) -> Callable[..., E]:
         else:
             namespace[f"_default_{f.name}"] = f.default
             params.append(f"{f.name}=_default_{f.name}")
-        stores.append(f"    event.{f.name} = {f.name}")
-    head = [f"def build({', '.join(params)}):", "    event = _new()"]
-    source = "\n".join([*head, *stores, "    event.__class__ = _cls", "    return event"])
+        stores.append(f"    _event.{f.name} = {f.name}")
+    head = [f"def build({', '.join(params)}):", "    _event = _new()"]
+    source = "\n".join([*head, *stores, "    _event.__class__ = _cls", "    return _event"])
     exec(source, namespace)
-    build: Callable[..., E] = namespace["build"]
+    build: Callable[..., EventT] = namespace["build"]
     build.__qualname__ = build.__name__ = f"stamped_{cls.__name__}"
     build.__module__ = __name__
     return build
