@@ -330,11 +330,10 @@ def stamped(cls: type[EventT]) -> Callable[..., EventT]:
     it with ``run.id`` and ``next(run.seqs)`` (the run's next sequence number): the same class
     (exactly ``cls``), fields, equality, ``repr`` and pickles, ``parent`` None, frozen. It
     costs less: ``cls(...)`` and the stamps write each field through its slot descriptor's
-    ``__set__`` (a method-wrapper call, about 650 instructions), while ``build`` writes the
-    slots with plain stores on a private writable subclass of ``cls`` (no ``__setattr__`` of
-    its own, so each store goes straight to the slot, some 40 instructions) and then sets the
-    object's class to ``cls`` (about 500, once): the figures are in benchmarks/README.md, "Why
-    the code is shaped this way".
+    ``__set__`` (a method-wrapper call each), while ``build`` writes the slots with plain
+    stores on a private writable subclass of ``cls`` (no ``__setattr__`` of its own, so each
+    store goes straight to the slot) and then sets the object's class to ``cls``, once: the
+    figures are in benchmarks/README.md, "Why the code is shaped this way".
 
     Args:
         cls: an event class (a frozen, slotted `EventBase` dataclass).
