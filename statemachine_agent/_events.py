@@ -17,8 +17,9 @@ sub-agent run's own). A consumer of one agent's own run filters on ``event.paren
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, get_args
 
 from pydantic import BaseModel
 
@@ -317,3 +318,72 @@ def _result_summary(value: Any) -> Any:
 
 for _event_class in get_args(Event):
     fast_init(_event_class, unset=tuple(_UNSET_DEFAULTS))
+
+
+EventT = TypeVar("EventT", bound=EventBase)
+
+
+def stamped(cls: type[EventT]) -> Callable[..., EventT]:
+    """A function building ``cls`` events already stamped, for `Run`'s own events.
+
+    ``build(run, *fields)`` returns the event ``cls(*fields)`` would be once `Run.emit` stamped
+    it with ``run.id`` and ``next(run.seqs)`` (the run's next sequence number): the same class
+    (exactly ``cls``), fields, equality, ``repr`` and pickles, ``parent`` None, frozen. It
+    costs less: ``cls(...)`` and the stamps write each field through its slot descriptor's
+    ``__set__`` (a method-wrapper call each), while ``build`` writes the slots with plain
+    stores on a private writable subclass of ``cls`` (no ``__setattr__`` of its own, so each
+    store goes straight to the slot) and then sets the object's class to ``cls``, once: the
+    figures are in benchmarks/README.md, "Why the code is shaped this way".
+
+    Args:
+        cls: an event class (a frozen, slotted `EventBase` dataclass).
+
+    Returns:
+        ``build(run, *fields)``: ``run`` has ``id`` (str) and ``seqs`` (an iterator of ints, a
+        `Run`'s); ``fields`` positional, in ``cls``'s field order, with ``cls``'s defaults; a
+        wrong number of them raises `TypeError` as ``cls(...)`` does.
+
+    Raises:
+        TypeError: a field of ``cls`` has a default factory (no event has one).
+    """
+    writable = type(
+        f"_Writable{cls.__name__}",
+        (cls,),
+        {
+            "__slots__": (),  # the same layout as ``cls``: its class can be set to ``cls``
+            "__setattr__": object.__setattr__,
+            "__delattr__": object.__delattr__,  # (both, or the store is not the plain one)
+            "__init__": object.__init__,
+            "__module__": cls.__module__,
+        },
+    )
+    params = ["_run"]  # (the generated names start with _: no field's does)
+    stores = ["    _event.run_id = _run.id", "    _event.seq = next(_run.seqs)"]
+    namespace: dict[str, Any] = {"_new": writable, "_cls": cls}
+    for f in dataclasses.fields(cls):
+        if f.kw_only:
+            continue  # run_id, seq (stamped above) and parent (left None)
+        if f.default_factory is not dataclasses.MISSING:
+            raise TypeError(f"stamped() takes no default factory ({cls.__name__}.{f.name})")
+        if f.default is dataclasses.MISSING:
+            params.append(f.name)
+        else:
+            namespace[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+        stores.append(f"    _event.{f.name} = {f.name}")
+    head = [f"def build({', '.join(params)}):", "    _event = _new()"]
+    source = "\n".join([*head, *stores, "    _event.__class__ = _cls", "    return _event"])
+    exec(source, namespace)
+    build: Callable[..., EventT] = namespace["build"]
+    build.__qualname__ = build.__name__ = f"stamped_{cls.__name__}"
+    build.__module__ = __name__
+    return build
+
+
+# The events `Run` builds itself, each built stamped: ``NEW_TURN_START(run, turn)``.
+NEW_RUN_START = stamped(RunStart)
+NEW_RUN_END = stamped(RunEnd)
+NEW_TURN_START = stamped(TurnStart)
+NEW_TURN_END = stamped(TurnEnd)
+NEW_MESSAGE_END = stamped(MessageEnd)
+NEW_STATE_CHANGED = stamped(StateChanged)

@@ -10,11 +10,13 @@ escaping an effect, or a cancelled task, still ends the run in a terminal state 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from . import _events as ev
 from ._accounting import ContextUsage
 from ._bindings import BUILTIN_STEPS
 from ._bus import EventBus
@@ -25,17 +27,6 @@ from ._continuing import continuation_of, continue_refusal
 from ._conversation import Conversation
 from ._effects import answer_pending, request_model
 from ._errors import InvalidHistoryError, MachineDefinitionError
-from ._events import (
-    SET_RUN_ID,
-    SET_SEQ,
-    Event,
-    MessageEnd,
-    RunEnd,
-    RunStart,
-    StateChanged,
-    TurnEnd,
-    TurnStart,
-)
 from ._execution import BatchRun, resolve
 from ._hooks import INTERRUPTS, record_interrupt
 from ._limits import FINAL_TURN_PROMPT, LimitHit, RunCounts
@@ -107,7 +98,7 @@ class Run:
         counts: RunCounts | None = None,
     ) -> None:
         self.id = uuid.uuid4().hex
-        self._seq = 0
+        self.seqs = itertools.count(1)  # its events' seq: next(run.seqs) for each
         self.settings = settings
         self.conversation = conversation
         self.bus = bus
@@ -176,12 +167,12 @@ class Run:
         """Count ``usage`` in `usage` (one list append: the sum is made when it is read)."""
         self._usage_parts.append(usage)
 
-    def emit(self, event: Event) -> None:
+    def emit(self, event: ev.Event) -> None:
         """Stamp ``event`` with the run's id and its next sequence number and send it to the
-        agent's subscribers (`EventBus.publish`)."""
-        self._seq = seq = self._seq + 1
-        SET_RUN_ID(event, self.id)  # through the slots: several events every turn
-        SET_SEQ(event, seq)
+        agent's subscribers (`EventBus.publish`); the run's own events are built stamped
+        (`_events.stamped`) and published where they are built."""
+        ev.SET_RUN_ID(event, self.id)  # through the slots: several events every turn
+        ev.SET_SEQ(event, next(self.seqs))
         self.bus.publish(event)
 
     def append(self, message: Message) -> None:
@@ -192,7 +183,7 @@ class Run:
             self.answer_open_calls()
         self.conversation.append(message)
         if self.bus.subscribers:
-            self.emit(MessageEnd(message))
+            self.bus.publish(ev.NEW_MESSAGE_END(self, message))
 
     def answer_open_calls(self) -> None:
         """Answer the calls of the last response that have no result, naming the branch that
@@ -230,7 +221,7 @@ class Run:
         self.turn = self.data.turns + 1
         self.turn_message, self.turn_results = None, ()
         if self.bus.subscribers:
-            self.emit(TurnStart(self.turn))
+            self.bus.publish(ev.NEW_TURN_START(self, self.turn))
         return self.turn
 
     def complete_turn(self) -> None:
@@ -247,7 +238,8 @@ class Run:
                 conversation = self.conversation
                 window = context_window(self.settings.model)
                 context = conversation.meter.deferred(conversation.messages, window)
-                self.emit(TurnEnd(turn, self.turn_message, self.turn_results, context))
+                event = ev.NEW_TURN_END(self, turn, self.turn_message, self.turn_results, context)
+                self.bus.publish(event)
 
     # -- queued input -------------------------------------------------------------------------
 
@@ -302,7 +294,8 @@ class Run:
             fired = self.machine.fire(trigger, data)
             self.fired = fired
             if self.bus.subscribers:
-                self.emit(StateChanged(fired.source, fired.dest, trigger, fired.label))
+                event = ev.NEW_STATE_CHANGED(self, fired.source, fired.dest, trigger, fired.label)
+                self.bus.publish(event)
             if fired.action is not None:
                 fired.action(self)
         except INTERRUPTS as exc:
@@ -327,7 +320,7 @@ class Run:
             BaseException: whatever escaped an effect (the run is recorded as failed first).
         """
         self.machine.check_complete()
-        self.emit(RunStart(prompt))
+        self.bus.publish(ev.NEW_RUN_START(self, prompt))
         try:
             if self.conversation.held is None:
                 for repair in answer_dangling(self.messages):  # a given history ended mid-batch
@@ -370,18 +363,18 @@ class Run:
             await self._end_after_exception(f"{type(exc).__name__}: {exc}", "fail")
             raise
         result = self.result()
-        self.emit(RunEnd(result))
+        self.bus.publish(ev.NEW_RUN_END(self, result))
         return result
 
     def abort_waiting(self, reason: str) -> RunResult:
         """An abort while calls wait for decisions, with no run to stop: this short run answers
         them and ends ``aborted`` (``run_start`` to ``run_end``); returns its result."""
         self.signal.set(reason)
-        self.emit(RunStart(None))
+        self.bus.publish(ev.NEW_RUN_START(self, None))
         self.fire(Trigger.ABORT)
         self.close_turn()
         result = self.result()
-        self.emit(RunEnd(result))
+        self.bus.publish(ev.NEW_RUN_END(self, result))
         return result
 
     async def _end_after_exception(
@@ -403,7 +396,7 @@ class Run:
                 await effect(self)
         self.close_turn()
         result = self.result()
-        self.emit(RunEnd(result))
+        self.bus.publish(ev.NEW_RUN_END(self, result))
         return result
 
     def _forced_end(self, trigger: str) -> Fired:
@@ -415,7 +408,7 @@ class Run:
         spec = TransitionSpec(trigger, (str(source),), dest, label=trigger)
         self.fired = fired = Fired(trigger, source, dest, trigger, spec, str(dest))
         if self.bus.subscribers:
-            self.emit(StateChanged(fired.source, dest, trigger, trigger))
+            self.bus.publish(ev.NEW_STATE_CHANGED(self, fired.source, dest, trigger, trigger))
         if self.conversation.held is not None:  # calls held for decisions: answered, in order
             answer_pending(self)
         return fired

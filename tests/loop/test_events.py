@@ -215,3 +215,73 @@ def test_every_event_of_a_run_with_unserializable_updates_is_strict_json(tmp_pat
     )
     assert len(resumed.messages) == len(agent.messages)
     assert_valid_history(resumed.messages)
+
+
+def _sample_fields(cls: type[Any]) -> list[str]:
+    """A value for each positional field of event class ``cls`` (its name: any value will do)."""
+    return [f"v_{f.name}" for f in dataclasses.fields(cls) if not f.kw_only]
+
+
+def test_an_event_built_stamped_is_the_event_its_class_builds_then_stamped() -> None:
+    """`_events.stamped` (how `Run` builds its own events) gives, for every event class, the
+    event ``cls(*fields)`` stamped with the run's id and next seq would be: exactly that class (never the
+    writable subclass it is written through), the same fields, equality, hash, ``repr``,
+    ``asdict``, ``event_to_dict``, copies and pickles, ``parent`` None, and frozen."""
+    import copy
+    import itertools
+    import pickle
+    import types
+    import typing
+
+    from statemachine_agent import Event
+    from statemachine_agent._events import stamped
+
+    for cls in typing.get_args(Event):
+        fields = _sample_fields(cls)
+        run = types.SimpleNamespace(id="run-1", seqs=itertools.count(7))  # a `Run`'s stamps
+        built = stamped(cls)(run, *fields)
+        expected = cls(*fields, run_id="run-1", seq=7)
+        assert type(built) is cls, (cls, type(built))
+        assert (built.run_id, built.seq, built.parent) == ("run-1", 7, None)
+        assert built == expected and hash(built) == hash(expected)
+        assert repr(built) == repr(expected)
+        assert dataclasses.asdict(built) == dataclasses.asdict(expected)
+        assert event_to_dict(built) == event_to_dict(expected)
+        for twin in (copy.copy(built), copy.deepcopy(built), pickle.loads(pickle.dumps(built))):
+            assert type(twin) is cls and repr(twin) == repr(expected)
+        assert repr(dataclasses.replace(built, seq=8)) == repr(dataclasses.replace(expected, seq=8))
+        for name in ("run_id", "seq", "parent", *(f.name for f in dataclasses.fields(cls))):
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                setattr(built, name, "changed")
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                delattr(built, name)
+        assert (built.run_id, built.seq) == ("run-1", 7)
+        with pytest.raises(TypeError):
+            stamped(cls)(run, *fields, "one too many")
+
+
+async def test_a_runs_events_are_its_frozen_public_events_numbered_one_by_one() -> None:
+    """Every event a run sends a subscriber, whether `Run` built it stamped or stamped it in
+    `Run.emit`, is an object of a public event class (frozen), carries the run's id, and the
+    ``seq`` of the run's events counts 1, 2, 3... with no gap or repeat."""
+    import typing
+
+    from statemachine_agent import Event
+
+    agent = Agent(
+        ScriptedModel([_call(1), _call(2), AssistantMessage(content=[])]), tools=[tool(noop)]
+    )
+    seen: list[Any] = []
+    agent.subscribe(seen.append)
+    result = await agent.run("go")
+    assert result.state is State.DONE
+    public = set(typing.get_args(Event))
+    assert {type(event) for event in seen} <= public
+    assert {"run_start", "turn_start", "state_changed", "message_end", "turn_end", "run_end"} <= {
+        event.type for event in seen
+    }
+    assert [event.seq for event in seen] == list(range(1, len(seen) + 1))
+    assert {event.run_id for event in seen} == {result.run_id}
+    for event in seen:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            event.seq = 0
