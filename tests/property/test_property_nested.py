@@ -41,6 +41,17 @@ def orchestrator(kit: AgentKit) -> Agent:
 TestNestedAgents = agent_state_machine(orchestrator, name="NestedAgents").TestCase
 
 
+def until_found(*, max_examples: int, stateful_step_count: int) -> settings:
+    """The settings of a search that stops at its first find: examples generated, never
+    shrunk (a shrink on a loaded machine takes minutes), no health check in the way."""
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=stateful_step_count,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+
+
 class ReachedASubAgent(Exception):
     """The search below found what it looks for: a sub-agent's event reached the parent."""
 
@@ -74,12 +85,7 @@ def test_the_kit_drives_a_nested_agent_at_both_levels() -> None:
             # fixed 30 missed it under 1 of 41 seeds (3100177494: one nested run in its 30
             # examples, aborted before its sub-agent started), and 4 of the 60 searches took
             # longer than 30 examples run: a few percent of the explore passes.
-            settings=settings(
-                max_examples=400,
-                stateful_step_count=4,
-                phases=[Phase.generate],
-                suppress_health_check=list(HealthCheck),
-            ),
+            settings=until_found(max_examples=400, stateful_step_count=4),
         )
 
 
@@ -136,12 +142,7 @@ def test_a_fault_in_a_users_sub_agent_hook_is_caught_by_the_kit() -> None:
             # after 87 agents built (4 to 451; an example may build more than one), so 1,500
             # leave a random seed (the explore pass) under one chance in ten million of missing
             # it (1,000: one in 100,000); 200 missed it once in about twenty seeds.
-            settings=settings(
-                max_examples=1500,
-                stateful_step_count=3,
-                phases=[Phase.generate],
-                suppress_health_check=list(HealthCheck),
-            ),
+            settings=until_found(max_examples=1500, stateful_step_count=3),
         )
 
 
