@@ -103,6 +103,12 @@ class ScriptedModel:
     Running out of steps raises `ScriptExhaustedError` in the request, which ends the run in
     ``failed`` with a message saying how many steps the script holds.
 
+    A ``tool_use`` id must be new to the agent's history (the Anthropic tool-use protocol pairs
+    each ``tool_result`` with one call by id): a step reusing an id the history already holds
+    (a script played twice on one agent, say) ends the run ``failed`` with an
+    ``invalid_response`` error naming the ids. Give each run its own ids, e.g. with
+    `statemachine_agent.testing.prefix_ids`.
+
     The script's position is ``calls``: request ``n`` (counting from 1, over every run that
     uses this model) plays step ``n``, whether it is an answer, an error or a retry. A durable
     run (`statemachine_agent.durable`) records the position after each model request step; when
