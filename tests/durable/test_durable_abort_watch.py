@@ -19,8 +19,16 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
-from statemachine_agent import AbortSignal, Agent, State, ToolResultMessage, tool
-from statemachine_agent.durable import Client, _abort, launch, pending, run, shutdown
+from statemachine_agent import AbortSignal, Agent, Approve, State, ToolResultMessage, tool
+from statemachine_agent.durable import (
+    Client,
+    _abort,
+    launch,
+    pending,
+    run,
+    send_decisions,
+    shutdown,
+)
 from statemachine_agent.durable._state import process
 from statemachine_agent.models import FunctionModel
 from statemachine_agent.testing import assert_valid_history
@@ -181,6 +189,41 @@ async def test_a_run_waiting_for_approval_is_not_read_and_a_client_abort_still_e
     await asyncio.to_thread(_client_abort, db, "waiting")
     result = await asyncio.wait_for(started, SAFETY_SECONDS)
     assert (result.state, result.error) == (State.ABORTED, REASON)
+    answers = [m for m in result.messages if isinstance(m, ToolResultMessage)]
+    assert [(m.tool_call_id, m.is_error) for m in answers] == [("call_1", True)]
+    assert_valid_history(result.messages)
+
+
+async def test_a_run_that_resumed_after_approval_is_read_again_and_a_client_abort_ends_it(
+    factory: Factory, db: str
+) -> None:
+    # While it waited, the run was not read; once the approval let it go on, its abort
+    # attribute must be read again: a Client.abort (database only) stops the approved tool.
+    entered, never = asyncio.Event(), asyncio.Event()
+
+    async def noop() -> str:
+        """Wait for nothing that comes."""
+        entered.set()
+        await never.wait()
+        return "unreachable"
+
+    factory.build = lambda: Agent(
+        FunctionModel(_one_call_model),
+        tools=[tool(requires_approval=True)(noop)],
+        abort_grace_seconds=0,
+    )
+    started = asyncio.ensure_future(run("Go.", run_id="resumed"))
+    calls = await pending("resumed", wait_seconds=SAFETY_SECONDS)
+    assert [call.id for call in calls] == ["call_1"]
+    await _poller_ended()  # only waiting: nothing read
+    await send_decisions("resumed", {"call_1": Approve()})
+    waiting = asyncio.ensure_future(entered.wait())
+    await asyncio.wait({started, waiting}, timeout=SAFETY_SECONDS, return_when="FIRST_COMPLETED")
+    assert entered.is_set(), "the approved tool did not start"
+    await asyncio.to_thread(_client_abort, db, "resumed")
+    result = await asyncio.wait_for(started, SAFETY_SECONDS)
+    assert (result.state, result.error) == (State.ABORTED, REASON)
+    assert not never.is_set()  # nothing but the abort ended the tool
     answers = [m for m in result.messages if isinstance(m, ToolResultMessage)]
     assert [(m.tool_call_id, m.is_error) for m in answers] == [("call_1", True)]
     assert_valid_history(result.messages)

@@ -22,7 +22,7 @@ from worker_process import recorded_steps, start_worker
 
 from statemachine_agent import State, ToolResultMessage
 from statemachine_agent._protocol import NO_RESULT, assert_valid_history
-from statemachine_agent.durable import decode_result
+from statemachine_agent.durable import Client, decode_result
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "durable_child.py"
@@ -42,14 +42,10 @@ def _lines(side: Path) -> list[str]:
     return side.read_text(encoding="utf-8").splitlines() if side.exists() else []
 
 
-@pytest.mark.parametrize(
-    "idempotent", [False, True], ids=["slow-not-idempotent", "slow-idempotent"]
-)
-def test_sqlite_worker_killed_mid_batch(tmp_path: Path, idempotent: bool) -> None:
-    db_file = tmp_path / "runs.sqlite"
+def _kill_mid_batch(db_file: Path, side: Path, run_id: str, *, idempotent: bool) -> None:
+    """Run ``run_id`` in a worker and SIGKILL it once both tools appended their line and fast's
+    result is recorded (slow's is not)."""
     db = f"sqlite:///{db_file}"
-    side = tmp_path / "side-effects.txt"
-    run_id = "crash-run"
     child = subprocess.Popen(
         [sys.executable, str(CHILD), db, run_id],
         env=_env(side, idempotent=idempotent, slow_seconds=60),
@@ -72,6 +68,16 @@ def test_sqlite_worker_killed_mid_batch(tmp_path: Path, idempotent: bool) -> Non
         child.kill()
         child.wait()
 
+
+@pytest.mark.parametrize(
+    "idempotent", [False, True], ids=["slow-not-idempotent", "slow-idempotent"]
+)
+def test_sqlite_worker_killed_mid_batch(tmp_path: Path, idempotent: bool) -> None:
+    db_file = tmp_path / "runs.sqlite"
+    db = f"sqlite:///{db_file}"
+    side = tmp_path / "side-effects.txt"
+    run_id = "crash-run"
+    _kill_mid_batch(db_file, side, run_id, idempotent=idempotent)
     relaunch = subprocess.run(
         [sys.executable, str(CHILD), db, run_id],
         env=_env(side, idempotent=idempotent, slow_seconds=0),
@@ -97,6 +103,42 @@ def test_sqlite_worker_killed_mid_batch(tmp_path: Path, idempotent: bool) -> Non
         assert results["slow"].content[0].text == NO_RESULT  # type: ignore[union-attr]
         assert results["slow"].is_error
     assert result.turns == 2
+    assert_valid_history(result.messages)
+
+
+def test_an_abort_sent_while_the_worker_is_dead_stops_the_recovered_idempotent_call_rerunning(
+    tmp_path: Path,
+) -> None:
+    # The worker dies while its idempotent slow call runs; a Client.abort is sent while no
+    # worker runs the run. The relaunched worker replays the recorded steps; the slow call's
+    # step is then its first step run for real: the abort must reach the run before the tool
+    # runs again (it is answered, not re-run), and the run ends aborted.
+    db_file = tmp_path / "runs.sqlite"
+    db = f"sqlite:///{db_file}"
+    side = tmp_path / "side-effects.txt"
+    run_id = "crash-abort-run"
+    _kill_mid_batch(db_file, side, run_id, idempotent=True)
+    client = Client(db)
+    try:
+        client.abort(run_id, "stop after the crash")
+    finally:
+        client.close()
+    relaunch = subprocess.run(
+        [sys.executable, str(CHILD), db, run_id],
+        env=_env(side, idempotent=True, slow_seconds=0),
+        capture_output=True,
+        text=True,
+        timeout=SAFETY_SECONDS,
+    )
+    assert relaunch.returncode == 0, relaunch.stderr
+    result = decode_result(json.loads(relaunch.stdout.strip().splitlines()[-1]))
+    assert (result.state, result.error) == (State.ABORTED, "stop after the crash")
+    lines = _lines(side)
+    assert (lines.count("fast"), lines.count("slow")) == (1, 1)  # nothing ran again
+    results = {m.tool_name: m for m in result.messages if isinstance(m, ToolResultMessage)}
+    assert results["fast"].content[0].text == FAST_RESULT  # type: ignore[union-attr]
+    assert results["slow"].is_error
+    assert result.text != FINAL_ANSWER
     assert_valid_history(result.messages)
 
 

@@ -72,6 +72,22 @@ def test_a_run_result_with_every_field_set_round_trips_equal() -> None:
     assert decode_result(data).output == {"ok": True, "reason": "fine"}
 
 
+@pytest.mark.parametrize("tail", ["equal-length", "longer"])
+def test_new_messages_that_are_not_the_historys_tail_round_trip_as_they_were(tail: str) -> None:
+    """A run's new messages are usually the history's tail (the codec stores them once then);
+    when they are not (the history was compacted or replaced during the run), they come back
+    as they were, not as the history's last messages."""
+    summary = UserMessage(content=[TextBlock(text="Summary: deploy was discussed.")])
+    answer = AssistantMessage(content=[TextBlock(text="yes")], stop_reason="end_turn")
+    gone = AssistantMessage(content=[TextBlock(text="compacted away")], stop_reason="end_turn")
+    new = [gone] if tail == "equal-length" else [gone, summary, answer]
+    result = dataclasses.replace(every_field_set(), messages=[summary, answer], new_messages=new)
+    back = decode_result(encode_result(result), output_type=Verdict)
+    assert back.new_messages == new
+    assert back.messages == [summary, answer]
+    assert back == result
+
+
 def test_a_result_record_without_the_newer_fields_still_decodes() -> None:
     """A run recorded by an older release (no ``pending``, ``final_text``, ``run_id``,
     ``output``, ``counts``, ``limit_exceeded``) reads back with their defaults."""

@@ -95,6 +95,49 @@ async def test_a_tool_swallowing_the_cancellation_in_an_inline_batch_still_ends_
     assert_valid_history(agent.messages)
 
 
+@pytest.mark.parametrize("mode", ["parallel", "sequential"])  # one call: run one at a time
+async def test_a_before_hook_swallowing_its_cancellation_cannot_keep_an_aborted_run_open(
+    mode: str,
+) -> None:
+    # A sync tool in a worker thread runs in the batch's own task only when no hook is set: with
+    # a before_tool_call hook, the call gets a task of its own, so a hook that ignores its
+    # cancellation is abandoned after the grace period and the run still ends aborted.
+    entered, release = asyncio.Event(), asyncio.Event()
+    ran: list[str] = []
+
+    @tool
+    def work() -> str:
+        """Work (a sync tool, run in a worker thread)."""
+        ran.append("work")
+        return "worked"
+
+    async def before(info: ToolCallInfo) -> None:
+        entered.set()
+        while not release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):  # swallowed: stays in the hook
+                await release.wait()
+
+    model = ScriptedModel([tool_response(call("work", id="w")), text_response("never requested")])
+    agent = Agent(
+        model,
+        tools=[work],
+        tool_execution=mode,  # type: ignore[arg-type]
+        before_tool_call=before,
+        abort_grace_seconds=0,
+    )
+    task = asyncio.create_task(agent.run("go"))
+    await entered.wait()
+    agent.abort("stop")
+    try:
+        result = await asyncio.wait_for(asyncio.shield(task), 60)  # (only ends a hung wait)
+    finally:
+        release.set()  # let the abandoned hook end
+    assert (result.state, result.error) == (State.ABORTED, "stop")
+    assert ran == [] and model.calls == 1
+    assert [(m.tool_call_id, m.is_error) for m in results_of(result.messages)] == [("w", True)]
+    assert_valid_history(result.messages)
+
+
 @pytest.mark.parametrize("mode", ["parallel", "sequential"])
 async def test_a_hook_that_aborts_then_sleeps_runs_no_tool(mode: str) -> None:
     ran: list[str] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import inspect
+import itertools
 import json
 import math
 import threading
@@ -285,3 +286,37 @@ async def test_a_runs_events_are_its_frozen_public_events_numbered_one_by_one() 
     for event in seen:
         with pytest.raises(dataclasses.FrozenInstanceError):
             event.seq = 0
+
+
+async def test_a_runs_own_events_carry_its_turns_messages_and_results_in_their_fields() -> None:
+    """The events `Run` builds itself (stamped) hold the run's values in the right fields: each
+    ``turn_end`` its turn's response as ``message`` and that turn's results as
+    ``tool_results``; ``turn_start``/``turn_end`` the turn number; ``message_end`` each message
+    of the history in order; ``run_start`` the prompt, ``run_end`` the result; the
+    ``state_changed`` events chain (each leaves the state the previous one entered)."""
+    from statemachine_agent import MessageEnd, RunEnd, RunStart, StateChanged, TurnEnd, TurnStart
+
+    agent = Agent(
+        ScriptedModel([_call(1), _call(2), AssistantMessage(content=[])]), tools=[tool(noop)]
+    )
+    seen: list[Any] = []
+    agent.subscribe(seen.append)
+    result = await agent.run("go")
+    assert result.state is State.DONE
+    responses = [m for m in result.messages if isinstance(m, AssistantMessage)]
+    results = [m for m in result.messages if isinstance(m, ToolResultMessage)]
+    assert [r.tool_call_id for r in results] == ["call_1", "call_2"]
+    ends = [e for e in seen if isinstance(e, TurnEnd)]
+    assert [e.turn for e in ends] == [1, 2, 3]
+    assert [e.message for e in ends] == responses
+    assert [e.tool_results for e in ends] == [(results[0],), (results[1],), ()]
+    assert [e.turn for e in seen if isinstance(e, TurnStart)] == [1, 2, 3]
+    assert [e.message for e in seen if isinstance(e, MessageEnd)] == result.messages
+    (start,) = [e for e in seen if isinstance(e, RunStart)]
+    assert start.prompt == result.messages[0]
+    (end,) = [e for e in seen if isinstance(e, RunEnd)]
+    assert end.result is seen[-1].result and end.result.messages == result.messages
+    changes = [e for e in seen if isinstance(e, StateChanged)]
+    assert changes[-1].dest == str(State.DONE)
+    assert all(a.dest == b.source for a, b in itertools.pairwise(changes))
+    assert all(isinstance(e.trigger, str) and e.trigger for e in changes)
