@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from statemachine_agent import (
     Agent,
     AssistantMessage,
+    RunResult,
     State,
     ToolCallBlock,
     ToolExecutionUpdate,
@@ -261,6 +262,19 @@ def test_an_event_built_stamped_is_the_event_its_class_builds_then_stamped() -> 
             stamped(cls)(run, *fields, "one too many")
 
 
+async def _two_call_run() -> tuple[RunResult, list[Any]]:
+    """A run of two turns with one call each, then an answer: its result (``done``) and every
+    event a subscriber received."""
+    agent = Agent(
+        ScriptedModel([_call(1), _call(2), AssistantMessage(content=[])]), tools=[tool(noop)]
+    )
+    seen: list[Any] = []
+    agent.subscribe(seen.append)
+    result = await agent.run("go")
+    assert result.state is State.DONE
+    return result, seen
+
+
 async def test_a_runs_events_are_its_frozen_public_events_numbered_one_by_one() -> None:
     """Every event a run sends a subscriber, whether `Run` built it stamped or stamped it in
     `Run.emit`, is an object of a public event class (frozen), carries the run's id, and the
@@ -269,13 +283,7 @@ async def test_a_runs_events_are_its_frozen_public_events_numbered_one_by_one() 
 
     from statemachine_agent import Event
 
-    agent = Agent(
-        ScriptedModel([_call(1), _call(2), AssistantMessage(content=[])]), tools=[tool(noop)]
-    )
-    seen: list[Any] = []
-    agent.subscribe(seen.append)
-    result = await agent.run("go")
-    assert result.state is State.DONE
+    result, seen = await _two_call_run()
     public = set(typing.get_args(Event))
     assert {type(event) for event in seen} <= public
     assert {"run_start", "turn_start", "state_changed", "message_end", "turn_end", "run_end"} <= {
@@ -296,13 +304,7 @@ async def test_a_runs_own_events_carry_its_turns_messages_and_results_in_their_f
     ``state_changed`` events chain (each leaves the state the previous one entered)."""
     from statemachine_agent import MessageEnd, RunEnd, RunStart, StateChanged, TurnEnd, TurnStart
 
-    agent = Agent(
-        ScriptedModel([_call(1), _call(2), AssistantMessage(content=[])]), tools=[tool(noop)]
-    )
-    seen: list[Any] = []
-    agent.subscribe(seen.append)
-    result = await agent.run("go")
-    assert result.state is State.DONE
+    result, seen = await _two_call_run()
     responses = [m for m in result.messages if isinstance(m, AssistantMessage)]
     results = [m for m in result.messages if isinstance(m, ToolResultMessage)]
     assert [r.tool_call_id for r in results] == ["call_1", "call_2"]
