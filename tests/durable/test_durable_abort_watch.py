@@ -76,6 +76,15 @@ async def factory(db: str) -> AsyncIterator[Factory]:
         shutdown()
 
 
+async def _reached(event: asyncio.Event, run: asyncio.Future[Any], what: str) -> None:
+    """Wait until ``event`` is set or ``run`` ends (whichever comes first, within the safety
+    timeout); fail with ``what`` when ``event`` was not set."""
+    waiting = asyncio.ensure_future(event.wait())
+    await asyncio.wait({run, waiting}, timeout=SAFETY_SECONDS, return_when="FIRST_COMPLETED")
+    waiting.cancel()
+    assert event.is_set(), what
+
+
 def _client_abort(db: str, run_id: str) -> None:
     client = Client(db)  # as another process sends it: through the database only
     try:
@@ -115,9 +124,7 @@ async def test_an_abort_reaches_a_run_started_after_the_watching_task_ended(
 
     factory.build = lambda: Agent(FunctionModel(stuck_model), abort_grace_seconds=0)
     started = asyncio.ensure_future(run("Go.", run_id="after"))
-    waiting = asyncio.ensure_future(stuck.wait())
-    await asyncio.wait({started, waiting}, timeout=SAFETY_SECONDS, return_when="FIRST_COMPLETED")
-    assert stuck.is_set(), "the run did not reach its model request"
+    await _reached(stuck, started, "the run did not reach its model request")
     await asyncio.to_thread(_client_abort, db, "after")
     result = await asyncio.wait_for(started, SAFETY_SECONDS)
     assert (result.state, result.error) == (State.ABORTED, REASON)
@@ -217,9 +224,7 @@ async def test_a_run_that_resumed_after_approval_is_read_again_and_a_client_abor
     assert [call.id for call in calls] == ["call_1"]
     await _poller_ended()  # only waiting: nothing read
     await send_decisions("resumed", {"call_1": Approve()})
-    waiting = asyncio.ensure_future(entered.wait())
-    await asyncio.wait({started, waiting}, timeout=SAFETY_SECONDS, return_when="FIRST_COMPLETED")
-    assert entered.is_set(), "the approved tool did not start"
+    await _reached(entered, started, "the approved tool did not start")
     await asyncio.to_thread(_client_abort, db, "resumed")
     result = await asyncio.wait_for(started, SAFETY_SECONDS)
     assert (result.state, result.error) == (State.ABORTED, REASON)
