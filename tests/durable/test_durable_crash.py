@@ -20,7 +20,7 @@ from durable_agents import FAST_RESULT, FINAL_ANSWER, SLOW_RESULT
 from worker_process import cli as _cli
 from worker_process import recorded_steps, start_worker
 
-from statemachine_agent import State, ToolResultMessage
+from statemachine_agent import RunResult, State, ToolResultMessage
 from statemachine_agent._protocol import NO_RESULT, assert_valid_history
 from statemachine_agent.durable import Client, decode_result
 
@@ -40,6 +40,20 @@ def _env(side: Path, *, idempotent: bool, slow_seconds: float) -> dict[str, str]
 
 def _lines(side: Path) -> list[str]:
     return side.read_text(encoding="utf-8").splitlines() if side.exists() else []
+
+
+def _relaunch(db: str, run_id: str, side: Path, *, idempotent: bool) -> RunResult:
+    """Start the child process again on ``db`` (no slow tool now): it recovers run ``run_id``
+    and prints its result, returned decoded."""
+    relaunch = subprocess.run(
+        [sys.executable, str(CHILD), db, run_id],
+        env=_env(side, idempotent=idempotent, slow_seconds=0),
+        capture_output=True,
+        text=True,
+        timeout=SAFETY_SECONDS,
+    )
+    assert relaunch.returncode == 0, relaunch.stderr
+    return decode_result(json.loads(relaunch.stdout.strip().splitlines()[-1]))
 
 
 def _kill_mid_batch(db_file: Path, side: Path, run_id: str, *, idempotent: bool) -> None:
@@ -78,15 +92,7 @@ def test_sqlite_worker_killed_mid_batch(tmp_path: Path, idempotent: bool) -> Non
     side = tmp_path / "side-effects.txt"
     run_id = "crash-run"
     _kill_mid_batch(db_file, side, run_id, idempotent=idempotent)
-    relaunch = subprocess.run(
-        [sys.executable, str(CHILD), db, run_id],
-        env=_env(side, idempotent=idempotent, slow_seconds=0),
-        capture_output=True,
-        text=True,
-        timeout=SAFETY_SECONDS,
-    )
-    assert relaunch.returncode == 0, relaunch.stderr
-    result = decode_result(json.loads(relaunch.stdout.strip().splitlines()[-1]))
+    result = _relaunch(db, run_id, side, idempotent=idempotent)
 
     assert result.state == State.DONE
     assert result.text == FINAL_ANSWER
@@ -123,15 +129,7 @@ def test_an_abort_sent_while_the_worker_is_dead_stops_the_recovered_idempotent_c
         client.abort(run_id, "stop after the crash")
     finally:
         client.close()
-    relaunch = subprocess.run(
-        [sys.executable, str(CHILD), db, run_id],
-        env=_env(side, idempotent=True, slow_seconds=0),
-        capture_output=True,
-        text=True,
-        timeout=SAFETY_SECONDS,
-    )
-    assert relaunch.returncode == 0, relaunch.stderr
-    result = decode_result(json.loads(relaunch.stdout.strip().splitlines()[-1]))
+    result = _relaunch(db, run_id, side, idempotent=True)
     assert (result.state, result.error) == (State.ABORTED, "stop after the crash")
     lines = _lines(side)
     assert (lines.count("fast"), lines.count("slow")) == (1, 1)  # nothing ran again
