@@ -11,7 +11,7 @@ asserted about time."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,10 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
+from launched_process import SAFETY_SECONDS, AgentFactory, client_abort, reached
+
 from statemachine_agent import AbortSignal, Agent, Approve, State, ToolResultMessage, tool
 from statemachine_agent.durable import (
-    Client,
     _abort,
     launch,
     pending,
@@ -33,7 +34,6 @@ from statemachine_agent.durable._state import process
 from statemachine_agent.models import FunctionModel
 from statemachine_agent.testing import assert_valid_history
 
-SAFETY_SECONDS = 60.0  # only ends a hung wait; nothing is asserted about time
 REASON = "stop, please"
 
 
@@ -49,48 +49,19 @@ def _one_call_model(messages: list[Any], request: Any) -> Any:
     return "done"
 
 
-class Factory:
-    """The agent factory of the launched process; each test sets ``build``."""
-
-    def __init__(self) -> None:
-        self.build: Callable[[], Agent] = lambda: Agent(
-            FunctionModel(_one_call_model), tools=[tool(noop)]
-        )
-
-    def __call__(self) -> Agent:
-        return self.build()
-
-
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'runs.sqlite'}"
 
 
 @pytest.fixture
-async def factory(db: str) -> AsyncIterator[Factory]:
-    made = Factory()
+async def factory(db: str) -> AsyncIterator[AgentFactory]:
+    made = AgentFactory(lambda: Agent(FunctionModel(_one_call_model), tools=[tool(noop)]))
     await launch(db, made, executor_id="abort-watch")
     try:
         yield made
     finally:
         shutdown()
-
-
-async def _reached(event: asyncio.Event, run: asyncio.Future[Any], what: str) -> None:
-    """Wait until ``event`` is set or ``run`` ends (whichever comes first, within the safety
-    timeout); fail with ``what`` when ``event`` was not set."""
-    waiting = asyncio.ensure_future(event.wait())
-    await asyncio.wait({run, waiting}, timeout=SAFETY_SECONDS, return_when="FIRST_COMPLETED")
-    waiting.cancel()
-    assert event.is_set(), what
-
-
-def _client_abort(db: str, run_id: str) -> None:
-    client = Client(db)  # as another process sends it: through the database only
-    try:
-        client.abort(run_id, REASON)
-    finally:
-        client.close()
 
 
 async def _poller_ended() -> None:
@@ -100,7 +71,7 @@ async def _poller_ended() -> None:
     await asyncio.wait_for(asyncio.shield(task), SAFETY_SECONDS)
 
 
-async def test_a_run_that_ended_is_no_longer_watched(factory: Factory) -> None:
+async def test_a_run_that_ended_is_no_longer_watched(factory: AgentFactory) -> None:
     result = await run("Go.", run_id="ended")
     assert (result.state, result.text) == (State.DONE, "done")
     assert "ended" not in process.watches
@@ -109,7 +80,7 @@ async def test_a_run_that_ended_is_no_longer_watched(factory: Factory) -> None:
 
 
 async def test_an_abort_reaches_a_run_started_after_the_watching_task_ended(
-    factory: Factory, db: str
+    factory: AgentFactory, db: str
 ) -> None:
     first = await run("Go.", run_id="before")
     assert first.state is State.DONE
@@ -124,8 +95,8 @@ async def test_an_abort_reaches_a_run_started_after_the_watching_task_ended(
 
     factory.build = lambda: Agent(FunctionModel(stuck_model), abort_grace_seconds=0)
     started = asyncio.ensure_future(run("Go.", run_id="after"))
-    await _reached(stuck, started, "the run did not reach its model request")
-    await asyncio.to_thread(_client_abort, db, "after")
+    await reached(stuck.wait(), "the run did not reach its model request", started)
+    await asyncio.to_thread(client_abort, db, "after", REASON)
     result = await asyncio.wait_for(started, SAFETY_SECONDS)
     assert (result.state, result.error) == (State.ABORTED, REASON)
     assert not never.is_set()  # nothing but the abort ended the request
@@ -133,7 +104,7 @@ async def test_an_abort_reaches_a_run_started_after_the_watching_task_ended(
 
 
 async def test_an_abort_sent_before_the_first_step_is_applied_before_the_model_is_asked(
-    factory: Factory, db: str
+    factory: AgentFactory, db: str
 ) -> None:
     # The abort is set (through the database) while the run is being set up here, before its
     # first step: that step waits for the run's first read of the abort attribute, so the run
@@ -147,7 +118,7 @@ async def test_an_abort_sent_before_the_first_step_is_applied_before_the_model_i
         return "unreachable"
 
     def aborted_while_starting() -> Agent:
-        _client_abort(db, "early")
+        client_abort(db, "early", REASON)
         return Agent(FunctionModel(model), tools=[tool(noop)], abort_grace_seconds=0)
 
     factory.build = aborted_while_starting
@@ -181,7 +152,7 @@ async def test_a_runs_first_step_body_waits_for_the_first_read_of_its_abort() ->
 
 
 async def test_a_run_waiting_for_approval_is_not_read_and_a_client_abort_still_ends_it(
-    factory: Factory, db: str
+    factory: AgentFactory, db: str
 ) -> None:
     # A waiting run gets an abort as a message: the watching task has nothing to read and ends
     # (no query every poll while runs only wait for people).
@@ -193,7 +164,7 @@ async def test_a_run_waiting_for_approval_is_not_read_and_a_client_abort_still_e
     assert [call.id for call in calls] == ["call_1"]
     await _poller_ended()
     assert list(process.watches) == ["waiting"]  # still watched: read again once it goes on
-    await asyncio.to_thread(_client_abort, db, "waiting")
+    await asyncio.to_thread(client_abort, db, "waiting", REASON)
     result = await asyncio.wait_for(started, SAFETY_SECONDS)
     assert (result.state, result.error) == (State.ABORTED, REASON)
     answers = [m for m in result.messages if isinstance(m, ToolResultMessage)]
@@ -202,7 +173,7 @@ async def test_a_run_waiting_for_approval_is_not_read_and_a_client_abort_still_e
 
 
 async def test_a_run_that_resumed_after_approval_is_read_again_and_a_client_abort_ends_it(
-    factory: Factory, db: str
+    factory: AgentFactory, db: str
 ) -> None:
     # While it waited, the run was not read; once the approval let it go on, its abort
     # attribute must be read again: a Client.abort (database only) stops the approved tool.
@@ -224,8 +195,8 @@ async def test_a_run_that_resumed_after_approval_is_read_again_and_a_client_abor
     assert [call.id for call in calls] == ["call_1"]
     await _poller_ended()  # only waiting: nothing read
     await send_decisions("resumed", {"call_1": Approve()})
-    await _reached(entered, started, "the approved tool did not start")
-    await asyncio.to_thread(_client_abort, db, "resumed")
+    await reached(entered.wait(), "the approved tool did not start", started)
+    await asyncio.to_thread(client_abort, db, "resumed", REASON)
     result = await asyncio.wait_for(started, SAFETY_SECONDS)
     assert (result.state, result.error) == (State.ABORTED, REASON)
     assert not never.is_set()  # nothing but the abort ended the tool

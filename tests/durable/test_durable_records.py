@@ -20,14 +20,14 @@ import pytest
 pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
 from dbos import DBOS
+from launched_process import SAFETY_SECONDS, AgentFactory, client_abort, reached
 from worker_process import recorded_steps
 
 from statemachine_agent import Agent, State, ToolContext, ToolResultMessage, tool
-from statemachine_agent.durable import Client, abort, decode_result, launch, pending, run, shutdown
+from statemachine_agent.durable import abort, decode_result, launch, pending, run, shutdown
 from statemachine_agent.models import FunctionModel
 from statemachine_agent.testing import assert_valid_history
 
-SAFETY_SECONDS = 60.0  # only ends a hung wait; nothing is asserted about time
 REASON = "stop, please"
 TURNS = 3
 
@@ -50,24 +50,14 @@ async def noop() -> str:
     return "ok"
 
 
-class Factory:
-    """The agent factory of the launched process; each test sets ``build``."""
-
-    def __init__(self) -> None:
-        self.build: Callable[[], Agent] = lambda: Agent(FunctionModel(_turns_model("noop")))
-
-    def __call__(self) -> Agent:
-        return self.build()
-
-
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'runs.sqlite'}"
 
 
 @pytest.fixture
-async def factory(db: str) -> AsyncIterator[Factory]:
-    made = Factory()
+async def factory(db: str) -> AsyncIterator[AgentFactory]:
+    made = AgentFactory(lambda: Agent(FunctionModel(_turns_model("noop"))))
     await launch(db, made, executor_id="records")
     try:
         yield made
@@ -89,7 +79,7 @@ def _expected_steps(turns: int, *, marker: bool) -> list[str]:
 
 
 async def test_a_turn_with_an_idempotent_call_records_two_dbos_steps(
-    factory: Factory, db: str
+    factory: AgentFactory, db: str
 ) -> None:
     factory.build = lambda: Agent(
         FunctionModel(_turns_model("noop")), tools=[tool(idempotent=True)(noop)]
@@ -104,7 +94,7 @@ async def test_a_turn_with_an_idempotent_call_records_two_dbos_steps(
 
 
 async def test_a_turn_with_a_non_idempotent_call_records_three_dbos_steps(
-    factory: Factory, db: str
+    factory: AgentFactory, db: str
 ) -> None:
     factory.build = lambda: Agent(FunctionModel(_turns_model("noop")), tools=[tool(noop)])
     result = await run("Go.", run_id="non-idempotent")
@@ -142,21 +132,11 @@ class Stuck:
         return "stopped by the abort"
 
 
-def _client_abort(db: str, run_id: str) -> None:
-    client = Client(db)  # as another process sends it: through the database only
-    try:
-        client.abort(run_id, REASON)
-    finally:
-        client.close()
-
-
 async def _abort_once_stuck(stuck: Stuck, run_id: str, db: str, sender: str) -> Any:
     started = asyncio.ensure_future(run("Go.", run_id=run_id))
-    waiting = asyncio.ensure_future(stuck.stuck.wait())
-    await asyncio.wait({started, waiting}, return_when=asyncio.FIRST_COMPLETED)
-    assert stuck.stuck.is_set(), started.result()  # the run must not end before it is stuck
+    await reached(stuck.stuck.wait(), "the run did not get stuck", started)
     if sender == "client":
-        await asyncio.to_thread(_client_abort, db, run_id)
+        await asyncio.to_thread(client_abort, db, run_id, REASON)
     else:
         await abort(run_id, REASON)
     result = await asyncio.wait_for(started, SAFETY_SECONDS)
@@ -168,7 +148,7 @@ async def _abort_once_stuck(stuck: Stuck, run_id: str, db: str, sender: str) -> 
 
 @pytest.mark.parametrize("sender", ["client", "launched"])
 async def test_an_abort_reaches_a_run_in_a_slow_model_request(
-    factory: Factory, db: str, sender: str
+    factory: AgentFactory, db: str, sender: str
 ) -> None:
     stuck = Stuck()
     factory.build = lambda: Agent(FunctionModel(stuck.model), abort_grace_seconds=0)
@@ -180,7 +160,7 @@ async def test_an_abort_reaches_a_run_in_a_slow_model_request(
 
 @pytest.mark.parametrize("sender", ["client", "launched"])
 async def test_an_abort_reaches_a_run_in_a_slow_tool_call(
-    factory: Factory, db: str, sender: str
+    factory: AgentFactory, db: str, sender: str
 ) -> None:
     stuck = Stuck()
     factory.build = lambda: Agent(
@@ -194,14 +174,16 @@ async def test_an_abort_reaches_a_run_in_a_slow_tool_call(
     assert_valid_history(result.messages)
 
 
-async def test_a_client_abort_reaches_a_run_waiting_for_approval(factory: Factory, db: str) -> None:
+async def test_a_client_abort_reaches_a_run_waiting_for_approval(
+    factory: AgentFactory, db: str
+) -> None:
     factory.build = lambda: Agent(
         FunctionModel(_turns_model("noop")), tools=[tool(requires_approval=True)(noop)]
     )
     started = asyncio.ensure_future(run("Go.", run_id="waiting"))
     calls = await pending("waiting", wait_seconds=SAFETY_SECONDS)
     assert [call.id for call in calls] == ["call_1"]
-    await asyncio.to_thread(_client_abort, db, "waiting")
+    await asyncio.to_thread(client_abort, db, "waiting", REASON)
     result = await asyncio.wait_for(started, SAFETY_SECONDS)
     assert (result.state, result.error) == (State.ABORTED, REASON)
     answers = [m for m in result.messages if isinstance(m, ToolResultMessage)]
@@ -213,7 +195,7 @@ async def test_a_client_abort_reaches_a_run_waiting_for_approval(factory: Factor
 
 
 async def test_a_replay_of_a_run_aborted_in_a_call_ends_aborted_at_the_same_place(
-    factory: Factory, db: str
+    factory: AgentFactory, db: str
 ) -> None:
     # The original run is aborted while its first call runs; the call stops and its step is
     # recorded with the abort. A fork from after that step replays the request and the call
@@ -242,7 +224,7 @@ async def test_a_replay_of_a_run_aborted_in_a_call_ends_aborted_at_the_same_plac
 
 
 async def test_a_client_abort_of_one_run_leaves_another_run_of_the_worker_going(
-    factory: Factory, db: str
+    factory: AgentFactory, db: str
 ) -> None:
     # Both runs are in a model request when run "a" is aborted through the database only (the
     # worker reads the attributes of all its runs at once): run "b" must not take a's abort.
@@ -259,10 +241,9 @@ async def test_a_client_abort_of_one_run_leaves_another_run_of_the_worker_going(
     factory.build = lambda: Agent(FunctionModel(model), abort_grace_seconds=0)
     a = asyncio.ensure_future(run("A.", run_id="a"))
     b = asyncio.ensure_future(run("B.", run_id="b"))
-    both = asyncio.ensure_future(asyncio.gather(a_stuck.wait(), b_stuck.wait()))
-    await asyncio.wait({a, b, both}, return_when=asyncio.FIRST_COMPLETED)
-    assert a_stuck.is_set() and b_stuck.is_set()  # neither run ended before both were stuck
-    await asyncio.to_thread(_client_abort, db, "a")
+    both = asyncio.gather(a_stuck.wait(), b_stuck.wait())
+    await reached(both, "both runs were not stuck", a, b)
+    await asyncio.to_thread(client_abort, db, "a", REASON)
     aborted = await asyncio.wait_for(a, SAFETY_SECONDS)
     assert (aborted.state, aborted.error) == (State.ABORTED, REASON)
     b_gate.set()

@@ -21,13 +21,13 @@ pytest.importorskip("dbos", reason="the durable tests need the dbos extra")
 
 from dbos import DBOS
 from durable_subagents import worker_env
+from launched_process import SAFETY_SECONDS, client_abort, reached
 
 from statemachine_agent import Agent, State, ToolCallInfo, ToolResultMessage, tool
 from statemachine_agent.durable import Client, abort, decode_result, launch, run, shutdown
 from statemachine_agent.models import FunctionModel
 from statemachine_agent.testing import assert_valid_history
 
-SAFETY_SECONDS = 60.0  # only ends a hung wait; nothing is asserted about time
 REASON = "stop the research"
 PARENT_ANSWER = "unreachable: the run was aborted"
 
@@ -133,9 +133,7 @@ async def test_a_durable_abort_reaches_a_running_sub_agent_and_every_call_is_ans
     tree = Tree(where)
     launched.append(tree)
     started = asyncio.ensure_future(run("Research otters.", run_id=f"abort-{where}"))
-    waiting = asyncio.ensure_future(tree.stuck.wait())
-    await asyncio.wait({started, waiting}, return_when=asyncio.FIRST_COMPLETED)
-    assert tree.stuck.is_set(), started.result()  # the run must not end before it is stuck
+    await reached(tree.stuck.wait(), "the run did not get stuck", started)
     await abort(f"abort-{where}", REASON)
     result = await asyncio.wait_for(started, SAFETY_SECONDS)
     _assert_aborted_at_both_levels(tree, result, where)
@@ -150,16 +148,8 @@ async def test_a_client_abort_from_another_process_reaches_a_sub_agent_in_its_to
     tree = Tree("tool")
     launched.append(tree)
     started = asyncio.ensure_future(run("Research otters.", run_id="client-abort"))
-    await asyncio.wait_for(tree.stuck.wait(), SAFETY_SECONDS)
-
-    def send() -> None:
-        client = Client(db)  # as another process sends it: through the database only
-        try:
-            client.abort("client-abort", REASON)
-        finally:
-            client.close()
-
-    await asyncio.to_thread(send)
+    await reached(tree.stuck.wait(), "the sub-agent's tool did not start", started)
+    await asyncio.to_thread(client_abort, db, "client-abort", REASON)
     result = await asyncio.wait_for(started, SAFETY_SECONDS)
     _assert_aborted_at_both_levels(tree, result, "tool")
 
