@@ -119,20 +119,22 @@ def _clean(blocks: list[TextBlock | ImageBlock]) -> list[TextBlock | ImageBlock]
 
 def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
     """Turn what a tool returned into its result message."""
+    if isinstance(value, str):  # the common case: one text block, checked for blank text once
+        block = text_block(value)
+        return tool_result(call, [block] if value.strip() else _clean([block]), False, None)
     is_error = False
     details = None
-    if not isinstance(value, str):  # the common case skips the checks of a pydantic class
-        if isinstance(value, ToolResultMessage):
-            # Re-addressed to this call (the protocol pairs by id) and cleaned like any output.
-            return value.model_copy(
-                update={
-                    "tool_call_id": call.id,
-                    "tool_name": call.name,
-                    "content": _clean(list(value.content)),
-                }
-            )
-        if isinstance(value, ToolResult):
-            is_error, details, value = value.is_error, value.details, value.content
+    if isinstance(value, ToolResultMessage):
+        # Re-addressed to this call (the protocol pairs by id) and cleaned like any output.
+        return value.model_copy(
+            update={
+                "tool_call_id": call.id,
+                "tool_name": call.name,
+                "content": _clean(list(value.content)),
+            }
+        )
+    if isinstance(value, ToolResult):
+        is_error, details, value = value.is_error, value.details, value.content
     if value is None:
         blocks: list[TextBlock | ImageBlock] = [TextBlock(text=NO_OUTPUT)]
     elif isinstance(value, str):
