@@ -55,3 +55,51 @@ async def test_cancelling_the_run_while_a_call_is_deferred_answers_every_call_an
         ("w1", True, INTERRUPTED),
     ]
     assert_valid_history(agent.messages)
+
+
+async def test_a_timeout_and_a_task_group_a_tool_enters_before_its_first_await_are_its_own() -> (
+    None
+):
+    # An async tool's call runs in a task of its own from its first step: what the tool binds
+    # to the current task before it first suspends (asyncio.timeout, a TaskGroup) acts on its
+    # call, never on the task running the agent (an eager first step in the run's task would).
+    @tool
+    async def bounded() -> str:
+        """Gives up after a short timeout."""
+        try:
+            async with asyncio.timeout(0):
+                await asyncio.Event().wait()
+        except TimeoutError:
+            return "timed out inside"
+        return "never"
+
+    @tool
+    async def grouped() -> str:
+        """A task group whose child fails."""
+
+        async def fails() -> None:
+            raise ValueError("child failed")
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(fails())
+                await asyncio.Event().wait()
+        except ExceptionGroup as exc:
+            return f"group failed inside: {exc.exceptions[0]}"
+        return "never"
+
+    model = ScriptedModel(
+        [
+            tool_response(call("bounded", id="b1")),
+            tool_response(call("grouped", id="g1")),
+            text_response("done"),
+        ]
+    )
+    agent = Agent(model, tools=[bounded, grouped])
+    result = await agent.run("Go")
+    assert result.state is State.DONE
+    assert [(r.tool_call_id, r.is_error, r.text) for r in results_of(result.messages)] == [
+        ("b1", False, "timed out inside"),
+        ("g1", False, "group failed inside: child failed"),
+    ]
+    assert_valid_history(result.messages)
