@@ -99,6 +99,11 @@ class BatchRun:
         run: the run executing the batch, given to the tools as `ToolContext.run`.
     """
 
+    # What most batches never change, as class defaults (a batch is built every turn).
+    _terminated = False  # a denial ended the run (a slot's ``terminate``)
+    _deferring = False  # a slot's call was deferred (`deferred` looks then)
+    _fatal: BaseException | None = None
+
     def __init__(
         self,
         calls: Sequence[ToolCallBlock],
@@ -127,9 +132,6 @@ class BatchRun:
         self._before = before
         self._after = after
         self._deps = deps
-        self._terminated = False  # a denial ended the run (a slot's ``terminate``)
-        self._deferring = False  # a slot's call was deferred (`deferred` looks then)
-        self._fatal: BaseException | None = None
         self._resource_tails: dict[str, asyncio.Future[None]] = {}
         self._task_slots: dict[asyncio.Future[None], _Slot] = {}
 
@@ -147,6 +149,8 @@ class BatchRun:
     @property
     def terminate_reason(self) -> str | None:
         """The reason of the first terminating denial, if any."""
+        if not self._terminated:  # set with the slot's ``terminate``
+            return None
         for slot in self._slots:
             if slot.terminate:
                 return slot.terminate
@@ -171,19 +175,22 @@ class BatchRun:
     def results(self, held: Sequence[PendingCall] = ()) -> list[ToolResultMessage]:
         """One result per call in declaration order; calls never reached get "not run". The
         ``held`` calls (the caller's `deferred`) get none: they wait for a decision."""
+        slots = self._slots
+        if held:
+            waiting = {call.id for call in held}
+            slots = [slot for slot in slots if slot.call.id not in waiting]
         out = []
-        waiting = {call.id for call in held} if held else ()
-        for slot in self._slots:
-            if slot.call.id in waiting:
-                continue
-            if slot.result is None:
+        for slot in slots:
+            result = slot.result
+            if result is None:
                 if self._terminated and not self._signal.aborted:
                     text = AFTER_TERMINATION
                 else:
                     text = INTERRUPTED if slot.started else NOT_RUN
                 self._finish(slot, text_result(slot.call, text, is_error=True))
-            assert slot.result is not None
-            out.append(slot.result)
+                result = slot.result
+                assert result is not None
+            out.append(result)
         return out
 
     def _finish(self, slot: _Slot, result: ToolResultMessage) -> None:
@@ -232,9 +239,11 @@ class BatchRun:
         if self._mode == "sequential" or len(self._slots) == 1:
             return True
         tools = self.tools
-        return any(
-            (t := tools.get(slot.call.name)) is not None and t.sequential for slot in self._slots
-        )
+        for slot in self._slots:
+            tool = tools.get(slot.call.name)
+            if tool is not None and tool.sequential:
+                return True
+        return False
 
     def _in_this_task(self, slot: _Slot) -> bool:
         """A call of a batch run one at a time runs in the batch's task when it is a sync tool in
@@ -364,7 +373,11 @@ class BatchRun:
             tool = tools[call.name]
             try:
                 kwargs = tool.validate(checked)
-                resource = tool.resource_of(kwargs) if self._mode == "parallel" else None
+                resource = (
+                    tool.resource_of(kwargs)
+                    if tool.resource is not None and self._mode == "parallel"
+                    else None
+                )
             except Exception as exc:  # invalid, or a broken validator or resource function
                 text = (
                     format_validation_error(call.name, exc, checked)

@@ -8,7 +8,8 @@ import asyncio
 import pytest
 from loop_helpers import NOT_RUN, results_of
 
-from statemachine_agent import Agent, Defer, State, ToolCallInfo, tool
+from statemachine_agent import Agent, Defer, State, ToolCallBlock, ToolCallInfo, tool
+from statemachine_agent._strict_json import NonFiniteNumberError, loads_strict
 from statemachine_agent.models import ScriptedModel
 from statemachine_agent.testing import assert_valid_history
 from statemachine_agent.testing.steps import call, text_response, tool_response
@@ -103,3 +104,35 @@ async def test_a_timeout_and_a_task_group_a_tool_enters_before_its_first_await_a
         ("g1", False, "group failed inside: child failed"),
     ]
     assert_valid_history(result.messages)
+
+
+@pytest.mark.parametrize(
+    ("raw", "path", "shown"),
+    [
+        ('{"a": {"b": [1, 2, {"c": NaN}]}}', "'a.b[2].c'", "NaN"),
+        ('{"items": [{"x": 1.5}, {"x": -Infinity}]}', "'items[1].x'", "-Infinity"),
+        ('{"ok": "text", "n": 3, "flag": true, "deep": [[1e400]]}', "'deep[0][0]'", "1e400"),
+        ('[0.5, {"k": Infinity}]', "'[1].k'", "Infinity"),
+        ("NaN", "(the whole value)", "NaN"),
+    ],
+)
+def test_a_number_json_cannot_hold_is_found_at_any_depth_and_named_by_its_path(
+    raw: str, path: str, shown: str
+) -> None:
+    # The input scan looks into every dict and list (and skips what cannot hold a number).
+    with pytest.raises(NonFiniteNumberError) as caught:
+        loads_strict(raw)
+    assert (caught.value.path, caught.value.text) == (path, shown)
+    data = {"a": [{"b": 1.0}, {"c": [2.5, float("nan")]}], "s": "x"}
+    block = ToolCallBlock(id="t", name="n", input=data)
+    assert (block.input, block.raw_arguments) == (
+        None,
+        '{"a": [{"b": 1.0}, {"c": [2.5, NaN]}], "s": "x"}',
+    )
+
+
+def test_finite_nested_input_is_kept_as_data() -> None:
+    data = {"a": [{"b": 1.0}, {"c": [2.5, -3, True, None, "inf"]}], "e": {}, "l": []}
+    assert loads_strict('{"a": [{"b": 1e300}], "s": "NaN"}') == {"a": [{"b": 1e300}], "s": "NaN"}
+    block = ToolCallBlock(id="t", name="n", input=data)
+    assert (block.input, block.raw_arguments) == (data, None)
