@@ -28,7 +28,9 @@ from ._call_results import (
     copied_arguments,
     hook_failed_result,
     log_tool_exception,
+    release_after,
     resolve,
+    retrieve,
     to_result,
 )
 from ._cancel import AbortSignal, abort_scope, cancelling, is_run_cancellation
@@ -308,7 +310,7 @@ class BatchRun:
         _done, stubborn = await asyncio.wait(tasks, timeout=STOP_WAIT_SECONDS)
         for task in stubborn:
             _ABANDONED.add(task)  # a strong reference until it ends (the loop keeps weak ones)
-            task.add_done_callback(_retrieve)
+            task.add_done_callback(retrieve)
             task.add_done_callback(_ABANDONED.discard)
             slot = self._task_slots[task]
             text = INTERRUPTED if slot.started else NOT_RUN
@@ -402,7 +404,7 @@ class BatchRun:
                     result = await self._checked_run(slot, tool, kwargs, previous)
                 finally:
                     if turn is not None and not turn.done():
-                        _release_after(previous, turn)
+                        release_after(previous, turn)
             self._finish(slot, result)
         except asyncio.CancelledError:
             text = INTERRUPTED if slot.started else NOT_RUN
@@ -594,19 +596,3 @@ stops waiting for it."""
 _is_done = asyncio.Future.done  # (`_watch` maps it over its tasks)
 _ABANDONED: set[asyncio.Future[None]] = set()
 """The tasks of calls a batch stopped waiting for, until they end."""
-
-
-def _retrieve(task: asyncio.Future[None]) -> None:
-    """Retrieve what an abandoned call's task ended with ("Task exception was never retrieved")."""
-    if not task.cancelled():
-        task.exception()
-
-
-def _release_after(previous: asyncio.Future[None] | None, turn: asyncio.Future[None]) -> None:
-    """Give up a call's place on its resource once the call before it has given up its own: a
-    call that never waited for its turn (denied, a hook failed, deferred) must not let a later
-    call on the same resource overtake an earlier one still running."""
-    if previous is None or previous.done():
-        turn.set_result(None)
-    else:
-        previous.add_done_callback(lambda _: None if turn.done() else turn.set_result(None))
