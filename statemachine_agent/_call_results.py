@@ -1,11 +1,13 @@
 """What a tool call turns into: the checks that need no I/O (`check_call`), a tool's return value
 as its result message (`to_result`), the placeholder of a deferred call, the batch a run holds
-while calls wait for decisions (`PendingBatch`), and the helpers the batch uses
-around a hook or a failing tool (argument copies, hook failure results, the warning logged). The
-batch that runs calls is `_execution`."""
+while calls wait for decisions (`PendingBatch`), and the helpers the batch uses around a hook or
+a failing tool (argument copies, hook failure results, the warning logged), for a resource's
+queue (`release_after`) and for an abandoned call (`retrieve`). The batch that runs calls is
+`_execution`."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import difflib
 import inspect
@@ -119,20 +121,22 @@ def _clean(blocks: list[TextBlock | ImageBlock]) -> list[TextBlock | ImageBlock]
 
 def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
     """Turn what a tool returned into its result message."""
+    if isinstance(value, str):  # the common case: one text block, checked for blank text once
+        block = text_block(value)
+        return tool_result(call, [block] if value.strip() else _clean([block]), False, None)
     is_error = False
     details = None
-    if not isinstance(value, str):  # the common case skips the checks of a pydantic class
-        if isinstance(value, ToolResultMessage):
-            # Re-addressed to this call (the protocol pairs by id) and cleaned like any output.
-            return value.model_copy(
-                update={
-                    "tool_call_id": call.id,
-                    "tool_name": call.name,
-                    "content": _clean(list(value.content)),
-                }
-            )
-        if isinstance(value, ToolResult):
-            is_error, details, value = value.is_error, value.details, value.content
+    if isinstance(value, ToolResultMessage):
+        # Re-addressed to this call (the protocol pairs by id) and cleaned like any output.
+        return value.model_copy(
+            update={
+                "tool_call_id": call.id,
+                "tool_name": call.name,
+                "content": _clean(list(value.content)),
+            }
+        )
+    if isinstance(value, ToolResult):
+        is_error, details, value = value.is_error, value.details, value.content
     if value is None:
         blocks: list[TextBlock | ImageBlock] = [TextBlock(text=NO_OUTPUT)]
     elif isinstance(value, str):
@@ -214,3 +218,19 @@ def hook_failed_result(hook: str, call: ToolCallBlock, exc: BaseException) -> To
         f"The {hook} hook failed ({type(exc).__name__}: {exc}); the call was not completed.",
         is_error=True,
     )
+
+
+def retrieve(task: asyncio.Future[None]) -> None:
+    """Retrieve what an abandoned call's task ended with ("Task exception was never retrieved")."""
+    if not task.cancelled():
+        task.exception()
+
+
+def release_after(previous: asyncio.Future[None] | None, turn: asyncio.Future[None]) -> None:
+    """Give up a call's place on its resource once the call before it has given up its own: a
+    call that never waited for its turn (denied, a hook failed, deferred) must not let a later
+    call on the same resource overtake an earlier one still running."""
+    if previous is None or previous.done():
+        turn.set_result(None)
+    else:
+        previous.add_done_callback(lambda _: None if turn.done() else turn.set_result(None))

@@ -115,7 +115,9 @@ async def run_tools(run: RunLike) -> str:
         await batch.run()
     finally:
         # Every call gets its result, even when the task is being cancelled.
-        deferred = [] if cancelling() else batch.deferred()  # a cancelled task answers every call
+        deferred = batch.deferred()
+        if deferred and cancelling():  # a cancelled task answers every call
+            deferred = []
         results = batch.results(deferred)
         if deferred:
             _hold(run, response, {r.tool_call_id: r for r in results}, deferred)

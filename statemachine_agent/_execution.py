@@ -28,7 +28,9 @@ from ._call_results import (
     copied_arguments,
     hook_failed_result,
     log_tool_exception,
+    release_after,
     resolve,
+    retrieve,
     to_result,
 )
 from ._cancel import AbortSignal, abort_scope, cancelling, is_run_cancellation
@@ -99,6 +101,11 @@ class BatchRun:
         run: the run executing the batch, given to the tools as `ToolContext.run`.
     """
 
+    # What most batches never change, as class defaults (a batch is built every turn).
+    _terminated = False  # a denial ended the run (a slot's ``terminate``)
+    _deferring = False  # a slot's call was deferred (`deferred` looks then)
+    _fatal: BaseException | None = None
+
     def __init__(
         self,
         calls: Sequence[ToolCallBlock],
@@ -127,9 +134,6 @@ class BatchRun:
         self._before = before
         self._after = after
         self._deps = deps
-        self._terminated = False  # a denial ended the run (a slot's ``terminate``)
-        self._deferring = False  # a slot's call was deferred (`deferred` looks then)
-        self._fatal: BaseException | None = None
         self._resource_tails: dict[str, asyncio.Future[None]] = {}
         self._task_slots: dict[asyncio.Future[None], _Slot] = {}
 
@@ -147,6 +151,8 @@ class BatchRun:
     @property
     def terminate_reason(self) -> str | None:
         """The reason of the first terminating denial, if any."""
+        if not self._terminated:  # set with the slot's ``terminate``
+            return None
         for slot in self._slots:
             if slot.terminate:
                 return slot.terminate
@@ -171,19 +177,22 @@ class BatchRun:
     def results(self, held: Sequence[PendingCall] = ()) -> list[ToolResultMessage]:
         """One result per call in declaration order; calls never reached get "not run". The
         ``held`` calls (the caller's `deferred`) get none: they wait for a decision."""
+        slots = self._slots
+        if held:
+            waiting = {call.id for call in held}
+            slots = [slot for slot in slots if slot.call.id not in waiting]
         out = []
-        waiting = {call.id for call in held} if held else ()
-        for slot in self._slots:
-            if slot.call.id in waiting:
-                continue
-            if slot.result is None:
+        for slot in slots:
+            result = slot.result
+            if result is None:
                 if self._terminated and not self._signal.aborted:
                     text = AFTER_TERMINATION
                 else:
                     text = INTERRUPTED if slot.started else NOT_RUN
                 self._finish(slot, text_result(slot.call, text, is_error=True))
-            assert slot.result is not None
-            out.append(slot.result)
+                result = slot.result
+                assert result is not None
+            out.append(result)
         return out
 
     def _finish(self, slot: _Slot, result: ToolResultMessage) -> None:
@@ -232,9 +241,11 @@ class BatchRun:
         if self._mode == "sequential" or len(self._slots) == 1:
             return True
         tools = self.tools
-        return any(
-            (t := tools.get(slot.call.name)) is not None and t.sequential for slot in self._slots
-        )
+        for slot in self._slots:
+            tool = tools.get(slot.call.name)
+            if tool is not None and tool.sequential:
+                return True
+        return False
 
     def _in_this_task(self, slot: _Slot) -> bool:
         """A call of a batch run one at a time runs in the batch's task when it is a sync tool in
@@ -299,7 +310,7 @@ class BatchRun:
         _done, stubborn = await asyncio.wait(tasks, timeout=STOP_WAIT_SECONDS)
         for task in stubborn:
             _ABANDONED.add(task)  # a strong reference until it ends (the loop keeps weak ones)
-            task.add_done_callback(_retrieve)
+            task.add_done_callback(retrieve)
             task.add_done_callback(_ABANDONED.discard)
             slot = self._task_slots[task]
             text = INTERRUPTED if slot.started else NOT_RUN
@@ -364,7 +375,11 @@ class BatchRun:
             tool = tools[call.name]
             try:
                 kwargs = tool.validate(checked)
-                resource = tool.resource_of(kwargs) if self._mode == "parallel" else None
+                resource = (
+                    tool.resource_of(kwargs)
+                    if tool.resource is not None and self._mode == "parallel"
+                    else None
+                )
             except Exception as exc:  # invalid, or a broken validator or resource function
                 text = (
                     format_validation_error(call.name, exc, checked)
@@ -389,7 +404,7 @@ class BatchRun:
                     result = await self._checked_run(slot, tool, kwargs, previous)
                 finally:
                     if turn is not None and not turn.done():
-                        _release_after(previous, turn)
+                        release_after(previous, turn)
             self._finish(slot, result)
         except asyncio.CancelledError:
             text = INTERRUPTED if slot.started else NOT_RUN
@@ -581,19 +596,3 @@ stops waiting for it."""
 _is_done = asyncio.Future.done  # (`_watch` maps it over its tasks)
 _ABANDONED: set[asyncio.Future[None]] = set()
 """The tasks of calls a batch stopped waiting for, until they end."""
-
-
-def _retrieve(task: asyncio.Future[None]) -> None:
-    """Retrieve what an abandoned call's task ended with ("Task exception was never retrieved")."""
-    if not task.cancelled():
-        task.exception()
-
-
-def _release_after(previous: asyncio.Future[None] | None, turn: asyncio.Future[None]) -> None:
-    """Give up a call's place on its resource once the call before it has given up its own: a
-    call that never waited for its turn (denied, a hook failed, deferred) must not let a later
-    call on the same resource overtake an earlier one still running."""
-    if previous is None or previous.done():
-        turn.set_result(None)
-    else:
-        previous.add_done_callback(lambda _: None if turn.done() else turn.set_result(None))

@@ -51,8 +51,9 @@ def loads_strict(text: str) -> Any:
         ValueError: the text is not JSON (`json.JSONDecodeError`).
     """
     value = json.loads(text, parse_float=_finite_float, parse_constant=_NonFinite)
-    where = _find_non_finite(value, "")
-    if where is not None:
+    if _holds_non_finite(value):
+        where = _find_non_finite(value, "")
+        assert where is not None
         raise NonFiniteNumberError(*where)
     return value
 
@@ -60,7 +61,27 @@ def loads_strict(text: str) -> Any:
 def non_finite_at(value: Any) -> tuple[str, str] | None:
     """Where parsed data (dicts, lists, numbers) holds a float JSON cannot hold, and that
     float's text (``nan``, ``inf``), or None when it holds none."""
-    return _find_non_finite(value, "")
+    return _find_non_finite(value, "") if _holds_non_finite(value) else None
+
+
+def _holds_non_finite(value: Any) -> bool:
+    """Whether ``value`` holds a number JSON cannot hold: `_find_non_finite`'s walk without the
+    paths it names (every tool call's input is scanned; few hold one)."""
+    if isinstance(value, dict):
+        items: Any = value.values()
+    elif isinstance(value, list):
+        items = value
+    else:
+        return isinstance(value, _NonFinite) or (
+            isinstance(value, float) and not math.isfinite(value)
+        )
+    for item in items:  # noqa: SIM110 (a loop: no generator per scan)
+        if isinstance(item, _CONTAINERS) and _holds_non_finite(item):
+            return True
+    return False
+
+
+_CONTAINERS = (dict, list, float, _NonFinite)  # what `_holds_non_finite` looks into
 
 
 def _find_non_finite(value: Any, path: str) -> tuple[str, str] | None:
