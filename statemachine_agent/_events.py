@@ -346,23 +346,51 @@ def stamped(cls: type[EventT]) -> Callable[..., EventT]:
     Raises:
         TypeError: a field of ``cls`` has a default factory (no event has one).
     """
-    writable = type(
-        f"_Writable{cls.__name__}",
-        (cls,),
-        {
-            "__slots__": (),  # the same layout as ``cls``: its class can be set to ``cls``
-            "__setattr__": object.__setattr__,
-            "__delattr__": object.__delattr__,  # (both, or the store is not the plain one)
-            "__init__": object.__init__,
-            "__module__": cls.__module__,
-        },
-    )
-    params = ["_run"]  # (the generated names start with _: no field's does)
-    stores = ["    _event.run_id = _run.id", "    _event.seq = next(_run.seqs)"]
+    return _builder(cls, stamp=True)
+
+
+def unstamped(cls: type[EventT]) -> Callable[..., EventT]:
+    """A function building ``cls`` events as ``cls(*fields)`` does, for the events `Run.emit`
+    stamps: those built where the run is not at hand (a response's stream, a tool batch).
+
+    ``build(*fields)`` returns the event ``cls(*fields)`` returns (exactly ``cls``, ``run_id``,
+    ``seq`` and ``parent`` unset, reading as their defaults, frozen), written as `stamped`'s
+    ``build`` writes it: it skips ``cls(...)``'s type call and its slot descriptor calls.
+
+    Args:
+        cls: an event class (a frozen, slotted `EventBase` dataclass).
+
+    Returns:
+        ``build(*fields)``: ``fields`` positional, in ``cls``'s field order, with ``cls``'s
+        defaults; a wrong number of them raises `TypeError` as ``cls(...)`` does.
+
+    Raises:
+        TypeError: a field of ``cls`` has a default factory (no event has one).
+    """
+    return _builder(cls, stamp=False)
+
+
+def _builder(cls: type[EventT], *, stamp: bool) -> Callable[..., EventT]:
+    """`stamped`'s (``stamp``) or `unstamped`'s function for ``cls``."""
+    writable = _WRITABLE.get(cls)
+    if writable is None:
+        writable = _WRITABLE[cls] = type(
+            f"_Writable{cls.__name__}",
+            (cls,),
+            {
+                "__slots__": (),  # the same layout as ``cls``: its class can be set to ``cls``
+                "__setattr__": object.__setattr__,
+                "__delattr__": object.__delattr__,  # (both, or the store is not the plain one)
+                "__init__": object.__init__,
+                "__module__": cls.__module__,
+            },
+        )
+    params = ["_run"] if stamp else []  # (the generated names start with _: no field's does)
+    stores = ["    _event.run_id = _run.id", "    _event.seq = next(_run.seqs)"] if stamp else []
     namespace: dict[str, Any] = {"_new": writable, "_cls": cls}
     for f in dataclasses.fields(cls):
         if f.kw_only:
-            continue  # run_id, seq (stamped above) and parent (left None)
+            continue  # run_id, seq (stamped above, or left unset) and parent (left unset)
         if f.default_factory is not dataclasses.MISSING:
             raise TypeError(f"stamped() takes no default factory ({cls.__name__}.{f.name})")
         if f.default is dataclasses.MISSING:
@@ -375,9 +403,14 @@ def stamped(cls: type[EventT]) -> Callable[..., EventT]:
     source = "\n".join([*head, *stores, "    _event.__class__ = _cls", "    return _event"])
     exec(source, namespace)
     build: Callable[..., EventT] = namespace["build"]
-    build.__qualname__ = build.__name__ = f"stamped_{cls.__name__}"
+    kind = "stamped" if stamp else "unstamped"
+    build.__qualname__ = build.__name__ = f"{kind}_{cls.__name__}"
     build.__module__ = __name__
     return build
+
+
+_WRITABLE: dict[type[Any], type[Any]] = {}
+"""Each event class's private writable subclass (one per class, made by its first builder)."""
 
 
 # The events `Run` builds itself, each built stamped: ``NEW_TURN_START(run, turn)``.
@@ -387,3 +420,9 @@ NEW_TURN_START = stamped(TurnStart)
 NEW_TURN_END = stamped(TurnEnd)
 NEW_MESSAGE_END = stamped(MessageEnd)
 NEW_STATE_CHANGED = stamped(StateChanged)
+
+# The events built where the run is not at hand, built unstamped: `Run.emit` stamps them.
+NEW_MESSAGE_START = unstamped(MessageStart)
+NEW_MESSAGE_DELTA = unstamped(MessageDelta)
+NEW_TOOL_EXECUTION_START = unstamped(ToolExecutionStart)
+NEW_TOOL_EXECUTION_END = unstamped(ToolExecutionEnd)

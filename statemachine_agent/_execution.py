@@ -35,7 +35,7 @@ from ._call_results import (
 )
 from ._cancel import AbortSignal, abort_scope, cancelling, is_run_cancellation
 from ._errors import ToolError
-from ._events import Event, ToolExecutionEnd, ToolExecutionStart
+from ._events import NEW_TOOL_EXECUTION_END, NEW_TOOL_EXECUTION_START, Event
 from ._hooks import (
     INTERRUPTS,
     AfterToolCall,
@@ -200,12 +200,12 @@ class BatchRun:
             return
         if slot.deferred is not None and result.details == DEFERRED:
             if slot.announced:  # the execution ends for now; the result comes with the decision
-                self._emit(ToolExecutionEnd(slot.call, result))
+                self._emit(NEW_TOOL_EXECUTION_END(slot.call, result))
                 slot.announced = False
             return
         slot.result = result
         if slot.announced:
-            self._emit(ToolExecutionEnd(slot.call, result))
+            self._emit(NEW_TOOL_EXECUTION_END(slot.call, result))
 
     async def run(self) -> None:
         """Run the batch until every call has a result, or until abort (plus the grace period).
@@ -365,7 +365,7 @@ class BatchRun:
         # Start and end events go together: a subscriber added mid-call sees neither.
         slot.announced = self._listening()
         if slot.announced:
-            self._emit(ToolExecutionStart(call))
+            self._emit(NEW_TOOL_EXECUTION_START(call))
         try:
             tools = self.tools
             checked = check_call(call, tools)

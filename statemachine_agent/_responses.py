@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ._cancel import AbortSignal, abort_scope, cancelling
 from ._errors import ModelError, ModelRetryableError, UsageError
-from ._events import Event, MessageDelta, MessageStart, ModelRetry
+from ._events import NEW_MESSAGE_DELTA, NEW_MESSAGE_START, Event, ModelRetry
 from ._messages import (
     TRUNCATING_STOP_REASONS,
     AssistantMessage,
@@ -165,19 +165,19 @@ async def consume(
             if isinstance(event, TextDelta):
                 partial.texts.setdefault(event.index, []).append(event.text)
                 if listening():
-                    emit(MessageDelta(event.index, "text", event.text))
+                    emit(NEW_MESSAGE_DELTA(event.index, "text", event.text))
             elif isinstance(event, ResponseComplete):
                 return normalize(event.message, used_ids)
             elif isinstance(event, ToolCallDelta):
                 if listening():
-                    emit(MessageDelta(event.index, "tool_call", event.arguments, event.name))
+                    emit(NEW_MESSAGE_DELTA(event.index, "tool_call", event.arguments, event.name))
             elif isinstance(event, ThinkingDelta):
                 if listening():
-                    emit(MessageDelta(event.index, "thinking", event.thinking))
+                    emit(NEW_MESSAGE_DELTA(event.index, "thinking", event.thinking))
             elif isinstance(event, ResponseStart):
                 partial.model = event.model
                 if listening():
-                    emit(MessageStart(event.model, event.id))
+                    emit(NEW_MESSAGE_START(event.model, event.id))
     finally:
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
