@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from ._compaction_config import Compaction
+from ._dataclasses import fast_init
 from ._execution import ToolExecution
 from ._guards import MaxTokensPolicy
 from ._hooks import AfterToolCall, BeforeToolCall, ShouldContinue, TransformContext
@@ -86,15 +87,21 @@ class RunSettings:
             AttributeError: ``config`` lacks one of the fields not given.
         """
         values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            if f.name in given:
-                values[f.name] = given[f.name]
-            elif hasattr(config, f.name) or f.default is dataclasses.MISSING:
-                values[f.name] = getattr(config, f.name)
+        for name, required in _FIELDS:
+            if name in given:
+                values[name] = given[name]
+            elif required or hasattr(config, name):
+                values[name] = getattr(config, name)
         for name in _COPIED:  # shallow copies: the run keeps the containers of its claim
             values[name] = values[name].copy()
         return cls(**values)
 
+
+fast_init(RunSettings)  # one per run (benchmarks/README.md, "Why the code is shaped this way")
+
+_FIELDS = tuple((f.name, f.default is dataclasses.MISSING) for f in dataclasses.fields(RunSettings))
+"""`RunSettings`' fields in order, each with whether it has no default (listed once: a run's
+settings are read at every claim)."""
 
 _COPIED = ("tools", "tool_definitions", "model_settings")
 """The fields holding the agent's own mutable containers (see `RunSettings.read`)."""
