@@ -66,7 +66,7 @@ async def request_model(run: RunLike) -> str:
     if run.data.compaction and compaction_due(run):
         return Trigger.COMPACT  # to compacting: the history would reach the threshold
     run.begin_turn()
-    response = await run.request()
+    response = await run.request(answered=True)  # (nothing entered the history since)
     if isinstance(response, str):
         return response
     data = run.data

@@ -178,10 +178,14 @@ class Run:
     def append(self, message: Message) -> None:
         """Add ``message`` to the history, then announce it (a ``message_end`` event: tool results
         in declaration order, each after it is in the history). A message that is not a tool
-        result first answers the calls still open before it (`answer_open_calls`)."""
+        result first answers the calls still open before it (`answer_open_calls`), asked only
+        when the last message is a response (no other message leaves calls open)."""
+        conversation = self.conversation
         if message.role != "tool_result":  # (not isinstance: see `_messages`)
-            self.answer_open_calls()
-        self.conversation.append(message)
+            messages = conversation.messages
+            if messages and messages[-1].role == "assistant":
+                self.answer_open_calls()
+        conversation.append(message)
         if self.bus.subscribers:
             self.bus.publish(ev.NEW_MESSAGE_END(self, message))
 
@@ -476,10 +480,16 @@ class Run:
                 return self.fail(f"The tools could not be listed: {type(exc).__name__}: {exc}")
         return None
 
-    async def request(self) -> AssistantMessage | str:
+    async def request(self, *, answered: bool = False) -> AssistantMessage | str:
         """Build and send one request (with the engine's retries). Returns the response, or the
-        trigger to fire instead (``abort``, ``fail``) with the history and error recorded."""
-        self.answer_open_calls()
+        trigger to fire instead (``abort``, ``fail``) with the history and error recorded.
+
+        Args:
+            answered: the caller has just answered the open calls (`answer_open_calls`), as
+                ``request_model`` does before it starts the turn; False: they are answered here.
+        """
+        if not answered:
+            self.answer_open_calls()
         if self.settings.tool_table is not None and (failed := await self.refresh_tools()):
             return failed
         try:
