@@ -234,9 +234,12 @@ class Run:
             self.data.turns = self.turn
 
     def close_turn(self) -> None:
-        """End the open turn, if any (a ``turn_end`` event with its response and results)."""
-        self.complete_turn()
+        """End the open turn, if any (a ``turn_end`` event with its response and results); a
+        turn whose response is in counts as completed (`complete_turn`, inline: every turn ends
+        here)."""
         if self.turn is not None:
+            if self.turn_message is not None:
+                self.data.turns = self.turn
             turn, self.turn = self.turn, None
             if self.bus.subscribers:
                 conversation = self.conversation
@@ -526,7 +529,8 @@ class Run:
         """Send ``request`` to the model with the engine's retries: the one place a run does
         model I/O (a durable run records it as a step)."""
         settings = self.settings
-        request = without_tool_choice(request, settings.model)
+        if not request.tools and "tool_choice" in request.settings:  # (its test, inline)
+            request = without_tool_choice(request, settings.model)
         return await request_response(
             settings.model,
             request,
