@@ -130,7 +130,9 @@ def project(
         calls = cleaned.tool_calls
         if not calls:
             continue
-        wanted = {call.id for call in calls}
+        wanted: set[str] = set()
+        for call in calls:  # (a loop: see `_messages`)
+            wanted.add(call.id)
         if call_ids is not None:
             call_ids |= wanted
         found: dict[str, ToolResultMessage] = {}
