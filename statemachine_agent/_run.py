@@ -181,11 +181,12 @@ class Run:
         result first answers the calls still open before it (`answer_open_calls`), asked only
         when the last message is a response (no other message leaves calls open)."""
         conversation = self.conversation
-        if message.role != "tool_result":  # (not isinstance: see `_messages`)
+        role = message.role  # (read once, not isinstance: see `_messages`)
+        if role != "tool_result":
             messages = conversation.messages
             if messages and messages[-1].role == "assistant":
                 self.answer_open_calls()
-        conversation.append(message)
+        conversation.append(message, role)
         if self.bus.subscribers:
             self.bus.publish(ev.NEW_MESSAGE_END(self, message))
 
