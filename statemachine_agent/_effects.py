@@ -67,7 +67,7 @@ async def request_model(run: RunLike) -> str:
         return Trigger.COMPACT  # to compacting: the history would reach the threshold
     run.begin_turn()
     response = await run.request(answered=True)  # (nothing entered the history since)
-    if isinstance(response, str):
+    if not isinstance(response, AssistantMessage):  # (see `_messages` on isinstance)
         return response
     data = run.data
     data.compacted = data.overflow_retried = False

@@ -515,6 +515,8 @@ class Run:
         if not self.data.winding_down:  # the final turn does not count against the limits
             self.data.requests += 1
         outcome = await self.send(request)
+        if isinstance(outcome, AssistantMessage):  # first: see `_messages` on isinstance
+            return outcome
         if isinstance(outcome, RequestAborted):
             self.append(outcome.partial)
             return Trigger.ABORT

@@ -19,7 +19,9 @@ from statemachine_agent.models import ScriptedModel
 from statemachine_agent.testing import assert_valid_history
 from statemachine_agent.testing.steps import call, text_response, tool_response
 
-BRANCH = "Not run: the run took the branch 'ask_instead' into state asking instead of running this call."
+BRANCH = (
+    "Not run: the run took the branch 'ask_instead' into state asking instead of running this call."
+)
 
 
 @tool
