@@ -178,14 +178,11 @@ class Run:
     def append(self, message: Message) -> None:
         """Add ``message`` to the history, then announce it (a ``message_end`` event: tool results
         in declaration order, each after it is in the history). A message that is not a tool
-        result first answers the calls still open before it (`answer_open_calls`), asked only
-        when the last message is a response (no other message leaves calls open)."""
-        conversation = self.conversation
-        role = message.role  # (read once, not isinstance: see `_messages`)
-        if role != "tool_result":
-            messages = conversation.messages
-            if messages and messages[-1].role == "assistant":
-                self.answer_open_calls()
+        result first answers the calls a response before it left open (`answer_open_calls`)."""
+        conversation, role = self.conversation, message.role  # (read once: see `_messages`)
+        messages = conversation.messages
+        if role != "tool_result" and messages and messages[-1].role == "assistant":
+            self.answer_open_calls()  # (only a response can leave calls open)
         conversation.append(message, role)
         if self.bus.subscribers:
             self.bus.publish(ev.NEW_MESSAGE_END(self, message))
@@ -199,11 +196,8 @@ class Run:
         decisions is not open: its results wait with it."""
         conversation = self.conversation
         messages = conversation.messages
-        if not messages or conversation.held is not None:
-            return
-        last = messages[-1]
-        if last.role != "assistant" or not last.tool_calls:
-            return
+        if not messages or conversation.held is not None or messages[-1].role != "assistant":
+            return  # only a response can leave calls open (`answer_dangling` answers them)
         fired = self.fired
         text = NO_RESULT if fired is None else branch_text(str(fired.dest), fired.label)
         for result in answer_dangling(messages, text):
@@ -235,11 +229,9 @@ class Run:
             self.data.turns = self.turn
 
     def close_turn(self) -> None:
-        """End the open turn, if any (a ``turn_end`` event with its response and results); a
-        turn whose response is in counts as completed (`complete_turn`, inline: every turn ends
-        here)."""
+        """End the open turn, if any (a ``turn_end`` event with its response and results)."""
         if self.turn is not None:
-            if self.turn_message is not None:
+            if self.turn_message is not None:  # completed (`complete_turn`, inline)
                 self.data.turns = self.turn
             turn, self.turn = self.turn, None
             if self.bus.subscribers:
@@ -485,13 +477,9 @@ class Run:
         return None
 
     async def request(self, *, answered: bool = False) -> AssistantMessage | str:
-        """Build and send one request (with the engine's retries). Returns the response, or the
-        trigger to fire instead (``abort``, ``fail``) with the history and error recorded.
-
-        Args:
-            answered: the caller has just answered the open calls (`answer_open_calls`), as
-                ``request_model`` does before it starts the turn; False: they are answered here.
-        """
+        """Build and send one request (with the engine's retries), first answering the open calls
+        unless ``answered`` (the caller just did, as ``request_model`` does). Returns the response,
+        or the trigger to fire instead (``abort``, ``fail``) with the history and error recorded."""
         if not answered:
             self.answer_open_calls()
         if self.settings.tool_table is not None and (failed := await self.refresh_tools()):
