@@ -47,9 +47,9 @@ def _has_blank(blocks: Sequence[object]) -> bool:
     return False
 
 
-def _clean_assistant(message: AssistantMessage) -> AssistantMessage | None:
+def _clean_assistant(message: AssistantMessage, incomplete: bool) -> AssistantMessage | None:
     content = message.content
-    if message.stop_reason in INCOMPLETE_STOP_REASONS:
+    if incomplete:  # aborted or errored: its text only
         content = without_blank_text([b for b in content if isinstance(b, TextBlock)])
     elif _has_blank(content):
         content = without_blank_text(content)
@@ -102,22 +102,21 @@ def project(
                 out.append(cleaned_user)
             continue
         assert isinstance(message, AssistantMessage)
-        cleaned = _clean_assistant(message)
+        incomplete = message.stop_reason in INCOMPLETE_STOP_REASONS  # (read once: see `_messages`)
+        cleaned = _clean_assistant(message, incomplete)
         if cleaned is None:
             previous_kept = out[-1] if out else None
             if (
                 isinstance(previous_kept, AssistantMessage)
                 and previous_kept.stop_reason == StopReason.PAUSE_TURN
-                and message.stop_reason not in INCOMPLETE_STOP_REASONS
+                and not incomplete
             ):
                 # An empty continuation ended the paused response: joined to it (as a
                 # continuation with content is), the response is complete, and what follows
                 # answers a finished turn rather than a paused one.
                 out[-1] = previous_kept.model_copy(update={"stop_reason": message.stop_reason})
             continue
-        if message.stop_reason in INCOMPLETE_STOP_REASONS and (
-            i == n or isinstance(messages[i], AssistantMessage)
-        ):
+        if incomplete and (i == n or isinstance(messages[i], AssistantMessage)):
             continue  # cut off and then replaced by what follows: never joined to a response
         if out and out[-1].role == "assistant":
             previous = out.pop()
@@ -130,15 +129,19 @@ def project(
         calls = cleaned.tool_calls
         if not calls:
             continue
-        wanted = {call.id for call in calls}
+        wanted: set[str] = set()
+        for call in calls:  # (a loop: see `_messages`)
+            wanted.add(call.id)
         if call_ids is not None:
             call_ids |= wanted
         found: dict[str, ToolResultMessage] = {}
-        while i < n and isinstance(messages[i], ToolResultMessage):
+        while i < n:
             result = messages[i]
-            assert isinstance(result, ToolResultMessage)
-            if result.tool_call_id in wanted and result.tool_call_id not in found:
-                found[result.tool_call_id] = _clean_result(result)
+            if not isinstance(result, ToolResultMessage):
+                break
+            call_id = result.tool_call_id
+            if call_id in wanted and call_id not in found:
+                found[call_id] = _clean_result(result)
             i += 1
         for call in calls:
             out.append(found.get(call.id) or text_result(call, NO_RESULT, is_error=True))

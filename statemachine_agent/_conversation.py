@@ -90,12 +90,14 @@ class Conversation:
 
     # -- the history ------------------------------------------------------------------------------
 
-    def append(self, message: Message) -> None:
-        """Add ``message`` at the end (the engine's appends: the projection trusts them)."""
+    def append(self, message: Message, role: str) -> None:
+        """Add ``message`` at the end (the engine's appends: the projection trusts them);
+        ``role`` is its ``role``, which the caller has read (a read of a message's field costs
+        several times a plain attribute's, see `_messages`)."""
         keep(message)  # stored compactly (issue 39)
         self.messages.append(message)
         self.appended += 1
-        if message.role == "assistant":  # (not isinstance: see `_messages`)
+        if role == "assistant":
             ids = self.call_ids
             for block in message.content:  # its tool calls (a loop: one message a turn)
                 if block.type == "tool_call":

@@ -66,8 +66,8 @@ async def request_model(run: RunLike) -> str:
     if run.data.compaction and compaction_due(run):
         return Trigger.COMPACT  # to compacting: the history would reach the threshold
     run.begin_turn()
-    response = await run.request()
-    if isinstance(response, str):
+    response = await run.request(answered=True)  # (nothing entered the history since)
+    if not isinstance(response, AssistantMessage):  # (see `_messages` on isinstance)
         return response
     data = run.data
     data.compacted = data.overflow_retried = False

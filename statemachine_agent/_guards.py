@@ -129,8 +129,8 @@ def has_tool_calls(data: LoopData) -> bool:
     return (
         response is not None
         and bool(response.tool_calls)
-        and not (
-            response.stop_reason in TRUNCATING_STOP_REASONS and data.max_tokens_policy == "stop"
+        and not (  # the policy first: it is read without a model field read (see `_messages`)
+            data.max_tokens_policy == "stop" and response.stop_reason in TRUNCATING_STOP_REASONS
         )
     )
 

@@ -111,7 +111,10 @@ def is_blank(block: object) -> bool:
 def without_blank_text(blocks: Sequence[_B], placeholder: str | None = None) -> list[_B]:
     """``blocks`` without whitespace-only text blocks; when nothing is left and ``placeholder``
     is given, one text block holding it (a tool result must not be empty)."""
-    kept = [b for b in blocks if not is_blank(b)]
+    kept: list[_B] = []
+    for block in blocks:  # a loop: a comprehension is a function call (see `_messages`)
+        if not is_blank(block):
+            kept.append(block)
     if not kept and placeholder is not None:
         kept = [TextBlock(text=placeholder)]  # type: ignore[list-item]
     return kept

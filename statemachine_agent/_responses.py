@@ -220,7 +220,10 @@ def normalize(message: AssistantMessage, used_ids: set[str]) -> AssistantMessage
     ):
         content = [*content[:-1], last.model_copy(update={"truncated": True})]
         changed = True
-    ids = [b.id for b in content if isinstance(b, ToolCallBlock)]
+    ids: list[str] = []
+    for block in content:  # (a loop: see `_messages`)
+        if isinstance(block, ToolCallBlock):
+            ids.append(block.id)
     if ids and (not used_ids.isdisjoint(ids) or len(set(ids)) < len(ids)):
         clash = sorted({i for i in ids if i in used_ids or ids.count(i) > 1})
         raise ModelError(

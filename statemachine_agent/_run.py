@@ -178,10 +178,12 @@ class Run:
     def append(self, message: Message) -> None:
         """Add ``message`` to the history, then announce it (a ``message_end`` event: tool results
         in declaration order, each after it is in the history). A message that is not a tool
-        result first answers the calls still open before it (`answer_open_calls`)."""
-        if message.role != "tool_result":  # (not isinstance: see `_messages`)
-            self.answer_open_calls()
-        self.conversation.append(message)
+        result first answers the calls a response before it left open (`answer_open_calls`)."""
+        conversation, role = self.conversation, message.role  # (read once: see `_messages`)
+        messages = conversation.messages
+        if role != "tool_result" and messages and messages[-1].role == "assistant":
+            self.answer_open_calls()  # (only a response can leave calls open)
+        conversation.append(message, role)
         if self.bus.subscribers:
             self.bus.publish(ev.NEW_MESSAGE_END(self, message))
 
@@ -194,11 +196,8 @@ class Run:
         decisions is not open: its results wait with it."""
         conversation = self.conversation
         messages = conversation.messages
-        if not messages or conversation.held is not None:
-            return
-        last = messages[-1]
-        if last.role != "assistant" or not last.tool_calls:
-            return
+        if not messages or conversation.held is not None or messages[-1].role != "assistant":
+            return  # only a response can leave calls open (`answer_dangling` answers them)
         fired = self.fired
         text = NO_RESULT if fired is None else branch_text(str(fired.dest), fired.label)
         for result in answer_dangling(messages, text):
@@ -231,8 +230,9 @@ class Run:
 
     def close_turn(self) -> None:
         """End the open turn, if any (a ``turn_end`` event with its response and results)."""
-        self.complete_turn()
         if self.turn is not None:
+            if self.turn_message is not None:  # completed (`complete_turn`, inline)
+                self.data.turns = self.turn
             turn, self.turn = self.turn, None
             if self.bus.subscribers:
                 conversation = self.conversation
@@ -476,10 +476,12 @@ class Run:
                 return self.fail(f"The tools could not be listed: {type(exc).__name__}: {exc}")
         return None
 
-    async def request(self) -> AssistantMessage | str:
-        """Build and send one request (with the engine's retries). Returns the response, or the
-        trigger to fire instead (``abort``, ``fail``) with the history and error recorded."""
-        self.answer_open_calls()
+    async def request(self, *, answered: bool = False) -> AssistantMessage | str:
+        """Build and send one request (with the engine's retries), first answering the open calls
+        unless ``answered`` (the caller just did, as ``request_model`` does). Returns the response,
+        or the trigger to fire instead (``abort``, ``fail``) with the history and error recorded."""
+        if not answered:
+            self.answer_open_calls()
         if self.settings.tool_table is not None and (failed := await self.refresh_tools()):
             return failed
         try:
@@ -501,6 +503,8 @@ class Run:
         if not self.data.winding_down:  # the final turn does not count against the limits
             self.data.requests += 1
         outcome = await self.send(request)
+        if isinstance(outcome, AssistantMessage):  # first: see `_messages` on isinstance
+            return outcome
         if isinstance(outcome, RequestAborted):
             self.append(outcome.partial)
             return Trigger.ABORT
@@ -516,7 +520,8 @@ class Run:
         """Send ``request`` to the model with the engine's retries: the one place a run does
         model I/O (a durable run records it as a step)."""
         settings = self.settings
-        request = without_tool_choice(request, settings.model)
+        if not request.tools and "tool_choice" in request.settings:  # (its test, inline)
+            request = without_tool_choice(request, settings.model)
         return await request_response(
             settings.model,
             request,

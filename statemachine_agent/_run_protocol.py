@@ -87,7 +87,7 @@ class RunLike(Protocol):
     def limit_exceeded(self) -> LimitHit | None:
         """The token limit the run's usage is past, if any."""
 
-    async def request(self) -> AssistantMessage | str:
+    async def request(self, *, answered: bool = False) -> AssistantMessage | str:
         """Build and send one request; the response or the trigger to fire instead."""
 
     async def refresh_tools(self) -> str | None:
