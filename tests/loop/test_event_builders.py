@@ -1,11 +1,14 @@
-"""Events built by `_events.unstamped` (the stream's and the tool batch's events, which
-`Run.emit` stamps) are the events their classes build."""
+"""Events built by `_events.stamped` (the events `Run` builds itself, stamped as they are
+built) and by `_events.unstamped` (the stream's and the tool batch's events, which `Run.emit`
+stamps) are the events their classes build."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import pickle
+import types
 import typing
 from typing import Any
 
@@ -24,7 +27,7 @@ from statemachine_agent import (
     event_to_dict,
     tool,
 )
-from statemachine_agent._events import unstamped
+from statemachine_agent._events import stamped, unstamped
 from statemachine_agent.models import ScriptedModel
 
 
@@ -33,25 +36,50 @@ def _sample_fields(cls: type[Any]) -> list[str]:
     return [f"v_{f.name}" for f in dataclasses.fields(cls) if not f.kw_only]
 
 
-def test_an_event_built_unstamped_is_the_event_its_class_builds() -> None:
-    """For every event class, ``unstamped(cls)(*fields)`` is ``cls(*fields)``: exactly that
-    class (never the writable subclass it is written through), ``run_id``/``seq``/``parent``
-    reading as their defaults, the same equality, hash, ``repr``, ``asdict``,
-    ``event_to_dict``, copies and pickles, frozen, and a wrong number of fields a `TypeError`."""
+def _assert_is_the_event(cls: type[Any], built: Any, expected: Any) -> None:
+    """``built`` is ``expected`` as a user sees it: exactly ``cls`` (never the writable subclass
+    it is written through), the same equality, hash, ``repr``, ``asdict``, ``event_to_dict``,
+    copies, pickles and ``replace``, and frozen."""
+    assert type(built) is cls, (cls, type(built))
+    assert built == expected and hash(built) == hash(expected)
+    assert repr(built) == repr(expected)
+    assert dataclasses.asdict(built) == dataclasses.asdict(expected)
+    assert event_to_dict(built) == event_to_dict(expected)
+    for twin in (copy.copy(built), copy.deepcopy(built), pickle.loads(pickle.dumps(built))):
+        assert type(twin) is cls and repr(twin) == repr(expected)
+    assert repr(dataclasses.replace(built, seq=8)) == repr(dataclasses.replace(expected, seq=8))
+    stamps = (built.run_id, built.seq, built.parent)
+    for name in ("run_id", "seq", "parent", *(f.name for f in dataclasses.fields(cls))):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(built, name, "changed")
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            delattr(built, name)
+    assert (built.run_id, built.seq, built.parent) == stamps
+
+
+def test_an_event_built_stamped_is_the_event_its_class_builds_then_stamped() -> None:
+    """`_events.stamped` (how `Run` builds its own events) gives, for every event class, the
+    event ``cls(*fields)`` stamped with the run's id and next seq would be, ``parent`` None; a
+    wrong number of fields is a `TypeError`."""
     for cls in typing.get_args(Event):
         fields = _sample_fields(cls)
-        built, expected = unstamped(cls)(*fields), cls(*fields)
-        assert type(built) is cls, (cls, type(built))
+        run = types.SimpleNamespace(id="run-1", seqs=itertools.count(7))  # a `Run`'s stamps
+        built = stamped(cls)(run, *fields)
+        assert (built.run_id, built.seq, built.parent) == ("run-1", 7, None)
+        _assert_is_the_event(cls, built, cls(*fields, run_id="run-1", seq=7))
+        with pytest.raises(TypeError):
+            stamped(cls)(run, *fields, "one too many")
+
+
+def test_an_event_built_unstamped_is_the_event_its_class_builds() -> None:
+    """For every event class, ``unstamped(cls)(*fields)`` is ``cls(*fields)``, with
+    ``run_id``/``seq``/``parent`` reading as their defaults; a wrong number of fields is a
+    `TypeError`."""
+    for cls in typing.get_args(Event):
+        fields = _sample_fields(cls)
+        built = unstamped(cls)(*fields)
         assert (built.run_id, built.seq, built.parent) == ("", 0, None)
-        assert built == expected and hash(built) == hash(expected)
-        assert repr(built) == repr(expected)
-        assert dataclasses.asdict(built) == dataclasses.asdict(expected)
-        assert event_to_dict(built) == event_to_dict(expected)
-        for twin in (copy.copy(built), copy.deepcopy(built), pickle.loads(pickle.dumps(built))):
-            assert type(twin) is cls and repr(twin) == repr(expected)
-        for name in ("run_id", "seq", "parent", *(f.name for f in dataclasses.fields(cls))):
-            with pytest.raises(dataclasses.FrozenInstanceError):
-                setattr(built, name, "changed")
+        _assert_is_the_event(cls, built, cls(*fields))
         with pytest.raises(TypeError):
             unstamped(cls)(*fields, "one too many")
 

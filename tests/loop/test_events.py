@@ -219,49 +219,6 @@ def test_every_event_of_a_run_with_unserializable_updates_is_strict_json(tmp_pat
     assert_valid_history(resumed.messages)
 
 
-def _sample_fields(cls: type[Any]) -> list[str]:
-    """A value for each positional field of event class ``cls`` (its name: any value will do)."""
-    return [f"v_{f.name}" for f in dataclasses.fields(cls) if not f.kw_only]
-
-
-def test_an_event_built_stamped_is_the_event_its_class_builds_then_stamped() -> None:
-    """`_events.stamped` (how `Run` builds its own events) gives, for every event class, the
-    event ``cls(*fields)`` stamped with the run's id and next seq would be: exactly that class (never the
-    writable subclass it is written through), the same fields, equality, hash, ``repr``,
-    ``asdict``, ``event_to_dict``, copies and pickles, ``parent`` None, and frozen."""
-    import copy
-    import itertools
-    import pickle
-    import types
-    import typing
-
-    from statemachine_agent import Event
-    from statemachine_agent._events import stamped
-
-    for cls in typing.get_args(Event):
-        fields = _sample_fields(cls)
-        run = types.SimpleNamespace(id="run-1", seqs=itertools.count(7))  # a `Run`'s stamps
-        built = stamped(cls)(run, *fields)
-        expected = cls(*fields, run_id="run-1", seq=7)
-        assert type(built) is cls, (cls, type(built))
-        assert (built.run_id, built.seq, built.parent) == ("run-1", 7, None)
-        assert built == expected and hash(built) == hash(expected)
-        assert repr(built) == repr(expected)
-        assert dataclasses.asdict(built) == dataclasses.asdict(expected)
-        assert event_to_dict(built) == event_to_dict(expected)
-        for twin in (copy.copy(built), copy.deepcopy(built), pickle.loads(pickle.dumps(built))):
-            assert type(twin) is cls and repr(twin) == repr(expected)
-        assert repr(dataclasses.replace(built, seq=8)) == repr(dataclasses.replace(expected, seq=8))
-        for name in ("run_id", "seq", "parent", *(f.name for f in dataclasses.fields(cls))):
-            with pytest.raises(dataclasses.FrozenInstanceError):
-                setattr(built, name, "changed")
-            with pytest.raises(dataclasses.FrozenInstanceError):
-                delattr(built, name)
-        assert (built.run_id, built.seq) == ("run-1", 7)
-        with pytest.raises(TypeError):
-            stamped(cls)(run, *fields, "one too many")
-
-
 async def _two_call_run() -> tuple[RunResult, list[Any]]:
     """A run of two turns with one call each, then an answer: its result (``done``) and every
     event a subscriber received."""

@@ -60,15 +60,24 @@ def _roles(messages: list[Any]) -> list[str]:
     return [m.role for m in messages]
 
 
-async def test_request_from_a_user_state_sends_the_branch_results_of_open_calls() -> None:
+def _asking(note: UserMessage | None = None) -> Any:
+    """A user state's effect that appends ``note`` (if any) while the calls are still open, then
+    requests the model itself (not through ``request_model``) and keeps its reply."""
+
     async def asking(run: Any) -> str:
-        reply = await run.request()  # not through request_model: the request answers first
+        if note is not None:
+            run.append(note)
+        reply = await run.request()
         if isinstance(reply, str):
             return reply
         run.append(reply)
         return "asked"
 
-    agent, model = _branching_agent(asking)
+    return asking
+
+
+async def test_request_from_a_user_state_sends_the_branch_results_of_open_calls() -> None:
+    agent, model = _branching_agent(_asking())  # the request answers the open calls first
     result = await agent.run("go")
 
     assert result.state == State.DONE
@@ -82,15 +91,7 @@ async def test_request_from_a_user_state_sends_the_branch_results_of_open_calls(
 
 
 async def test_a_message_appended_after_open_calls_answers_them_first() -> None:
-    async def asking(run: Any) -> str:
-        run.append(UserMessage("a note"))  # the calls are still open here
-        reply = await run.request()
-        if isinstance(reply, str):
-            return reply
-        run.append(reply)
-        return "asked"
-
-    agent, model = _branching_agent(asking)
+    agent, model = _branching_agent(_asking(UserMessage("a note")))
     result = await agent.run("go")
 
     assert result.state == State.DONE
