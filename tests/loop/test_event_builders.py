@@ -160,3 +160,28 @@ async def test_a_runs_stream_and_tool_events_are_stamped_public_events() -> None
         assert (event.run_id, event.seq, event.parent) == (result.run_id, seq, None)
         with pytest.raises(dataclasses.FrozenInstanceError):
             event.seq = 0
+
+
+async def test_a_subscriber_reads_each_events_run_id_and_seq_as_it_receives_it() -> None:
+    """Every event, the stream's and the tool batch's included, is stamped before it reaches a
+    subscriber: read inside the callback, ``run_id`` is the run's and ``seq`` counts 1, 2, 3...
+    (not only once the run is over)."""
+
+    async def noop() -> str:
+        """Do nothing."""
+        return "ok"
+
+    call = AssistantMessage(
+        content=[ToolCallBlock(id="c1", name="noop", input={})], stop_reason="tool_use"
+    )
+    answer = {"content": [{"type": "text", "text": "done"}]}
+    agent = Agent(ScriptedModel([call, answer]), tools=[tool(noop)])
+    stamps: list[tuple[str, str, int]] = []
+    agent.subscribe(lambda event: stamps.append((event.type, event.run_id, event.seq)))
+    result = await agent.run("go")
+    assert result.state is State.DONE
+    kinds = {kind for kind, _, _ in stamps}
+    assert {"message_start", "message_delta", "tool_execution_start", "tool_execution_end"} <= kinds
+    assert [(run_id, seq) for _, run_id, seq in stamps] == [
+        (result.run_id, seq) for seq in range(1, len(stamps) + 1)
+    ]
