@@ -84,6 +84,84 @@ def test_an_event_built_unstamped_is_the_event_its_class_builds() -> None:
             unstamped(cls)(*fields, "one too many")
 
 
+def test_an_event_built_without_its_optional_fields_takes_its_class_defaults() -> None:
+    """For every event class, both builders given only the fields without a default build
+    ``cls(*required)``: each optional field reads as its class's default (a text delta's
+    ``tool_name`` is None, a message start's ``model`` and ``response_id`` are None)."""
+    for cls in typing.get_args(Event):
+        required = [
+            f"v_{f.name}"
+            for f in dataclasses.fields(cls)
+            if not f.kw_only and f.default is dataclasses.MISSING
+        ]
+        defaults = {
+            f.name: f.default
+            for f in dataclasses.fields(cls)
+            if not f.kw_only and f.default is not dataclasses.MISSING
+        }
+        run = types.SimpleNamespace(id="run-1", seqs=itertools.count(1))  # a `Run`'s stamps
+        for built, expected in (
+            (unstamped(cls)(*required), cls(*required)),
+            (stamped(cls)(run, *required), cls(*required, run_id="run-1", seq=1)),
+        ):
+            assert {name: getattr(built, name) for name in defaults} == defaults, cls
+            assert built == expected and repr(built) == repr(expected)
+            assert event_to_dict(built) == event_to_dict(expected)
+    delta = unstamped(MessageDelta)(0, "text", "hi")
+    assert (delta.kind, delta.delta, delta.tool_name) == ("text", "hi", None)
+    start = unstamped(MessageStart)()
+    assert (start.model, start.response_id) == (None, None)
+
+
+async def test_a_runs_stream_and_tool_events_carry_each_blocks_kind_text_and_tool_name() -> None:
+    """A subscriber sees a response's stream as its blocks: ``message_start`` with the model,
+    a ``message_delta`` per block with its index, its kind (``thinking``, ``text`` or
+    ``tool_call``), its text (a tool call's JSON arguments) and, for a tool call only, the
+    tool's name; then ``tool_execution_start`` with the call and ``tool_execution_end`` with
+    the same call and its result."""
+
+    async def noop(a: int) -> str:
+        """Do nothing."""
+        return f"ok {a}"
+
+    answer = {
+        "model": "scripted-model",
+        "content": [
+            {"type": "thinking", "thinking": "weighing it", "signature": "sig"},
+            {"type": "text", "text": "calling"},
+            {"type": "tool_use", "id": "c1", "name": "noop", "input": {"a": 1}},
+        ],
+        "stop_reason": "tool_use",
+    }
+    final = {"model": "scripted-model", "content": [{"type": "text", "text": "done"}]}
+    agent = Agent(ScriptedModel([answer, final]), tools=[tool(noop)])
+    seen: list[Any] = []
+    agent.subscribe(seen.append)
+    result = await agent.run("go")
+    assert result.state is State.DONE and result.text == "done"
+    stream = [
+        (e.model, e.response_id)
+        if isinstance(e, MessageStart)
+        else (e.index, e.kind, e.delta, e.tool_name)
+        for e in seen
+        if isinstance(e, MessageStart | MessageDelta)
+    ]
+    assert stream == [
+        ("scripted-model", None),
+        (0, "thinking", "weighing it", None),
+        (1, "text", "calling", None),
+        (2, "tool_call", '{"a": 1}', "noop"),
+        ("scripted-model", None),
+        (0, "text", "done", None),
+    ]
+    starts = [e for e in seen if isinstance(e, ToolExecutionStart)]
+    ends = [e for e in seen if isinstance(e, ToolExecutionEnd)]
+    assert [(e.call.id, e.call.name, e.call.input) for e in starts] == [("c1", "noop", {"a": 1})]
+    assert [(e.call.id, e.result.tool_call_id, e.result.text) for e in ends] == [
+        ("c1", "c1", "ok 1")
+    ]
+
+
 async def test_a_runs_stream_and_tool_events_are_stamped_public_events() -> None:
     """The events built unstamped in a run (``message_start``, ``message_delta``,
     ``tool_execution_start``/``end``) reach a subscriber as objects of their public classes,
@@ -108,3 +186,28 @@ async def test_a_runs_stream_and_tool_events_are_stamped_public_events() -> None
         assert (event.run_id, event.seq, event.parent) == (result.run_id, seq, None)
         with pytest.raises(dataclasses.FrozenInstanceError):
             event.seq = 0
+
+
+async def test_a_subscriber_reads_each_events_run_id_and_seq_as_it_receives_it() -> None:
+    """Every event, the stream's and the tool batch's included, is stamped before it reaches a
+    subscriber: read inside the callback, ``run_id`` is the run's and ``seq`` counts 1, 2, 3...
+    (not only once the run is over)."""
+
+    async def noop() -> str:
+        """Do nothing."""
+        return "ok"
+
+    call = AssistantMessage(
+        content=[ToolCallBlock(id="c1", name="noop", input={})], stop_reason="tool_use"
+    )
+    answer = {"content": [{"type": "text", "text": "done"}]}
+    agent = Agent(ScriptedModel([call, answer]), tools=[tool(noop)])
+    stamps: list[tuple[str, str, int]] = []
+    agent.subscribe(lambda event: stamps.append((event.type, event.run_id, event.seq)))
+    result = await agent.run("go")
+    assert result.state is State.DONE
+    kinds = {kind for kind, _, _ in stamps}
+    assert {"message_start", "message_delta", "tool_execution_start", "tool_execution_end"} <= kinds
+    assert [(run_id, seq) for _, run_id, seq in stamps] == [
+        (result.run_id, seq) for seq in range(1, len(stamps) + 1)
+    ]
