@@ -448,6 +448,26 @@ async def test_a_tool_value_with_blank_text_is_sent_as_empty_output(value):
     assert_valid_history(result.messages)
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["  indented = 1", "\nafter a newline", "\t tab first\n", "x", " x ", "\u3000ideographic"],
+)
+async def test_a_tool_text_with_leading_or_trailing_whitespace_is_sent_as_it_is(value: str) -> None:
+    # Only whitespace-only text is blank (protocol rule 4): text that merely starts or ends
+    # with whitespace is the tool's output, kept to the character.
+    @tool
+    async def t() -> str:
+        """Returns text."""
+        return value
+
+    model = ScriptedModel([tool_response(call("t", id="a")), text_response("done")])
+    result = await Agent(model, tools=[t]).run("hi")
+    (res,) = results_of(result.messages)
+    assert (res.tool_call_id, res.text, res.is_error) == ("a", value, False)
+    assert model.requests[1].messages[-1] == res
+    assert_valid_history(result.messages)
+
+
 async def test_a_tool_exception_is_logged_at_warning_with_traceback_tool_and_call(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
