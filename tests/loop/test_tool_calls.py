@@ -29,6 +29,7 @@ from statemachine_agent import (
     ToolError,
     ToolExecutionEnd,
     ToolExecutionStart,
+    ToolResult,
     ToolResultMessage,
     tool,
 )
@@ -494,6 +495,33 @@ async def test_a_tool_value_with_blank_text_is_sent_as_empty_output(value):
     result = await agent.run("hi")
     (res,) = [m for m in result.messages if isinstance(m, ToolResultMessage)]
     assert (res.tool_call_id, res.text, res.is_error) == ("a", "(empty output)", False)
+    assert model.requests[1].messages[-1] == res  # what the provider got: no blank text
+    assert result.state is State.DONE
+    assert_valid_history(result.messages)
+
+
+@pytest.mark.parametrize(
+    ("text", "is_error", "details"), [("", False, None), (" \n\t", True, {"code": 7})]
+)
+async def test_a_tool_result_with_blank_text_is_sent_as_empty_output_keeping_its_flag_and_details(
+    text: str, is_error: bool, details: Any
+) -> None:
+    # A ToolResult's text is a tool's output like a plain str: blank text would be refused by
+    # the provider (protocol rule 4); the error flag and the details are the tool's to keep.
+    @tool
+    async def t() -> ToolResult:
+        """Returns a ToolResult."""
+        return ToolResult(text, is_error=is_error, details=details)
+
+    model = ScriptedModel([tool_response(call("t", id="a")), text_response("done")])
+    result = await Agent(model, tools=[t]).run("hi")
+    (res,) = results_of(result.messages)
+    assert (res.tool_call_id, res.text, res.is_error, res.details) == (
+        "a",
+        "(empty output)",
+        is_error,
+        details,
+    )
     assert model.requests[1].messages[-1] == res  # what the provider got: no blank text
     assert result.state is State.DONE
     assert_valid_history(result.messages)
