@@ -95,6 +95,49 @@ async def test_a_tool_swallowing_the_cancellation_in_an_inline_batch_still_ends_
     assert_valid_history(agent.messages)
 
 
+async def test_a_call_abandoned_after_the_abort_that_ends_cancelled_later_reports_no_error() -> (
+    None
+):
+    # A hook ignoring its first cancellation is abandoned (the run ends aborted); when it ends
+    # later through a cancellation, nothing is left for the event loop to report (no "Exception
+    # in callback", no "Task exception was never retrieved").
+    entered, release = asyncio.Event(), asyncio.Event()
+    hook_tasks: list[asyncio.Task[Any]] = []
+
+    @tool
+    def work() -> str:
+        """Work."""
+        return "worked"
+
+    async def before(info: ToolCallInfo) -> None:
+        hook_tasks.append(asyncio.current_task())  # type: ignore[arg-type]
+        entered.set()
+        with contextlib.suppress(asyncio.CancelledError):  # the first one swallowed
+            await asyncio.Event().wait()
+        await release.wait()
+        raise asyncio.CancelledError  # then ends cancelled after all
+
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        model = ScriptedModel([tool_response(call("work", id="w"))])
+        agent = Agent(model, tools=[work], before_tool_call=before, abort_grace_seconds=0)
+        task = asyncio.create_task(agent.run("go"))
+        await entered.wait()
+        agent.abort("stop")
+        result = await task
+        assert (result.state, result.error) == (State.ABORTED, "stop")
+        assert [(r.tool_call_id, r.is_error) for r in results_of(result.messages)] == [("w", True)]
+        release.set()
+        (hook_task,) = hook_tasks
+        await asyncio.wait([hook_task])  # its done callbacks ran before this wait's own
+        assert hook_task.cancelled()
+        assert reported == []
+    finally:
+        loop.set_exception_handler(None)
+
+
 @pytest.mark.parametrize("mode", ["parallel", "sequential"])  # one call: run one at a time
 async def test_a_before_hook_swallowing_its_cancellation_cannot_keep_an_aborted_run_open(
     mode: str,

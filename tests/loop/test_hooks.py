@@ -12,6 +12,7 @@ from statemachine_agent import (
     Agent,
     Deny,
     Event,
+    Interrupted,
     State,
     ToolCallInfo,
     ToolExecutionEnd,
@@ -149,3 +150,52 @@ async def test_a_terminating_denials_reason_survives_a_failing_should_continue()
         "The should_continue hook failed: RuntimeError: hook bug"
     )
     assert tool_texts(result.messages) == ["Denied: not here"]
+
+
+@pytest.mark.parametrize("mode", ["parallel", "sequential"])
+async def test_an_interrupted_decision_with_terminate_ends_the_run_like_a_terminating_denial(
+    mode: str,
+) -> None:
+    # `Interrupted` is a `Deny` whose reason is sent as given; its ``terminate`` is a denial's:
+    # the batch's other calls are answered unrun and the run ends aborted with the reason.
+    ran: list[str] = []
+
+    @tool
+    def w(path: str) -> str:
+        """Write."""
+        ran.append(path)
+        return "ok"
+
+    def prompt(info: ToolCallInfo) -> Interrupted | None:
+        if info.call.id == "second":
+            return Interrupted("Interrupted at the permission prompt.", terminate=True)
+        return None
+
+    model = ScriptedModel(
+        [
+            tool_response(
+                call("w", {"path": "a"}, id="first"),
+                call("w", {"path": "b"}, id="second"),
+                call("w", {"path": "c"}, id="third"),
+            ),
+            text_response("never requested"),
+        ]
+    )
+    agent = Agent(
+        model,
+        tools=[w],
+        before_tool_call=prompt,
+        tool_execution=mode,  # type: ignore[arg-type]
+    )
+    result = await agent.run("go")
+    assert (result.state, model.calls) == (State.ABORTED, 1)
+    assert result.error == (
+        "A tool call was denied and ended the run: Interrupted at the permission prompt."
+    )
+    texts = result_texts(result.messages)
+    assert texts[1] == ("second", "Interrupted at the permission prompt.", True)
+    assert texts[0][0] == "first" and texts[2][0] == "third"
+    if mode == "sequential":
+        assert ran == ["a"]
+        assert texts[2] == ("third", "Not run: an earlier call of this batch ended the run.", True)
+    assert_valid_history(result.messages)

@@ -29,6 +29,7 @@ from statemachine_agent import (
     ToolError,
     ToolExecutionEnd,
     ToolExecutionStart,
+    ToolResult,
     ToolResultMessage,
     tool,
 )
@@ -366,6 +367,57 @@ async def test_a_terminating_denial_in_a_sequential_batch_never_runs_the_next_ca
     assert_valid_history(result.messages)
 
 
+@pytest.mark.parametrize("mode", ["parallel", "sequential"])
+async def test_a_terminating_denial_or_an_interrupt_ends_only_its_own_batch(mode: str) -> None:
+    # What ends a batch (a denial with terminate=True, a KeyboardInterrupt in a tool or out of a
+    # subscriber) belongs to that batch: a later run, of any agent, runs its calls.
+    @tool
+    def write(path: str) -> str:
+        """Write."""
+        return f"wrote {path}"
+
+    @tool
+    def boom() -> str:
+        """Raises an interrupt."""
+        raise KeyboardInterrupt
+
+    def guard(info: ToolCallInfo) -> Deny | None:
+        return Deny("stop here", terminate=True) if info.call.id == "denied" else None
+
+    def two_writes(*more: Any) -> ScriptedModel:
+        calls = [call("write", {"path": "a"}, id="a"), call("write", {"path": "b"}, id="b")]
+        return ScriptedModel([tool_response(*calls), *more])
+
+    def interrupt_at_start(event: Event) -> None:
+        if isinstance(event, ToolExecutionStart) and event.call.id == "a":
+            raise KeyboardInterrupt
+
+    denied = Agent(
+        ScriptedModel(
+            [tool_response(call("write", {"path": "x"}, id="denied")), text_response("")]
+        ),
+        tools=[write],
+        before_tool_call=guard,
+    )
+    assert (await denied.run("go")).state is State.ABORTED
+    raised = Agent(ScriptedModel([tool_response(call("boom", id="k"))]), tools=[boom])
+    with pytest.raises(KeyboardInterrupt):
+        await raised.run("go")
+    watched = Agent(two_writes(), tools=[write])
+    watched.subscribe(interrupt_at_start)
+    with pytest.raises(KeyboardInterrupt):
+        await watched.run("go")
+
+    model = two_writes(text_response("done"))
+    try:
+        result = await Agent(model, tools=[write], tool_execution=mode).run("go")  # type: ignore[arg-type]
+    except KeyboardInterrupt:
+        pytest.fail("the interrupt of an earlier run was raised again by a later run's batch")
+    assert result_texts(result.messages) == [("a", "wrote a", False), ("b", "wrote b", False)]
+    assert (result.state, result.error, model.calls) == (State.DONE, None, 2)
+    assert_valid_history(result.messages)
+
+
 def tool_texts(messages: list[Any]) -> list[str]:
     return [m.text for m in messages if isinstance(m, ToolResultMessage)]
 
@@ -445,6 +497,53 @@ async def test_a_tool_value_with_blank_text_is_sent_as_empty_output(value):
     assert (res.tool_call_id, res.text, res.is_error) == ("a", "(empty output)", False)
     assert model.requests[1].messages[-1] == res  # what the provider got: no blank text
     assert result.state is State.DONE
+    assert_valid_history(result.messages)
+
+
+@pytest.mark.parametrize(
+    ("text", "is_error", "details"), [("", False, None), (" \n\t", True, {"code": 7})]
+)
+async def test_a_tool_result_with_blank_text_is_sent_as_empty_output_keeping_its_flag_and_details(
+    text: str, is_error: bool, details: Any
+) -> None:
+    # A ToolResult's text is a tool's output like a plain str: blank text would be refused by
+    # the provider (protocol rule 4); the error flag and the details are the tool's to keep.
+    @tool
+    async def t() -> ToolResult:
+        """Returns a ToolResult."""
+        return ToolResult(text, is_error=is_error, details=details)
+
+    model = ScriptedModel([tool_response(call("t", id="a")), text_response("done")])
+    result = await Agent(model, tools=[t]).run("hi")
+    (res,) = results_of(result.messages)
+    assert (res.tool_call_id, res.text, res.is_error, res.details) == (
+        "a",
+        "(empty output)",
+        is_error,
+        details,
+    )
+    assert model.requests[1].messages[-1] == res  # what the provider got: no blank text
+    assert result.state is State.DONE
+    assert_valid_history(result.messages)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["  indented = 1", "\nafter a newline", "\t tab first\n", "x", " x ", "\u3000ideographic"],
+)
+async def test_a_tool_text_with_leading_or_trailing_whitespace_is_sent_as_it_is(value: str) -> None:
+    # Only whitespace-only text is blank (protocol rule 4): text that merely starts or ends
+    # with whitespace is the tool's output, kept to the character.
+    @tool
+    async def t() -> str:
+        """Returns text."""
+        return value
+
+    model = ScriptedModel([tool_response(call("t", id="a")), text_response("done")])
+    result = await Agent(model, tools=[t]).run("hi")
+    (res,) = results_of(result.messages)
+    assert (res.tool_call_id, res.text, res.is_error) == ("a", value, False)
+    assert model.requests[1].messages[-1] == res
     assert_valid_history(result.messages)
 
 
