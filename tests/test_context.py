@@ -62,6 +62,20 @@ def test_repairs() -> None:
     assert not find_violations(out, request=True)
 
 
+def test_a_stray_result_inside_a_batch_does_not_hide_the_results_after_it() -> None:
+    """A result answering no call of the response (a stray, e.g. in a hand-edited history) is
+    dropped alone: the batch's results after it are still sent, not replaced by NO_RESULT."""
+    history = [UserMessage("q"), calls("a", "b"), result("x"), result("a"), result("b")]
+    out = project(history)
+    assert [m.role for m in out] == ["user", "assistant", "tool_result", "tool_result"]
+    assert [(r.tool_call_id, r.text, r.is_error) for r in out[2:]] == [
+        ("a", "a", False),
+        ("b", "b", False),
+    ]
+    assert out[2] is history[3] and out[3] is history[4]
+    assert not find_violations(out, request=True)
+
+
 def test_pause_turn_continuation_is_joined() -> None:
     first = AssistantMessage(content=[TextBlock(text="a")], stop_reason="pause_turn")
     second = AssistantMessage(content=[TextBlock(text="b")], stop_reason="end_turn")
