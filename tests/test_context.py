@@ -115,6 +115,28 @@ def test_an_aborted_partial_is_never_joined_to_the_next_response() -> None:
     assert [b.type for b in out[1].content] == ["text", "thinking", "tool_call"]
 
 
+@pytest.mark.parametrize(
+    "between",
+    [result("x"), UserMessage(content=[TextBlock(text=" ")])],
+    ids=["a_stray_result", "a_blank_user_message"],
+)
+def test_an_aborted_partial_is_never_joined_to_a_response_after_a_dropped_message(
+    between: ToolResultMessage | UserMessage,
+) -> None:
+    """An aborted partial followed by a message the projection drops (a stray result, a blank
+    user message) and then a new response is still replaced by that response, never joined to
+    it: the new response keeps its thinking block first, as the API requires."""
+    aborted = AssistantMessage(content=[TextBlock(text="partial")], stop_reason=StopReason.ABORTED)
+    new = AssistantMessage(
+        content=[ThinkingBlock(thinking="t", signature="S"), *calls("a").content],
+        stop_reason="tool_use",
+    )
+    out = project([UserMessage("q"), aborted, between, new, result("a")])
+    assert [m.role for m in out] == ["user", "assistant", "tool_result"]
+    assert out[1] is new
+    assert not find_violations(out, request=True)
+
+
 def test_an_empty_continuation_ends_the_paused_response_so_a_follow_up_may_follow_it() -> None:
     """A ``pause_turn`` response continued by an empty ``end_turn`` one (dropped from requests: the
     API refuses empty messages) is a finished turn: the follow-up after it is sent as answering a
