@@ -506,6 +506,31 @@ async def test_duplicate_tool_call_id_from_the_model_fails_clearly() -> None:
     assert_valid_history(result.messages)
 
 
+async def test_a_response_giving_two_of_its_calls_one_id_fails_clearly() -> None:
+    """Two calls sharing an id within one response (not only across responses) fail the run
+    before either runs: their results could not be told apart."""
+    ran: list[str] = []
+
+    def job(text: str) -> str:
+        """Records ``text``."""
+        ran.append(text)
+        return text
+
+    model = ScriptedModel(
+        [
+            tool_response(
+                call("job", {"text": "a"}, id="twice"), call("job", {"text": "b"}, id="twice")
+            ),
+            text_response("done"),
+        ]
+    )
+    result = await Agent(model, tools=[job]).run("go")
+    assert result.state is State.FAILED
+    assert "reuses tool-call id(s) twice" in (result.error or "")
+    assert ran == []
+    assert_valid_history(result.messages)
+
+
 async def test_usage_adds_up_over_the_run() -> None:
     usage = {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 3}
     model = ScriptedModel(

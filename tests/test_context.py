@@ -62,6 +62,20 @@ def test_repairs() -> None:
     assert not find_violations(out, request=True)
 
 
+def test_a_stray_result_inside_a_batch_does_not_hide_the_results_after_it() -> None:
+    """A result answering no call of the response (a stray, e.g. in a hand-edited history) is
+    dropped alone: the batch's results after it are still sent, not replaced by NO_RESULT."""
+    history = [UserMessage("q"), calls("a", "b"), result("x"), result("a"), result("b")]
+    out = project(history)
+    assert [m.role for m in out] == ["user", "assistant", "tool_result", "tool_result"]
+    assert [(r.tool_call_id, r.text, r.is_error) for r in out[2:]] == [
+        ("a", "a", False),
+        ("b", "b", False),
+    ]
+    assert out[2] is history[3] and out[3] is history[4]
+    assert not find_violations(out, request=True)
+
+
 def test_pause_turn_continuation_is_joined() -> None:
     first = AssistantMessage(content=[TextBlock(text="a")], stop_reason="pause_turn")
     second = AssistantMessage(content=[TextBlock(text="b")], stop_reason="end_turn")
@@ -99,6 +113,28 @@ def test_an_aborted_partial_is_never_joined_to_the_next_response() -> None:
     paused = AssistantMessage(content=[TextBlock(text="p")], stop_reason="pause_turn")
     out = project([UserMessage("q"), paused, aborted, new, result("a")])
     assert [b.type for b in out[1].content] == ["text", "thinking", "tool_call"]
+
+
+@pytest.mark.parametrize(
+    "between",
+    [result("x"), UserMessage(content=[TextBlock(text=" ")])],
+    ids=["a_stray_result", "a_blank_user_message"],
+)
+def test_an_aborted_partial_is_never_joined_to_a_response_after_a_dropped_message(
+    between: ToolResultMessage | UserMessage,
+) -> None:
+    """An aborted partial followed by a message the projection drops (a stray result, a blank
+    user message) and then a new response is still replaced by that response, never joined to
+    it: the new response keeps its thinking block first, as the API requires."""
+    aborted = AssistantMessage(content=[TextBlock(text="partial")], stop_reason=StopReason.ABORTED)
+    new = AssistantMessage(
+        content=[ThinkingBlock(thinking="t", signature="S"), *calls("a").content],
+        stop_reason="tool_use",
+    )
+    out = project([UserMessage("q"), aborted, between, new, result("a")])
+    assert [m.role for m in out] == ["user", "assistant", "tool_result"]
+    assert out[1] is new
+    assert not find_violations(out, request=True)
 
 
 def test_an_empty_continuation_ends_the_paused_response_so_a_follow_up_may_follow_it() -> None:

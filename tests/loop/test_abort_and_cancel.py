@@ -732,6 +732,37 @@ async def test_abort_during_a_slow_request_records_an_aborted_response() -> None
     assert result.messages[-1].stop_reason == StopReason.ABORTED
 
 
+async def test_a_turn_whose_request_was_aborted_or_failed_is_not_counted() -> None:
+    """``turns`` counts completed turns: a turn whose response never came (its request aborted,
+    or failed) is not one, in the result and the turn's end alike."""
+    second_sent = asyncio.Event()
+
+    async def answer(messages: list[Any], _request: Any) -> AssistantMessage:
+        if len(messages) == 1:
+            return _call(1)
+        second_sent.set()
+        await asyncio.Event().wait()  # never answers: the test aborts it
+        raise AssertionError("unreachable")
+
+    agent = Agent(FunctionModel(answer), tools=[noop])
+    ends: list[tuple[int, bool]] = []
+    agent.subscribe(
+        lambda e: ends.append((e.turn, e.message is not None)) if e.type == "turn_end" else None
+    )
+    task = asyncio.ensure_future(agent.run("go"))
+    await second_sent.wait()
+    agent.abort("stop")
+    result = await task
+    assert result.state is State.ABORTED and result.turns == 1
+    assert ends == [(1, True), (2, False)]
+
+    failing = Agent(
+        ScriptedModel([_call(1), error_step("authentication_error", "no")]), tools=[noop]
+    )
+    failed = await failing.run("go")
+    assert failed.state is State.FAILED and failed.turns == 1
+
+
 async def test_cancelling_the_run_during_a_request_records_the_partial_response() -> None:
     started = asyncio.Event()
 

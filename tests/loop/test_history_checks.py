@@ -11,6 +11,7 @@ from statemachine_agent import (
     Agent,
     AssistantMessage,
     State,
+    TextBlock,
     ToolCallBlock,
     ToolResultMessage,
     UserMessage,
@@ -165,3 +166,34 @@ async def test_a_response_reusing_any_earlier_call_id_is_refused() -> None:
     assert result.state is State.FAILED
     assert result.error is not None and "reuses tool-call id(s) b" in result.error
     assert agent.conversation.call_ids == {"a", "b"}
+
+
+@pytest.mark.parametrize("how", ["constructor", "setter"])
+async def test_a_response_reusing_a_call_id_of_a_history_the_user_gave_is_refused(how: str) -> None:
+    """The call ids of a history the user gave (``Agent(messages=...)`` or the ``messages``
+    setter, not appended by the engine) are remembered too: a response reusing one fails the run
+    as an invalid response, and its call never runs."""
+    ran: list[str] = []
+
+    async def job() -> str:
+        """Records that it ran."""
+        ran.append("job")
+        return "ok"
+
+    history: list[Any] = [
+        UserMessage(content="before"),
+        _call(7, "job"),
+        ToolResultMessage(tool_call_id="call_7", tool_name="job", content=[]),
+        AssistantMessage(content=[TextBlock(text="done before")], stop_reason="end_turn"),
+    ]
+    model = ScriptedModel([_call(7, "job"), text_response("done")])
+    if how == "constructor":
+        agent = Agent(model, tools=[tool(job)], messages=history)
+    else:
+        agent = Agent(model, tools=[tool(job)])
+        agent.messages = history
+    result = await agent.run("again")
+    assert result.state is State.FAILED
+    assert result.error is not None and "reuses tool-call id(s) call_7" in result.error
+    assert ran == []
+    assert_valid_history(result.messages)

@@ -10,6 +10,7 @@ from statemachine_agent import (
     AssistantMessage,
     LoopData,
     State,
+    TextBlock,
     ToolResultMessage,
     TransitionSpec,
     UserMessage,
@@ -103,4 +104,27 @@ async def test_a_message_appended_after_open_calls_answers_them_first() -> None:
     final = agent.messages[4]
     assert isinstance(final, AssistantMessage) and final.text == "answered"
     assert model.requests[1].messages[-1] == agent.messages[3]
+    assert_valid_history(agent.messages)
+
+
+async def test_a_response_appended_after_open_calls_answers_them_first() -> None:
+    """Not only a user message: any message but a tool result (here a canned assistant answer a
+    user's state appends itself) first answers the calls still open before it."""
+
+    async def asking(run: Any) -> str:
+        run.append(
+            AssistantMessage(content=[TextBlock(text="A canned answer.")], stop_reason="end_turn")
+        )
+        return "asked"
+
+    agent, model = _branching_agent(asking)
+    result = await agent.run("go")
+
+    assert result.state == State.DONE
+    assert _roles(agent.messages) == ["user", "assistant", "tool_result", "assistant"]
+    answer = agent.messages[2]
+    assert isinstance(answer, ToolResultMessage)
+    assert (answer.tool_call_id, answer.text, answer.is_error) == ("c1", BRANCH, True)
+    assert agent.messages[3].text == "A canned answer."
+    assert model.calls == 1
     assert_valid_history(agent.messages)

@@ -21,6 +21,7 @@ from statemachine_agent import (
     TextBlock,
     ToolCallBlock,
     ToolResultMessage,
+    UsageLimits,
     UserMessage,
     tool,
 )
@@ -99,6 +100,44 @@ async def test_policy_stop_answers_a_complete_call_of_a_cut_response_without_run
         ("toolu_1", True, STOPPED_NOT_RUN),
         ("toolu_2", True, TRUNCATED),  # the last call of a max_tokens response is cut
     ]
+
+
+async def test_policy_stop_leaves_a_response_cut_by_the_context_window_no_calls_to_count(
+    server: ReplayServer,
+) -> None:
+    """``max_tokens_policy="stop"`` holds for every truncating stop reason, not only
+    ``max_tokens``: the calls of a response cut by ``model_context_window_exceeded`` are not to
+    be run, so they count against no ``max_tool_calls`` limit and the run ends ``done`` at the
+    context window (not ``max_turns`` at a usage limit)."""
+    ran: list[str] = []
+
+    @tool
+    def read(path: str) -> str:
+        """Read a file."""
+        ran.append(path)
+        return "contents"
+
+    first = {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a"}}
+    second = {"type": "tool_use", "id": "toolu_2", "name": "read", "input": {"path": "b"}}
+    server.add(reply([text("Reading both."), first, second], "model_context_window_exceeded"))
+    agent = Agent(
+        model(server),
+        tools=[read],
+        max_tokens_policy="stop",
+        limits=UsageLimits(max_tool_calls=1),
+    )
+    result = await agent.run("Read a, b.")
+
+    assert len(server.requests) == 1 and ran == []
+    assert result.state is State.DONE and result.limit_exceeded is None
+    assert result.stop_reason == StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED
+    assert result.error is not None and "context window" in result.error
+    answers = [m for m in result.messages if isinstance(m, ToolResultMessage)]
+    assert [(a.tool_call_id, a.is_error) for a in answers] == [
+        ("toolu_1", True),
+        ("toolu_2", True),
+    ]
+    assert_valid_history(result.messages)
 
 
 async def test_policy_stop_answers_the_cut_call_before_queued_input(
