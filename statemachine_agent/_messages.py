@@ -9,10 +9,10 @@ with ``isinstance``: an ``isinstance`` on a message class that fails runs pydant
 ``__instancecheck__``, several times the cost of reading the field (benchmarks/README.md, "Why
 the code is shaped this way"). One that succeeds on the exact class is cheap and is kept where a
 type checker needs it; so does one whose class is not a pydantic model (a plain class's check
-reads the instance's ``__class__``, through pydantic's attribute hook: about 440 instructions,
-as every read of a message's field). Per-turn code loops instead of using comprehensions: on Python 3.11 a
-comprehension is a function made and called each time, about 2k instructions over a list of
-one.
+reads the instance's ``__class__`` through pydantic's attribute hook, as every read of a
+message's field does, several times the cost of a plain object's). Per-turn code reads a
+message's field once and loops instead of using comprehensions: on Python 3.11 a comprehension
+is a function made and called each time (the figures: benchmarks/README.md).
 """
 
 from __future__ import annotations
