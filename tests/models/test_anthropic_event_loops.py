@@ -55,7 +55,9 @@ def no_stray_resources(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Collects, until the test ends (after a garbage collection), every warning and every
     exception raised where nothing could catch it (``sys.unraisablehook``: a ``__del__``, a
     finalizer), and asserts there were none: no "Event loop is closed", no unclosed socket or
-    transport of a dead loop. The test may look at the list too."""
+    transport of a dead loop. The test may look at the list too. Garbage left by earlier tests
+    is collected first, so what is reported is this test's own."""
+    gc.collect()
     seen: list[str] = []
     monkeypatch.setattr(
         sys,
