@@ -119,11 +119,16 @@ def _clean(blocks: list[TextBlock | ImageBlock]) -> list[TextBlock | ImageBlock]
     return without_blank_text(blocks, EMPTY_OUTPUT)
 
 
+def _text_blocks(text: str) -> list[TextBlock | ImageBlock]:
+    """A tool's text output as its result's blocks (blank text cleaned, checked once)."""
+    block = text_block(text)
+    return [block] if text.strip() else _clean([block])
+
+
 def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
     """Turn what a tool returned into its result message."""
-    if isinstance(value, str):  # the common case: one text block, checked for blank text once
-        block = text_block(value)
-        return tool_result(call, [block] if value.strip() else _clean([block]), False, None)
+    if isinstance(value, str):  # the common case: no check of a pydantic class
+        return tool_result(call, _text_blocks(value), False, None)
     is_error = False
     details = None
     if isinstance(value, ToolResultMessage):
@@ -140,7 +145,7 @@ def to_result(call: ToolCallBlock, value: Any) -> ToolResultMessage:
     if value is None:
         blocks: list[TextBlock | ImageBlock] = [TextBlock(text=NO_OUTPUT)]
     elif isinstance(value, str):
-        blocks = _clean([text_block(value)])
+        blocks = _text_blocks(value)
     elif isinstance(value, TextBlock | ImageBlock):
         blocks = _clean([value])
     elif isinstance(value, list) and all(isinstance(b, TextBlock | ImageBlock) for b in value):
