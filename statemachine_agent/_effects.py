@@ -17,7 +17,9 @@ from ._cancel import cancelling, is_run_cancellation
 from ._compacting import compaction_due
 from ._events import ApprovalRequested, CallDecided
 from ._execution import PendingBatch, resolve
+from ._guards import batch_limit_hit
 from ._hooks import INTERRUPTS, Approve, Deny, PendingCall, TurnInfo, record_interrupt
+from ._limits import calls_to_run
 from ._messages import (
     CONTINUE_PROMPT,
     TRUNCATING_STOP_REASONS,
@@ -109,7 +111,7 @@ async def run_tools(run: RunLike) -> str:
     response = data.response
     assert response is not None
     calls = response.tool_calls
-    data.tool_calls += len(calls)
+    data.tool_calls += calls_to_run(calls)  # a truncated call never runs: not counted
     batch = run.batch(calls)
     try:
         await batch.run()
@@ -429,7 +431,7 @@ def note_usage_limit(run: RunLike) -> None:
         and run.messages
         and run.messages[-1] is response  # its calls are still unanswered
     ):
-        hit = limits.calls_hit(data.tool_calls, data.usage, len(response.tool_calls))
+        hit = batch_limit_hit(data)
         if hit is not None:
             text = hit.call_text()
             run.answer_calls(lambda _call: text)

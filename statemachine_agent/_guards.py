@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._limits import LimitHit, UsageLimits
+from ._limits import LimitHit, UsageLimits, calls_to_run
 from ._messages import (
     NO_USAGE,
     TRUNCATING_STOP_REASONS,
@@ -214,18 +214,30 @@ def usage_limit_before_request(data: LoopData) -> bool:
 
 def usage_limit_on_reply(data: LoopData) -> bool:
     """A usage limit stops the run after this response: its tool batch would take the run past
-    ``max_tool_calls`` or a token limit is exceeded (the batch is not run), or the response would
+    ``max_tool_calls`` (counting the calls that would run, `calls_to_run`) or a token limit is
+    exceeded (the batch is not run), or the response would
     lead to another request that a limit forbids (a continuation or queued input). A final
     answer is never stopped: the run ends ``done``."""
     limits, response = data.limits, data.response
     if limits is None or response is None:
         return False
     if has_tool_calls(data):
-        wanted = len(response.tool_calls)
-        return limits.calls_hit(data.tool_calls, data.usage, wanted) is not None
+        return batch_limit_hit(data) is not None
     if can_continue_pause_turn(data) or can_continue_max_tokens(data) or has_queued_input(data):
         return usage_limit_before_request(data)
     return False
+
+
+def batch_limit_hit(data: LoopData) -> LimitHit | None:
+    """The usage limit that keeps the response's tool batch from running, if any: a token
+    limit exceeded, or ``max_tool_calls`` that the calls which would run take the run past
+    (`calls_to_run`: not a truncated call, and none of a response cut by the context window,
+    which `context_window_exceeded` ends or compacts without running them)."""
+    limits, response = data.limits, data.response
+    if limits is None or response is None:
+        return None
+    calls = () if context_window_exceeded(data) else response.tool_calls
+    return limits.calls_hit(data.tool_calls, data.usage, calls_to_run(calls))
 
 
 def final_turn_wanted(data: LoopData) -> bool:

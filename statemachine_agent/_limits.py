@@ -12,12 +12,13 @@ takes a token limit past its value ends the run ``done`` (the answer is kept: it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 from ._accounting import reported_context
 from ._errors import UsageError
-from ._messages import NO_USAGE, Usage
+from ._messages import NO_USAGE, ToolCallBlock, Usage
 
 FINAL_TURN_PROMPT = (
     "This is the final turn of this run: a limit was reached and tools are disabled. Answer now "
@@ -40,7 +41,8 @@ class LimitHit:
         value: the limit's value (requests, tool calls or tokens).
         used: the amount used so far in the run (requests sent, tool calls made, tokens).
         wanted: how many more the run was about to use when the limit stopped it (1 for the
-            next request, the response's tool calls for ``max_tool_calls``); 0 for a token
+            next request, the response's calls that would run for ``max_tool_calls``, see
+            `calls_to_run`); 0 for a token
             limit, whose tokens are counted after each response, so already in ``used``.
         excess: derived, not a field (a property): how far ``used`` is past ``value``,
             ``max(0, used - value)``; 0 for a limit reached but not passed.
@@ -88,7 +90,7 @@ class RunCounts:
         turns: completed turns (the count ``max_turns`` caps).
         requests: model requests sent (``max_requests``), the default summarizer's compaction
             requests included; the final turn's is not counted.
-        tool_calls: tool calls run (``max_tool_calls``).
+        tool_calls: tool calls run (``max_tool_calls``; see `calls_to_run`).
         usage: tokens of the run's responses (the token limits).
     """
 
@@ -138,7 +140,8 @@ class UsageLimits:
         max_total_tokens: input plus output tokens. Checked after each response.
         max_tool_calls: tool calls run. Checked after each response: a batch that would take
             the count past the limit is not run (each of its calls is answered with the limit's
-            text).
+            text). A call that never runs whatever the limit (cut off by the token limit or the
+            context window, see `calls_to_run`) is not counted.
 
     Raises:
         UsageError: a limit is not a non-negative integer.
@@ -190,3 +193,16 @@ class UsageLimits:
         if self.max_tool_calls is not None and tool_calls + wanted > self.max_tool_calls:
             return LimitHit("max_tool_calls", self.max_tool_calls, tool_calls, wanted)
         return None
+
+
+def calls_to_run(calls: Sequence[ToolCallBlock]) -> int:
+    """How many of a response's tool ``calls`` count toward ``max_tool_calls``: those that run
+    when the batch runs. A call cut off by the token limit (``truncated``) is answered as not
+    run (its arguments are incomplete), so it is not counted; nor are the calls of a response
+    cut off by the context window, which are all answered as not run (the caller passes none).
+    """
+    count = 0
+    for call in calls:  # (a loop: see `_messages`)
+        if not call.truncated:
+            count += 1
+    return count

@@ -789,3 +789,63 @@ async def test_a_run_counts_usage_from_the_shared_zero_until_a_response_reports_
     assert result.state is State.DONE
     assert len(seen) == 1
     assert seen[0][0] is NO_USAGE and seen[0][1] is NO_USAGE  # the object itself, not an equal one
+
+
+def _two_calls_cut_by(stop: str, limit: int) -> tuple[Agent, list[str]]:
+    ran: list[str] = []
+
+    @tool
+    def ping(n: str) -> str:
+        """Ping."""
+        ran.append(n)
+        return f"pong {n}"
+
+    step = tool_response(call("ping", {"n": "1"}, id="a"), call("ping", {"n": "2"}, id="b"))
+    step["stop_reason"] = stop  # the second call is the one the limit cut off
+    agent = Agent(
+        ScriptedModel([step, text_response("done")]),
+        tools=[ping],
+        limits=UsageLimits(max_tool_calls=limit),
+    )
+    return agent, ran
+
+
+async def test_a_response_cut_by_the_context_window_does_not_count_its_calls_for_max_tool_calls():
+    """None of the calls of a response cut by the context window runs (each is answered as not
+    run), so ``max_tool_calls=1`` with two such calls does not stop the run: it ends ``done``
+    with the context window's explanation, as it does without the limit."""
+    agent, ran = _two_calls_cut_by("model_context_window_exceeded", limit=1)
+    result = await agent.run("go")
+    assert ran == []
+    assert result.state is State.DONE and result.counts.tool_calls == 0
+    assert result.error is not None
+    assert result.error.startswith("The response was cut off by the model's context window")
+    assert [r.tool_call_id for r in results_of(result.messages)] == ["a", "b"]
+    assert all(
+        r.is_error and r.text.startswith("Not run:") and "context window" in r.text
+        for r in results_of(result.messages)
+    )
+    assert_valid_history(result.messages)
+
+
+async def test_a_call_truncated_by_max_tokens_is_not_counted_for_max_tool_calls() -> None:
+    """Under the default ``max_tokens_policy="continue"`` a response cut by ``max_tokens`` runs
+    its complete calls and answers the truncated last one as not run: ``max_tool_calls=1``
+    lets the one complete call run and counts one call, not two."""
+    agent, ran = _two_calls_cut_by("max_tokens", limit=1)
+    result = await agent.run("go")
+    assert ran == ["1"]
+    assert result.state is State.DONE and result.counts.tool_calls == 1
+    texts = [r.text for r in results_of(result.messages)]
+    assert texts[0] == "pong 1" and texts[1].startswith("Not run: the arguments of this call")
+    assert result.text == "done"
+
+
+async def test_max_tool_calls_names_only_the_calls_that_would_run_as_wanted() -> None:
+    """With ``max_tool_calls=0`` the same cut response is stopped by the limit, which counts the
+    one complete call as wanted (the truncated one would not run)."""
+    agent, ran = _two_calls_cut_by("max_tokens", limit=0)
+    result = await agent.run("go")
+    assert ran == [] and result.state is State.MAX_TURNS
+    assert result.error is not None
+    assert "max_tool_calls=0 was reached: 0 used, 1 more wanted" in result.error

@@ -267,7 +267,7 @@ class RunRules(BatchRules):
             hit = None
             acting = has_calls and not (stop in TRUNCATING and self.policy == "stop")
             if acting:
-                hit = self._calls_hit(len(call_ids))
+                hit = self._calls_hit(calls_that_run(stop, len(call_ids)))
                 if hit is not None:
                     for call_id in call_ids:
                         p.results[call_id] = {"limit"}
@@ -383,7 +383,7 @@ class RunRules(BatchRules):
         ``tools_finished`` trigger."""
         w, p = self.world, t.p
         if not t.aborted:
-            w.tool_calls += len(call_ids)  # every call of a batch that runs counts
+            w.tool_calls += calls_that_run(step.kind, len(call_ids))  # as run_tools counts
         counts = self._plan_children(t, step, call_ids)
         terminate, t.aborted = self._run_tools(
             p,
@@ -487,3 +487,12 @@ class RunRules(BatchRules):
         # tools_finished [next_turn] -> awaiting_model: steering is delivered.
         t.users += self._inject(p, follow_too=False)
         return None
+
+
+def calls_that_run(stop: str, calls: int) -> int:
+    """How many of a response's ``calls`` count toward ``max_tool_calls``: the calls that run.
+    None of a response cut by the context window runs (each is answered as not run), nor the
+    trailing call a token-limit cut truncated."""
+    if stop == CONTEXT_WINDOW:
+        return 0
+    return calls - 1 if stop in TRUNCATING and calls else calls
