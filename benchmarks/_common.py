@@ -28,7 +28,7 @@ from statemachine_agent import (  # noqa: E402  (after the path is set)
     UserMessage,
 )
 
-SETUP = "python3 -m venv .benchvenv && .benchvenv/bin/pip install -e '.[dbos]' pydantic-ai-slim"
+SETUP = "python3 -m venv .benchvenv && .benchvenv/bin/pip install -e '.[benchmark]'"
 
 
 def pydantic_ai_version() -> str | None:
