@@ -33,7 +33,7 @@ from pydantic import (
 )
 
 from ._jsonable import jsonable
-from ._strict_json import non_finite_at
+from ._strict_json import holds_non_finite
 
 
 class StopReason(StrEnum):
@@ -350,6 +350,9 @@ class ImageBlock(_Model):
         return self
 
 
+_SCANNED = (dict, list, float)  # a tuple: ``dict | list | float`` built a union object a call
+
+
 class ToolCallBlock(_Model):
     """A tool call the model asked for.
 
@@ -380,7 +383,8 @@ class ToolCallBlock(_Model):
         # error naming the field; it never runs), as arguments that did not parse are.
         if isinstance(data, dict) and data.get("raw_arguments") is None:
             value = data.get("input")
-            if isinstance(value, dict | list | float) and non_finite_at(value) is not None:
+            # An empty dict or list (a call without arguments) holds none: no scan is called.
+            if isinstance(value, _SCANNED) and value and holds_non_finite(value):
                 data = {**data, "input": None, "raw_arguments": json.dumps(value)}
         return data
 

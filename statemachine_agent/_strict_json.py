@@ -1,7 +1,7 @@
 """JSON as the standard defines it (RFC 8259, section 6): no ``NaN``, no ``Infinity``, no number
-beyond the float range. `loads_strict` parses text refusing them; `non_finite_at` finds one in
-data already parsed. A leaf module: messages (which check a tool call's input as it is built)
-and the protocol both read it."""
+beyond the float range. `loads_strict` parses text refusing them; `holds_non_finite` and
+`non_finite_at` find one in data already parsed. A leaf module: messages (which check a tool
+call's input as it is built) and the protocol both read it."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def loads_strict(text: str) -> Any:
         ValueError: the text is not JSON (`json.JSONDecodeError`).
     """
     value = json.loads(text, parse_float=_finite_float, parse_constant=_NonFinite)
-    if _holds_non_finite(value):
+    if holds_non_finite(value):
         where = _find_non_finite(value, "")
         assert where is not None
         raise NonFiniteNumberError(*where)
@@ -61,12 +61,13 @@ def loads_strict(text: str) -> Any:
 def non_finite_at(value: Any) -> tuple[str, str] | None:
     """Where parsed data (dicts, lists, numbers) holds a float JSON cannot hold, and that
     float's text (``nan``, ``inf``), or None when it holds none."""
-    return _find_non_finite(value, "") if _holds_non_finite(value) else None
+    return _find_non_finite(value, "") if holds_non_finite(value) else None
 
 
-def _holds_non_finite(value: Any) -> bool:
-    """Whether ``value`` holds a number JSON cannot hold: `_find_non_finite`'s walk without the
-    paths it names (every tool call's input is scanned; few hold one)."""
+def holds_non_finite(value: Any) -> bool:
+    """Whether parsed data (dicts, lists, numbers) holds a number JSON cannot hold:
+    `_find_non_finite`'s walk without the paths it names (every tool call's input is scanned;
+    few hold one)."""
     if isinstance(value, dict):
         items: Any = value.values()
     elif isinstance(value, list):
@@ -76,12 +77,12 @@ def _holds_non_finite(value: Any) -> bool:
             isinstance(value, float) and not math.isfinite(value)
         )
     for item in items:  # noqa: SIM110 (a loop: no generator per scan)
-        if isinstance(item, _CONTAINERS) and _holds_non_finite(item):
+        if isinstance(item, _CONTAINERS) and holds_non_finite(item):
             return True
     return False
 
 
-_CONTAINERS = (dict, list, float, _NonFinite)  # what `_holds_non_finite` looks into
+_CONTAINERS = (dict, list, float, _NonFinite)  # what `holds_non_finite` looks into
 
 
 def _find_non_finite(value: Any, path: str) -> tuple[str, str] | None:

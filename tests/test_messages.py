@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import math
+
+import pytest
+
 from statemachine_agent import (
     HISTORY_ADAPTER,
     AssistantMessage,
@@ -15,6 +20,7 @@ from statemachine_agent import (
     Usage,
     UserMessage,
 )
+from statemachine_agent._strict_json import non_finite_at
 
 
 def sample_history() -> list:
@@ -67,6 +73,34 @@ def test_stop_reasons_known_and_unknown() -> None:
         "aborted",
         "error",
     }
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {},
+        [],
+        0.0,
+        1.5,
+        "text",
+        None,
+        {"a": 1, "b": "x", "c": None, "d": True},
+        {"a": [1, 2.5, {"b": "c"}]},
+        math.nan,
+        -math.inf,
+        {"x": math.nan},
+        [math.inf],
+        {"a": {"b": [1, -math.inf]}},
+    ],
+)
+def test_tool_call_input_check_skips_only_what_holds_no_non_finite_number(value: object) -> None:
+    # The check before validation skips a value that cannot hold a non-finite number (empty, or
+    # not a dict, list or float) without scanning it: the block must be what the full scan says.
+    block = ToolCallBlock(id="c", name="f", input=value)
+    if non_finite_at(value) is None:
+        assert block.input == value and block.raw_arguments is None
+    else:
+        assert block.input is None and block.raw_arguments == json.dumps(value)
 
 
 def test_usage_adds() -> None:
