@@ -136,6 +136,7 @@ class Tool:
     _field_names: tuple[str, ...] = field(init=False, repr=False)
     _keywords: tuple[str, ...] = field(init=False, repr=False)
     _renamed: bool = field(init=False, repr=False)
+    _takes_nothing: bool = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not _NAME_RE.fullmatch(self.name):
@@ -159,6 +160,9 @@ class Tool:
             (info.alias or name) if renamed else name for name, info in fields.items()
         )
         self._renamed = self._keywords != self._field_names
+        # A model `tool` built for a function without arguments (no validators of its own, extra
+        # arguments forbidden) validates ``{}`` to no keywords: `validate` answers it without it.
+        self._takes_nothing = not fields and self.args_model.__bases__ == (_ArgsBase,)
         unknown = set(self.positional_only) - {*self._keywords, self.context_param}
         if unknown:
             raise ToolDefinitionError(
@@ -190,6 +194,8 @@ class Tool:
         Raises:
             pydantic.ValidationError: with every field error.
         """
+        if self._takes_nothing and type(arguments) is dict and not arguments:
+            return {}  # what validation gives (a model instance and its dict not built)
         # The model's validator itself (``model_validate`` adds a Python call and a failing
         # isinstance on a pydantic class per call).
         model = self.args_model.__pydantic_validator__.validate_python(arguments)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError, model_validator
 
 from statemachine_agent import Tool, ToolContext, ToolDefinitionError, tool
 from statemachine_agent._execution import to_result
@@ -45,6 +45,35 @@ def test_nested_pydantic_argument() -> None:
 
     assert isinstance(move_to, Tool) and move_to.name == "move" and move_to.timeout_seconds == 3
     assert move_to.validate({"point": {"x": 1, "y": 2}})["point"] == Point(x=1, y=2)
+
+
+def test_a_tool_without_arguments_validates_as_its_model_does() -> None:
+    # `validate` answers ``{}`` for a `tool`-made model without fields without running it: the
+    # answer must be the model's, and anything else must still go through the model.
+    @tool
+    def ping(ctx: ToolContext) -> str:
+        """Ping."""
+        return "pong"
+
+    assert ping._takes_nothing
+    model = ping.args_model.__pydantic_validator__.validate_python({})
+    assert ping.validate({}) == dict(vars(model)) == {}
+    first = ping.validate({})
+    first["x"] = 1  # each call's keywords are its own
+    assert ping.validate({}) == {}
+    for not_empty in ({"x": 1}, {"ctx": None}):
+        with pytest.raises(ValidationError):
+            ping.validate(not_empty)
+
+    class Refuses(BaseModel):  # a model of the user's own: its validators run
+        @model_validator(mode="after")
+        def _never(self) -> Refuses:
+            raise ValueError("refused")
+
+    refusing = Tool(name="refusing", description="", function=lambda: None, args_model=Refuses)
+    assert not refusing._takes_nothing
+    with pytest.raises(ValidationError, match="refused"):
+        refusing.validate({})
 
 
 def test_definition_errors() -> None:
