@@ -349,13 +349,17 @@ def stamped(cls: type[EventT]) -> Callable[..., EventT]:
     return _builder(cls, stamp=True)
 
 
-def unstamped(cls: type[EventT]) -> Callable[..., EventT]:
-    """A function building ``cls`` events as ``cls(*fields)`` does, for the events `Run.emit`
-    stamps: those built where the run is not at hand (a response's stream, a tool batch).
+def drafted(cls: type[EventT]) -> Callable[..., EventT]:
+    """A function building drafts of ``cls`` events, for the events `Run.emit` stamps: those
+    built where the run is not at hand (a response's stream, a tool batch).
 
-    ``build(*fields)`` returns the event ``cls(*fields)`` returns (exactly ``cls``, ``run_id``,
-    ``seq`` and ``parent`` unset, reading as their defaults, frozen), written as `stamped`'s
-    ``build`` writes it: it skips ``cls(...)``'s type call and its slot descriptor calls.
+    ``build(*fields)`` returns a draft: an object of ``cls``'s private writable subclass
+    (`DRAFTS` maps it to ``cls``) holding ``fields`` as ``cls(*fields)`` would, written as
+    `stamped`'s ``build`` writes it, but left writable: `Run.emit` stores the stamps plainly
+    and sets its class to ``cls``, once. Stamping an event that is already ``cls`` goes through
+    its slot descriptors (a method-wrapper call per field), and setting the class here and
+    again there would cost twice: the figures are in benchmarks/README.md. A draft is for
+    `Run.emit` only, which makes it the event every subscriber receives.
 
     Args:
         cls: an event class (a frozen, slotted `EventBase` dataclass).
@@ -371,7 +375,8 @@ def unstamped(cls: type[EventT]) -> Callable[..., EventT]:
 
 
 def _builder(cls: type[EventT], *, stamp: bool) -> Callable[..., EventT]:
-    """`stamped`'s (``stamp``) or `unstamped`'s function for ``cls``."""
+    """`stamped`'s (``stamp``: built stamped, then given ``cls``) or `drafted`'s function
+    (a draft, left writable) for ``cls``."""
     writable = _WRITABLE.get(cls)
     if writable is None:
         writable = _WRITABLE[cls] = type(
@@ -385,6 +390,7 @@ def _builder(cls: type[EventT], *, stamp: bool) -> Callable[..., EventT]:
                 "__module__": cls.__module__,
             },
         )
+        DRAFTS[writable] = cls
     params = ["_run"] if stamp else []  # (the generated names start with _: no field's does)
     stores = ["    _event.run_id = _run.id", "    _event.seq = next(_run.seqs)"] if stamp else []
     namespace: dict[str, Any] = {"_new": writable, "_cls": cls}
@@ -400,10 +406,11 @@ def _builder(cls: type[EventT], *, stamp: bool) -> Callable[..., EventT]:
             params.append(f"{f.name}=_default_{f.name}")
         stores.append(f"    _event.{f.name} = {f.name}")
     head = [f"def build({', '.join(params)}):", "    _event = _new()"]
-    source = "\n".join([*head, *stores, "    _event.__class__ = _cls", "    return _event"])
+    given = ["    _event.__class__ = _cls"] if stamp else []  # (a draft is given it when emitted)
+    source = "\n".join([*head, *stores, *given, "    return _event"])
     exec(source, namespace)
     build: Callable[..., EventT] = namespace["build"]
-    kind = "stamped" if stamp else "unstamped"
+    kind = "stamped" if stamp else "drafted"
     build.__qualname__ = build.__name__ = f"{kind}_{cls.__name__}"
     build.__module__ = __name__
     return build
@@ -411,6 +418,10 @@ def _builder(cls: type[EventT], *, stamp: bool) -> Callable[..., EventT]:
 
 _WRITABLE: dict[type[Any], type[Any]] = {}
 """Each event class's private writable subclass (one per class, made by its first builder)."""
+
+DRAFTS: dict[type[Any], type[Any]] = {}
+"""Each private writable subclass's event class: a draft (`drafted`) of that type is given it
+when `Run.emit` stamps it."""
 
 
 # The events `Run` builds itself, each built stamped: ``NEW_TURN_START(run, turn)``.
@@ -421,8 +432,8 @@ NEW_TURN_END = stamped(TurnEnd)
 NEW_MESSAGE_END = stamped(MessageEnd)
 NEW_STATE_CHANGED = stamped(StateChanged)
 
-# The events built where the run is not at hand, built unstamped: `Run.emit` stamps them.
-NEW_MESSAGE_START = unstamped(MessageStart)
-NEW_MESSAGE_DELTA = unstamped(MessageDelta)
-NEW_TOOL_EXECUTION_START = unstamped(ToolExecutionStart)
-NEW_TOOL_EXECUTION_END = unstamped(ToolExecutionEnd)
+# The events built where the run is not at hand, built as drafts: `Run.emit` stamps them.
+NEW_MESSAGE_START = drafted(MessageStart)
+NEW_MESSAGE_DELTA = drafted(MessageDelta)
+NEW_TOOL_EXECUTION_START = drafted(ToolExecutionStart)
+NEW_TOOL_EXECUTION_END = drafted(ToolExecutionEnd)

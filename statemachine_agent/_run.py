@@ -14,7 +14,7 @@ import itertools
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import _events as ev
 from ._accounting import ContextUsage
@@ -168,11 +168,14 @@ class Run:
         self._usage_parts.append(usage)
 
     def emit(self, event: ev.Event) -> None:
-        """Stamp ``event`` with the run's id and its next sequence number and send it to the
-        agent's subscribers (`EventBus.publish`); the run's own events are built stamped
-        (`_events.stamped`) and published where they are built."""
-        ev.SET_RUN_ID(event, self.id)  # through the slots: several events every turn
-        ev.SET_SEQ(event, next(self.seqs))
+        """Stamp ``event`` with the run's id and next seq (a draft: `_events.drafted`) and
+        publish it (`EventBus.publish`); `Run`'s own events are built stamped."""
+        draft: Any = event
+        if (frozen := ev.DRAFTS.get(type(draft))) is not None:  # plain stores, then its class
+            draft.run_id, draft.seq, draft.__class__ = self.id, next(self.seqs), frozen
+        else:  # built as ``cls(...)``: frozen, stamped through its slots
+            ev.SET_RUN_ID(event, self.id)
+            ev.SET_SEQ(event, next(self.seqs))
         self.bus.publish(event)
 
     def append(self, message: Message) -> None:
@@ -312,8 +315,7 @@ class Run:
         ``failed`` (the rule of a raising hook): its error names the callable and the exception.
 
         Raises:
-            MachineDefinitionError: a state cannot be reached or left (checked before the run
-                starts, once every addition to the machine is known).
+            MachineDefinitionError: a state cannot be reached or left (checked at the start).
             asyncio.CancelledError: the task was cancelled (the run is recorded as aborted first).
             KeyboardInterrupt: raised in a tool, a hook, a guard or a callback (the run is
                 recorded as aborted first). `SystemExit` follows the same rule (`INTERRUPTS`).

@@ -1,6 +1,6 @@
 """Events built by `_events.stamped` (the events `Run` builds itself, stamped as they are
-built) and by `_events.unstamped` (the stream's and the tool batch's events, which `Run.emit`
-stamps) are the events their classes build."""
+built) and by `_events.drafted` (the stream's and the tool batch's events: drafts `Run.emit`
+stamps and gives their class) are the events their classes build."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ from statemachine_agent import (
     event_to_dict,
     tool,
 )
-from statemachine_agent._events import stamped, unstamped
+from statemachine_agent._events import drafted, stamped
+from statemachine_agent._run import Run
 from statemachine_agent.models import ScriptedModel
 
 
@@ -71,17 +72,30 @@ def test_an_event_built_stamped_is_the_event_its_class_builds_then_stamped() -> 
             stamped(cls)(run, *fields, "one too many")
 
 
-def test_an_event_built_unstamped_is_the_event_its_class_builds() -> None:
-    """For every event class, ``unstamped(cls)(*fields)`` is ``cls(*fields)``, with
-    ``run_id``/``seq``/``parent`` reading as their defaults; a wrong number of fields is a
+def _emitted(event: Any, run_id: str = "run-1", seq: int = 7) -> Any:
+    """``event`` as `Run.emit` sends it to a subscriber, from a run with that id and next seq."""
+    seen: list[Any] = []
+    bus = types.SimpleNamespace(publish=seen.append)
+    run: Any = types.SimpleNamespace(id=run_id, seqs=itertools.count(seq), bus=bus)  # a `Run`'s
+    Run.emit(run, event)
+    (sent,) = seen
+    return sent
+
+
+def test_a_draft_emitted_is_the_event_its_class_builds_emitted() -> None:
+    """For every event class, a draft ``drafted(cls)(*fields)`` that `Run.emit` sends (plain
+    stores, then its class set) is what ``cls(*fields)`` becomes through `Run.emit` (stamped
+    through its slots): exactly ``cls``, stamped, equal, frozen; a wrong number of fields is a
     `TypeError`."""
     for cls in typing.get_args(Event):
         fields = _sample_fields(cls)
-        built = unstamped(cls)(*fields)
-        assert (built.run_id, built.seq, built.parent) == ("", 0, None)
-        _assert_is_the_event(cls, built, cls(*fields))
+        built = _emitted(drafted(cls)(*fields))
+        assert (built.run_id, built.seq, built.parent) == ("run-1", 7, None)
+        expected = _emitted(cls(*fields))
+        assert type(expected) is cls and (expected.run_id, expected.seq) == ("run-1", 7)
+        _assert_is_the_event(cls, built, expected)
         with pytest.raises(TypeError):
-            unstamped(cls)(*fields, "one too many")
+            drafted(cls)(*fields, "one too many")
 
 
 def test_an_event_built_without_its_optional_fields_takes_its_class_defaults() -> None:
@@ -101,15 +115,15 @@ def test_an_event_built_without_its_optional_fields_takes_its_class_defaults() -
         }
         run = types.SimpleNamespace(id="run-1", seqs=itertools.count(1))  # a `Run`'s stamps
         for built, expected in (
-            (unstamped(cls)(*required), cls(*required)),
+            (_emitted(drafted(cls)(*required), "", 0), cls(*required)),
             (stamped(cls)(run, *required), cls(*required, run_id="run-1", seq=1)),
         ):
             assert {name: getattr(built, name) for name in defaults} == defaults, cls
             assert built == expected and repr(built) == repr(expected)
             assert event_to_dict(built) == event_to_dict(expected)
-    delta = unstamped(MessageDelta)(0, "text", "hi")
+    delta = drafted(MessageDelta)(0, "text", "hi")
     assert (delta.kind, delta.delta, delta.tool_name) == ("text", "hi", None)
-    start = unstamped(MessageStart)()
+    start = drafted(MessageStart)()
     assert (start.model, start.response_id) == (None, None)
 
 
@@ -163,7 +177,7 @@ async def test_a_runs_stream_and_tool_events_carry_each_blocks_kind_text_and_too
 
 
 async def test_a_runs_stream_and_tool_events_are_stamped_public_events() -> None:
-    """The events built unstamped in a run (``message_start``, ``message_delta``,
+    """The events built as drafts in a run (``message_start``, ``message_delta``,
     ``tool_execution_start``/``end``) reach a subscriber as objects of their public classes,
     frozen, stamped with the run's id and their place in its ``seq``."""
 
