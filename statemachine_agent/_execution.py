@@ -230,18 +230,32 @@ class BatchRun:
         slots = self._slots
         if not slots:
             return
-        if len(slots) == 1 or self._one_at_a_time():
-            # One call at a time, each in this task or in a task of its own (`_in_this_task`).
-            for slot in slots:
+        # One call at a time, each in this task or in a task of its own (`_in_this_task`), or
+        # every call at once, each in a task of its own.
+        alone = len(slots) == 1 or self._one_at_a_time()
+        create_task = asyncio.get_running_loop().create_task
+        for slot in slots:
+            if alone:
                 if self._signal.aborted or self._terminated:
                     break
                 if self._in_this_task(slot):
                     with abort_scope(self._signal, self._grace):
                         await self.run_call(slot.index, slot.call)
-                else:
-                    await self._watch((slot,))
-        else:
-            await self._watch(slots)
+                    continue
+            group = (slot,) if alone else slots
+            tasks: list[asyncio.Future[None]] = []  # (loops here, not a coroutine: every batch)
+            for each in group:  # (`_guarded`: a task ends with no exception but its cancellation)
+                tasks.append(create_task(self._guarded(each), name=CALL_TASK_NAME))
+            try:
+                await _next_pass()  # the calls' first steps: one ending there needs no wake-up
+                if not all(map(_is_done, tasks)):  # (no generator, no set)
+                    await self._watch(tasks, group)
+            except asyncio.CancelledError:
+                # The task running the batch was cancelled: so are the calls (`_watch`).
+                await self._stop(_running(tasks, group))
+                raise
+            if not alone:
+                break  # every call was started at once
         if self._fatal is not None:
             raise self._fatal
 
@@ -282,30 +296,18 @@ class BatchRun:
             if self._fatal is None:
                 self._fatal = exc
 
-    async def _watch(self, slots: Sequence[_Slot]) -> None:
-        """Run the calls of ``slots``, each in a task of its own (ending with no exception but
-        its cancellation: `_guarded`), and wait for them. After an abort, running calls get the
-        grace period to end, then are cancelled; a call still running `STOP_WAIT_SECONDS` after
-        its cancellation (it ignores it) is answered as interrupted and left to end in the
-        background, its late result ignored: the run is never held open by it. The cancellation
-        of the task running the batch cancels the calls, waits for them the same way, and
-        propagates."""
-        create_task = asyncio.get_running_loop().create_task
-        tasks: list[asyncio.Future[None]] = []  # (a loop: no comprehension per batch)
-        for slot in slots:
-            tasks.append(create_task(self._guarded(slot), name=CALL_TASK_NAME))
-        try:
-            await _next_pass()  # the calls' first steps: one ending there needs no wake-up
-            if all(map(_is_done, tasks)):  # (no generator, no set)
-                return
-            await all_done_or_abort(tasks, self._signal)
-            if not all(map(_is_done, tasks)):
-                # Aborted: running tools saw the signal; give them the grace period to stop.
-                await asyncio.wait(_running(tasks, slots), timeout=self._grace)
-                await self._stop(_running(tasks, slots))
-        except asyncio.CancelledError:
+    async def _watch(self, tasks: list[asyncio.Future[None]], slots: Sequence[_Slot]) -> None:
+        """Wait for the calls' tasks (``slots``' calls) still running after their first step.
+        After an abort, running calls get the grace period to end, then are cancelled; a call
+        still running `STOP_WAIT_SECONDS` after its cancellation (it ignores it) is answered as
+        interrupted and left to end in the background, its late result ignored: the run is
+        never held open by it. The cancellation of the task running the batch cancels the calls
+        and waits for them the same way (`run`), then propagates."""
+        await all_done_or_abort(tasks, self._signal)
+        if not all(map(_is_done, tasks)):
+            # Aborted: running tools saw the signal; give them the grace period to stop.
+            await asyncio.wait(_running(tasks, slots), timeout=self._grace)
             await self._stop(_running(tasks, slots))
-            raise
 
     async def _stop(self, running: dict[asyncio.Future[None], _Slot]) -> None:
         """Cancel the ``running`` calls' tasks, wait at most `STOP_WAIT_SECONDS` for them to end,
