@@ -71,8 +71,9 @@ def _cap(text: str, limit: int = RAW_ARGUMENTS_CAP) -> str:
     return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
 
 
-def check_call(call: ToolCallBlock, tools: dict[str, Tool]) -> str | dict[str, Any]:
-    """The checks that need no I/O: the error text of a call that must not run, or its arguments.
+def check_call(call: ToolCallBlock, tools: dict[str, Tool]) -> str | tuple[Tool, dict[str, Any]]:
+    """The checks that need no I/O: the error text of a call that must not run, or its tool and
+    its arguments (the call's fields read once: a message's field read is not cheap, `_messages`).
 
     Covers truncated calls, unknown tools (naming the available ones and the closest), arguments
     that are not valid JSON or not a JSON object (quoting the parse problem and the raw text),
@@ -81,37 +82,39 @@ def check_call(call: ToolCallBlock, tools: dict[str, Tool]) -> str | dict[str, A
     """
     if call.truncated:
         return TRUNCATED
-    tool = tools.get(call.name)
+    name = call.name
+    tool = tools.get(name)
     if tool is None:
         names = sorted(tools)
-        text = f"Unknown tool {call.name!r}."
+        text = f"Unknown tool {name!r}."
         text += f" Available tools: {', '.join(names)}." if names else " No tools are available."
-        close = difflib.get_close_matches(call.name, names, n=1)
+        close = difflib.get_close_matches(name, names, n=1)
         if close:
             text += f" Did you mean {close[0]!r}?"
         return text
     value = call.input
-    if call.raw_arguments is not None:
+    raw = call.raw_arguments
+    if raw is not None:
         try:
-            value = loads_strict(call.raw_arguments)
+            value = loads_strict(raw)
         except NonFiniteNumberError as exc:
             return (
-                f"Invalid arguments for tool {call.name!r}: {exc}; the call was not run. Send "
+                f"Invalid arguments for tool {name!r}: {exc}; the call was not run. Send "
                 f"a finite number for {exc.path} (or the value as a string)."
             )
         except ValueError as exc:
             return (
-                f"Invalid arguments for tool {call.name!r}: not valid JSON ({exc}). "
-                f"Raw arguments: {_cap(call.raw_arguments)}. Send the arguments as one JSON object."
+                f"Invalid arguments for tool {name!r}: not valid JSON ({exc}). "
+                f"Raw arguments: {_cap(raw)}. Send the arguments as one JSON object."
             )
     if not isinstance(value, dict):
         kind = _JSON_KINDS.get(type(value).__name__, type(value).__name__)
-        shown = call.raw_arguments if call.raw_arguments is not None else repr_json(value)
+        shown = raw if raw is not None else repr_json(value)
         return (
-            f"Invalid arguments for tool {call.name!r}: expected a JSON object, got {kind}: "
+            f"Invalid arguments for tool {name!r}: expected a JSON object, got {kind}: "
             f"{_cap(shown)}. Send the arguments as one JSON object."
         )
-    return value
+    return tool, value
 
 
 def _clean(blocks: list[TextBlock | ImageBlock]) -> list[TextBlock | ImageBlock]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from types import TracebackType
 from typing import cast
@@ -205,6 +205,35 @@ class abort_scope:  # named like the function it was: ``with abort_scope(...)``
         tb: TracebackType | None,
     ) -> bool:
         return self.__exit__(exc_type, exc, tb)
+
+
+async def all_done_or_abort(tasks: Sequence[asyncio.Future[None]], signal: AbortSignal) -> None:
+    """Wait until every task is done or ``signal`` is set, whichever comes first (one future
+    woken by the tasks' done callbacks and the signal: no waiting task)."""
+    woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    left = len(tasks)
+
+    def wake(_done: object = None) -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    def one_done(_task: asyncio.Future[None]) -> None:
+        nonlocal left
+        left -= 1
+        if not left:
+            wake()
+
+    for task in tasks:
+        task.add_done_callback(one_done)
+    remove = signal.add_callback(wake)
+    if signal.aborted:
+        wake()
+    try:
+        await woken
+    finally:
+        remove()
+        for task in tasks:
+            task.remove_done_callback(one_done)
 
 
 def cancelling() -> bool:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+import types
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,13 @@ from ._call_results import (
     retrieve,
     to_result,
 )
-from ._cancel import AbortSignal, abort_scope, cancelling, is_run_cancellation
+from ._cancel import (
+    AbortSignal,
+    abort_scope,
+    all_done_or_abort,
+    cancelling,
+    is_run_cancellation,
+)
 from ._errors import ToolError
 from ._events import NEW_TOOL_EXECUTION_END, NEW_TOOL_EXECUTION_START, Event
 from ._hooks import (
@@ -69,13 +76,13 @@ __all__ = [  # re-exported from `_call_results` for the modules that use them
 @dataclass(slots=True)
 class _Slot:
     call: ToolCallBlock
+    index: int  # its place in the batch (declaration order)
     started: bool = False  # the tool function was invoked
     announced: bool = False  # a start event was emitted
     result: ToolResultMessage | None = None
     terminate: str | None = None  # the reason of a terminating denial
     ends_run: bool = False  # the result was marked ``terminate=True``
     deferred: PendingCall | None = None  # waits for a person's decision
-    index: int = 0  # its place in the batch (declaration order)
 
 
 class BatchRun:
@@ -105,6 +112,7 @@ class BatchRun:
     _terminated = False  # a denial ended the run (a slot's ``terminate``)
     _deferring = False  # a slot's call was deferred (`deferred` looks then)
     _fatal: BaseException | None = None
+    _resource_tails: dict[str, asyncio.Future[None]] | None = None  # (made by the first claim)
 
     def __init__(
         self,
@@ -123,7 +131,10 @@ class BatchRun:
         run: Any = None,
     ) -> None:
         self.owner = run
-        self._slots = [_Slot(call, index=index) for index, call in enumerate(calls)]
+        slots: list[_Slot] = []  # (a loop: a comprehension is a function call per batch)
+        for index, call in enumerate(calls):
+            slots.append(_Slot(call, index))
+        self._slots = slots
         self.tools = tools
         self._mode = mode
         self._signal = signal
@@ -134,8 +145,6 @@ class BatchRun:
         self._before = before
         self._after = after
         self._deps = deps
-        self._resource_tails: dict[str, asyncio.Future[None]] = {}
-        self._task_slots: dict[asyncio.Future[None], _Slot] = {}
 
     @property
     def calls(self) -> list[ToolCallBlock]:
@@ -221,18 +230,32 @@ class BatchRun:
         slots = self._slots
         if not slots:
             return
-        if len(slots) == 1 or self._one_at_a_time():
-            # One call at a time, each in this task or in a task of its own (`_in_this_task`).
-            for slot in slots:
+        # One call at a time, each in this task or in a task of its own (`_in_this_task`), or
+        # every call at once, each in a task of its own.
+        alone = len(slots) == 1 or self._one_at_a_time()
+        create_task = asyncio.get_running_loop().create_task
+        for slot in slots:
+            if alone:
                 if self._signal.aborted or self._terminated:
                     break
                 if self._in_this_task(slot):
                     with abort_scope(self._signal, self._grace):
                         await self.run_call(slot.index, slot.call)
-                else:
-                    await self._watch([self._start(slot)])
-        else:
-            await self._watch([self._start(slot) for slot in slots])
+                    continue
+            group = (slot,) if alone else slots
+            tasks: list[asyncio.Future[None]] = []  # (loops here, not a coroutine: every batch)
+            for each in group:  # (`_guarded`: a task ends with no exception but its cancellation)
+                tasks.append(create_task(self._guarded(each), name=CALL_TASK_NAME))
+            try:
+                await _next_pass()  # the calls' first steps: one ending there needs no wake-up
+                if not all(map(_is_done, tasks)):  # (no generator, no set)
+                    await self._watch(tasks, group)
+            except asyncio.CancelledError:
+                # The task running the batch was cancelled: so are the calls (`_watch`).
+                await self._stop(_running(tasks, group))
+                raise
+            if not alone:
+                break  # every call was started at once
         if self._fatal is not None:
             raise self._fatal
 
@@ -262,13 +285,6 @@ class BatchRun:
             and self._after is None
         )
 
-    def _start(self, slot: _Slot) -> asyncio.Future[None]:
-        """``slot``'s call in a task of its own (ending with no exception but its cancellation:
-        `_guarded`; `_stop` retrieves one the batch stops waiting for)."""
-        task = asyncio.get_running_loop().create_task(self._guarded(slot), name=CALL_TASK_NAME)
-        self._task_slots[task] = slot
-        return task
-
     async def _guarded(self, slot: _Slot) -> None:
         """`run_call` in a call's task: a `BaseException` that escapes it (a subscriber's
         ``KeyboardInterrupt``, say) is kept for `run` to raise, as in the batch's own task."""
@@ -280,39 +296,33 @@ class BatchRun:
             if self._fatal is None:
                 self._fatal = exc
 
-    async def _watch(self, tasks: Sequence[asyncio.Future[None]]) -> None:
-        """Wait for the calls' tasks. After an abort, running calls get the grace period to end,
-        then are cancelled; a call still running `STOP_WAIT_SECONDS` after its cancellation
-        (it ignores it) is answered as interrupted and left to end in the background, its late
-        result ignored: the run is never held open by it. The cancellation of the task running
-        the batch cancels the calls, waits for them the same way, and propagates."""
-        try:
-            await asyncio.sleep(0)  # the calls' first steps: one ending there needs no wake-up
-            if all(map(_is_done, tasks)):  # (no generator, no set)
-                return
-            await self._all_done_or_abort(tasks)
-            pending = {task for task in tasks if not task.done()}
-            if pending:
-                # Aborted: running tools saw the signal; give them the grace period to stop.
-                _done, pending = await asyncio.wait(pending, timeout=self._grace)
-                await self._stop(pending)
-        except asyncio.CancelledError:
-            await self._stop({task for task in tasks if not task.done()})
-            raise
+    async def _watch(self, tasks: list[asyncio.Future[None]], slots: Sequence[_Slot]) -> None:
+        """Wait for the calls' tasks (``slots``' calls) still running after their first step.
+        After an abort, running calls get the grace period to end, then are cancelled; a call
+        still running `STOP_WAIT_SECONDS` after its cancellation (it ignores it) is answered as
+        interrupted and left to end in the background, its late result ignored: the run is
+        never held open by it. The cancellation of the task running the batch cancels the calls
+        and waits for them the same way (`run`), then propagates."""
+        await all_done_or_abort(tasks, self._signal)
+        if not all(map(_is_done, tasks)):
+            # Aborted: running tools saw the signal; give them the grace period to stop.
+            await asyncio.wait(_running(tasks, slots), timeout=self._grace)
+            await self._stop(_running(tasks, slots))
 
-    async def _stop(self, tasks: set[asyncio.Future[None]]) -> None:
-        """Cancel ``tasks``, wait at most `STOP_WAIT_SECONDS` for them to end, and answer each
-        one still running as interrupted (it goes on unwatched; what it returns is ignored)."""
-        if not tasks:
+    async def _stop(self, running: dict[asyncio.Future[None], _Slot]) -> None:
+        """Cancel the ``running`` calls' tasks, wait at most `STOP_WAIT_SECONDS` for them to end,
+        and answer each one still running as interrupted (it goes on unwatched; what it returns
+        is ignored)."""
+        if not running:
             return
-        for task in tasks:
+        for task in running:
             task.cancel()
-        _done, stubborn = await asyncio.wait(tasks, timeout=STOP_WAIT_SECONDS)
+        _done, stubborn = await asyncio.wait(running, timeout=STOP_WAIT_SECONDS)
         for task in stubborn:
             _ABANDONED.add(task)  # a strong reference until it ends (the loop keeps weak ones)
             task.add_done_callback(retrieve)
             task.add_done_callback(_ABANDONED.discard)
-            slot = self._task_slots[task]
+            slot = running[task]
             text = INTERRUPTED if slot.started else NOT_RUN
             self._finish(slot, text_result(slot.call, text, is_error=True))
             logger.warning(
@@ -321,34 +331,6 @@ class BatchRun:
                 slot.call.name,
                 slot.call.id,
             )
-
-    async def _all_done_or_abort(self, tasks: Sequence[asyncio.Future[None]]) -> None:
-        """Wait until every task is done or the run is aborted, whichever comes first (one
-        future woken by the tasks' done callbacks and the abort signal: no waiting task)."""
-        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        left = len(tasks)
-
-        def wake(_done: object = None) -> None:
-            if not woken.done():
-                woken.set_result(None)
-
-        def one_done(_task: asyncio.Future[None]) -> None:
-            nonlocal left
-            left -= 1
-            if not left:
-                wake()
-
-        for task in tasks:
-            task.add_done_callback(one_done)
-        remove = self._signal.add_callback(wake)
-        if self._signal.aborted:
-            wake()
-        try:
-            await woken
-        finally:
-            remove()
-            for task in tasks:
-                task.remove_done_callback(one_done)
 
     async def run_call(self, index: int, call: ToolCallBlock) -> None:
         """Process call ``index`` of the batch (``call``) until it has its result: its start
@@ -363,18 +345,17 @@ class BatchRun:
         """
         slot = self._slots[index]
         # Start and end events go together: a subscriber added mid-call sees neither.
-        slot.announced = self._listening()
-        if slot.announced:
+        slot.announced = announced = self._listening()
+        if announced:
             self._emit(NEW_TOOL_EXECUTION_START(call))
         try:
-            tools = self.tools
-            checked = check_call(call, tools)
+            checked = check_call(call, self.tools)
             if isinstance(checked, str):
                 self._finish(slot, text_result(call, checked, is_error=True))
                 return
-            tool = tools[call.name]
+            tool, arguments = checked
             try:
-                kwargs = tool.validate(checked)
+                kwargs = tool.validate(arguments)
                 resource = (
                     tool.resource_of(kwargs)
                     if tool.resource is not None and self._mode == "parallel"
@@ -382,7 +363,7 @@ class BatchRun:
                 )
             except Exception as exc:  # invalid, or a broken validator or resource function
                 text = (
-                    format_validation_error(call.name, exc, checked)
+                    format_validation_error(call.name, exc, arguments)
                     if isinstance(exc, ValidationError)
                     else f"Could not prepare the call: {type(exc).__name__}: {exc}"
                 )
@@ -416,9 +397,12 @@ class BatchRun:
     ) -> tuple[asyncio.Future[None] | None, asyncio.Future[None] | None]:
         if resource is None:
             return None, None
-        previous = self._resource_tails.get(resource)
+        tails = self._resource_tails
+        if tails is None:
+            tails = self._resource_tails = {}
+        previous = tails.get(resource)
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._resource_tails[resource] = turn
+        tails[resource] = turn
         return previous, turn
 
     def _defer(self, slot: _Slot, reason: str) -> ToolResultMessage:
@@ -594,5 +578,21 @@ stops waiting for it."""
 
 
 _is_done = asyncio.Future.done  # (`_watch` maps it over its tasks)
+
+
+def _running(
+    tasks: Sequence[asyncio.Future[None]], slots: Sequence[_Slot]
+) -> dict[asyncio.Future[None], _Slot]:
+    """The calls' tasks not done yet, with their slots (only after an abort or a cancellation:
+    no mapping is built for a batch that ends by itself)."""
+    return {task: slot for task, slot in zip(tasks, slots, strict=True) if not task.done()}
+
+
+@types.coroutine
+def _next_pass() -> Generator[None, None, None]:
+    """Give the event loop one pass (``asyncio.sleep(0)``'s own step, without its call)."""
+    yield
+
+
 _ABANDONED: set[asyncio.Future[None]] = set()
 """The tasks of calls a batch stopped waiting for, until they end."""

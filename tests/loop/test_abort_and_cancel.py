@@ -1038,3 +1038,56 @@ async def test_a_run_cancelled_during_its_only_tool_call_takes_a_new_prompt() ->
     sent = model.requests[1].messages
     assert [m.role for m in sent] == ["user", "assistant", "tool_result", "user"]
     assert [m.tool_call_id for m in results_of(list(sent))] == ["c1"]
+
+
+@pytest.mark.timeout(60)
+async def test_a_parallel_call_ignoring_the_abort_is_the_one_answered_and_named_as_left(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # After the grace period the batch maps its still-running tasks back to their calls: the
+    # call that ignores its cancellation (the last one) is answered interrupted, named in
+    # the warning and its end event sent then; the others keep what they returned.
+    entered = asyncio.Event()
+    release = asyncio.Event()
+
+    @tool
+    async def quick() -> str:
+        """Return at once."""
+        return "quick done"
+
+    @tool
+    async def stubborn() -> str:
+        """Ignore every cancellation until released."""
+        entered.set()
+        while not release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await release.wait()
+        return "late"
+
+    @tool
+    async def polite() -> str:
+        """Wait until cancelled."""
+        await asyncio.Event().wait()
+        return "never"
+
+    model = ScriptedModel(
+        [tool_response(call("quick", id="q1"), call("polite", id="p2"), call("stubborn", id="s3"))]
+    )
+    agent = Agent(model, tools=[quick, stubborn, polite], abort_grace_seconds=0.05)
+    ends: list[str] = []
+    agent.subscribe(lambda e: ends.append(e.call.id) if isinstance(e, ToolExecutionEnd) else None)
+    task = asyncio.ensure_future(agent.run("go"))
+    try:
+        with caplog.at_level(logging.WARNING, logger="statemachine_agent"):
+            await entered.wait()
+            agent.abort("stop")
+            done, _ = await asyncio.wait({task}, timeout=30)
+        assert done, "the run waited for a tool that ignores its cancellation"
+        assert task.result().state is State.ABORTED
+        texts = {m.tool_call_id: m.text for m in agent.messages if isinstance(m, ToolResultMessage)}
+        assert texts == {"q1": "quick done", "p2": INTERRUPTED, "s3": INTERRUPTED}
+        [left] = [r.getMessage() for r in caplog.records if "did not stop" in r.getMessage()]
+        assert "'stubborn' (call s3)" in left
+        assert sorted(ends) == ["p2", "q1", "s3"]
+    finally:
+        release.set()
