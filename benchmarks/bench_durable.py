@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 import warnings
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,9 @@ async def _overhead(reps: int, db: str | None = None) -> dict[str, Any]:
         "ours_marker": durable_agents.noop_agent,
     }
     which = {"agent": "ours"}
+    # Run ids new to the database: a second call on the same PostgreSQL database would
+    # otherwise get each workflow's recorded result back without running it.
+    batch = uuid.uuid4().hex[:8]
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(reps):
             start = time.perf_counter()
@@ -182,7 +186,7 @@ async def _overhead(reps: int, db: str | None = None) -> dict[str, Any]:
         try:
             for i in range(reps):
                 for kind in kinds:
-                    run_id = f"{kind}-{i}"
+                    run_id = f"{kind}-{batch}-{i}"
                     before = STATEMENTS.count
                     start, start_cpu = time.perf_counter(), time.process_time()
                     if kind in agents:
