@@ -1091,3 +1091,97 @@ async def test_a_parallel_call_ignoring_the_abort_is_the_one_answered_and_named_
         assert sorted(ends) == ["p2", "q1", "s3"]
     finally:
         release.set()
+
+
+@pytest.mark.parametrize("mode", ["parallel", "sequential"])
+async def test_cancelling_the_run_during_a_batch_cancels_the_running_tool_tasks(mode: str) -> None:
+    """The cancellation of the run's task reaches the calls' own tasks: a running async tool
+    sees its `asyncio.CancelledError` before the cancellation propagates (not left running)."""
+    started = asyncio.Event()
+    outcome: list[str] = []
+
+    @tool
+    async def waits() -> str:
+        """Waits until cancelled."""
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            outcome.append("cancelled")
+            raise
+        return "never"
+
+    model = ScriptedModel(
+        [tool_response(call("waits", id="w1"), call("waits", id="w2")), text_response("no")]
+    )
+    agent = Agent(model, tools=[waits], tool_execution=mode)  # type: ignore[arg-type]
+    task = asyncio.ensure_future(agent.run("Wait"))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    expected = ["cancelled", "cancelled"] if mode == "parallel" else ["cancelled"]
+    assert outcome == expected, "a running call's task was not cancelled with the run"
+
+
+async def test_a_parallel_call_that_aborts_in_its_first_step_then_sleeps_is_stopped_after_the_grace():
+    """The abort is set before the batch starts waiting for its calls (in a call's first step):
+    the wait still sees it, gives the grace period, then cancels the call, instead of waiting
+    for the call to end by itself."""
+
+    @tool
+    async def aborts_then_sleeps(n: int) -> str:
+        """Aborts the run, then sleeps for long, ignoring the abort signal."""
+        agent.abort("stopped by the tool")
+        await asyncio.sleep(30)
+        return "slept"
+
+    model = ScriptedModel(
+        [
+            tool_response(
+                call("aborts_then_sleeps", {"n": 1}, id="a1"),
+                call("aborts_then_sleeps", {"n": 2}, id="a2"),
+            ),
+            text_response("never requested"),
+        ]
+    )
+    agent = Agent(model, tools=[aborts_then_sleeps], abort_grace_seconds=0.05)
+    started = time.perf_counter()
+    result = await asyncio.wait_for(agent.run("go"), timeout=10)
+    assert time.perf_counter() - started < 5, "the batch waited for the calls to end by themselves"
+    assert result.state is State.ABORTED and result.error == "stopped by the tool"
+    assert [(r.tool_call_id, r.is_error) for r in results_of(result.messages)] == [
+        ("a1", True),
+        ("a2", True),
+    ]
+    assert model.calls == 1
+    assert_valid_history(result.messages)
+
+
+async def test_abort_waiters_of_parallel_batches_do_not_pile_up_over_a_run() -> None:
+    """A parallel batch whose calls outlive their first step waits on the abort signal with a
+    callback: the callback goes when the batch ends, batch after batch."""
+
+    @tool
+    async def naps() -> str:
+        """Naps briefly (so the batch waits for it)."""
+        await asyncio.sleep(0.001)
+        return "ok"
+
+    def two_calls(i: int) -> AssistantMessage:
+        return AssistantMessage(
+            content=[
+                ToolCallBlock(id=f"a{i}", name="naps", input={}),
+                ToolCallBlock(id=f"b{i}", name="naps", input={}),
+            ],
+            stop_reason="tool_use",
+        )
+
+    script: list[Any] = [two_calls(i) for i in range(5)]
+    script.append({"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"})
+    agent = Agent(ScriptedModel(script, record_requests=False), tools=[naps], max_turns=10)
+    coro = agent.run("go")
+    run = coro.run
+    result = await coro
+    assert result.state is State.DONE and result.turns == 6
+    assert not run.signal._callbacks
