@@ -849,3 +849,15 @@ async def test_max_tool_calls_names_only_the_calls_that_would_run_as_wanted() ->
     assert ran == [] and result.state is State.MAX_TURNS
     assert result.error is not None
     assert "max_tool_calls=0 was reached: 0 used, 1 more wanted" in result.error
+
+
+async def test_a_context_window_cut_with_a_complete_call_is_not_stopped_by_max_tool_calls_zero():
+    """A response cut by the context window runs none of its calls, the complete ones included:
+    ``max_tool_calls=0`` does not stop it (the run ends ``done`` with the context window's
+    explanation, counting no call)."""
+    agent, ran = _two_calls_cut_by("model_context_window_exceeded", limit=0)
+    result = await agent.run("go")
+    assert ran == []
+    assert result.state is State.DONE and result.counts.tool_calls == 0
+    assert result.error is not None
+    assert result.error.startswith("The response was cut off by the model's context window")
