@@ -136,3 +136,20 @@ def test_finite_nested_input_is_kept_as_data() -> None:
     assert loads_strict('{"a": [{"b": 1e300}], "s": "NaN"}') == {"a": [{"b": 1e300}], "s": "NaN"}
     block = ToolCallBlock(id="t", name="n", input=data)
     assert (block.input, block.raw_arguments) == (data, None)
+
+
+def test_check_call_answers_the_arguments_parsed_from_the_raw_text() -> None:
+    """A call whose arguments are held as text (``raw_arguments``, ``input`` unset) that parse as
+    a JSON object gets its tool and those parsed arguments, not the unset ``input``."""
+    from statemachine_agent import Tool, ToolCallBlock, tool
+    from statemachine_agent._call_results import check_call
+
+    @tool
+    def ping(n: int) -> str:
+        """Ping."""
+        return str(n)
+
+    assert isinstance(ping, Tool)
+    block = ToolCallBlock(id="c", name="ping", raw_arguments='{"n": 3}')
+    assert block.input is None
+    assert check_call(block, {"ping": ping}) == (ping, {"n": 3})
