@@ -51,7 +51,8 @@ class LoopData:
         limit_hit: the usage limit that stopped the run (set by the ``usage_limit`` branches'
             action), None while none has.
         requests: model requests sent in this run (a continued run keeps counting).
-        tool_calls: tool calls run in this run (a continued run keeps counting).
+        tool_calls: tool calls batches took in, in this run (``max_tool_calls``, see
+            `calls_to_run`; a continued run keeps counting).
         usage: tokens of this run's responses (a continued run keeps counting).
         final_turn: make one last request with tools disabled before ending at a limit.
         winding_down: that last request is the one in flight.

@@ -90,7 +90,7 @@ class RunCounts:
         turns: completed turns (the count ``max_turns`` caps).
         requests: model requests sent (``max_requests``), the default summarizer's compaction
             requests included; the final turn's is not counted.
-        tool_calls: tool calls run (``max_tool_calls``; see `calls_to_run`).
+        tool_calls: tool calls batches took in (``max_tool_calls``; see `calls_to_run`).
         usage: tokens of the run's responses (the token limits).
     """
 
@@ -138,10 +138,12 @@ class UsageLimits:
             included. Checked after each response.
         max_output_tokens: generated tokens. Checked after each response.
         max_total_tokens: input plus output tokens. Checked after each response.
-        max_tool_calls: tool calls run. Checked after each response: a batch that would take
-            the count past the limit is not run (each of its calls is answered with the limit's
-            text). A call that never runs whatever the limit (cut off by the token limit or the
-            context window, see `calls_to_run`) is not counted.
+        max_tool_calls: tool calls a batch takes in: each complete call of a response, the
+            ones then answered with an error included (an unknown tool, arguments that do
+            not validate, a hook's denial). Checked after each response: a batch that would
+            take the count past the limit is not run (each of its calls is answered with the
+            limit's text). A call that never runs whatever the limit (cut off by the token
+            limit or the context window, see `calls_to_run`) is not counted.
 
     Raises:
         UsageError: a limit is not a non-negative integer.
@@ -196,8 +198,9 @@ class UsageLimits:
 
 
 def calls_to_run(calls: Sequence[ToolCallBlock]) -> int:
-    """How many of a response's tool ``calls`` count toward ``max_tool_calls``: those that run
-    when the batch runs. A call cut off by the token limit (``truncated``) is answered as not
+    """How many of a response's tool ``calls`` count toward ``max_tool_calls``: those the batch
+    takes in, every complete call (one then answered with an error, for an unknown tool, say,
+    included). A call cut off by the token limit (``truncated``) is answered as not
     run (its arguments are incomplete), so it is not counted; nor are the calls of a response
     cut off by the context window, which are all answered as not run (the caller passes none).
     """

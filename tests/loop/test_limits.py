@@ -861,3 +861,33 @@ async def test_a_context_window_cut_with_a_complete_call_is_not_stopped_by_max_t
     assert result.state is State.DONE and result.counts.tool_calls == 0
     assert result.error is not None
     assert result.error.startswith("The response was cut off by the model's context window")
+
+
+async def test_a_call_to_an_unknown_tool_counts_toward_max_tool_calls_as_documented() -> None:
+    """``max_tool_calls`` counts each complete call a batch takes in, one answered with an error
+    included: a call to an unknown tool uses the budget of 1, so the next batch (one call to a
+    real tool) is stopped, naming 1 used and 1 more wanted."""
+
+    @tool
+    def real() -> str:
+        """Answers ok."""
+        return "ok"
+
+    def calls(name: str, call_id: str) -> dict[str, Any]:
+        block = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
+        return {"content": [block], "stop_reason": "tool_use"}
+
+    model = ScriptedModel(
+        [
+            calls("nope", "u1"),
+            calls("real", "r1"),
+            {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"},
+        ]
+    )
+    agent = Agent(model, tools=[real], limits=UsageLimits(max_tool_calls=1))
+    result = await agent.run("go")
+    assert result.state is State.MAX_TURNS and result.counts.tool_calls == 1
+    assert result.error is not None
+    assert "max_tool_calls=1 was reached: 1 used, 1 more wanted" in result.error
+    texts = [r.text for r in results_of(result.messages)]
+    assert "nope" in texts[0] and texts[1].startswith("Not run: the usage limit max_tool_calls=1")
