@@ -450,17 +450,24 @@ async def test_a_tool_raising_cancelled_error_itself_is_an_error_result(mode: st
     assert_valid_history(result.messages)
 
 
-@pytest.mark.parametrize("mode", ["parallel", "sequential"])
-async def test_cancelling_the_run_during_a_batch_answers_each_call_by_mode_and_reraises(
+async def _cancelled_during_two_waiting_calls(
     mode: str,
-) -> None:
+) -> tuple[Agent, ScriptedModel, list[str]]:
+    """A run whose batch of two ``waits`` calls (each waiting until cancelled) is cancelled once
+    the first call has started; the re-raised `asyncio.CancelledError` is checked here. Returns
+    the agent, its model and an entry ``"cancelled"`` for each call that saw its cancellation."""
     started = asyncio.Event()
+    outcome: list[str] = []
 
     @tool
     async def waits() -> str:
         """Waits until cancelled."""
         started.set()
-        await asyncio.Event().wait()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            outcome.append("cancelled")
+            raise
         return "never"
 
     model = ScriptedModel(
@@ -472,6 +479,14 @@ async def test_cancelling_the_run_during_a_batch_answers_each_call_by_mode_and_r
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    return agent, model, outcome
+
+
+@pytest.mark.parametrize("mode", ["parallel", "sequential"])
+async def test_cancelling_the_run_during_a_batch_answers_each_call_by_mode_and_reraises(
+    mode: str,
+) -> None:
+    agent, model, _ = await _cancelled_during_two_waiting_calls(mode)
     assert agent.state is State.ABORTED
     results = results_of(agent.messages)
     expected_second = (
@@ -1097,29 +1112,7 @@ async def test_a_parallel_call_ignoring_the_abort_is_the_one_answered_and_named_
 async def test_cancelling_the_run_during_a_batch_cancels_the_running_tool_tasks(mode: str) -> None:
     """The cancellation of the run's task reaches the calls' own tasks: a running async tool
     sees its `asyncio.CancelledError` before the cancellation propagates (not left running)."""
-    started = asyncio.Event()
-    outcome: list[str] = []
-
-    @tool
-    async def waits() -> str:
-        """Waits until cancelled."""
-        started.set()
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            outcome.append("cancelled")
-            raise
-        return "never"
-
-    model = ScriptedModel(
-        [tool_response(call("waits", id="w1"), call("waits", id="w2")), text_response("no")]
-    )
-    agent = Agent(model, tools=[waits], tool_execution=mode)  # type: ignore[arg-type]
-    task = asyncio.ensure_future(agent.run("Wait"))
-    await started.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    _, _, outcome = await _cancelled_during_two_waiting_calls(mode)
     expected = ["cancelled", "cancelled"] if mode == "parallel" else ["cancelled"]
     assert outcome == expected, "a running call's task was not cancelled with the run"
 

@@ -810,11 +810,16 @@ def _two_calls_cut_by(stop: str, limit: int) -> tuple[Agent, list[str]]:
     return agent, ran
 
 
-async def test_a_response_cut_by_the_context_window_does_not_count_its_calls_for_max_tool_calls():
+@pytest.mark.parametrize("limit", [1, 0])
+async def test_a_response_cut_by_the_context_window_does_not_count_its_calls_for_max_tool_calls(
+    limit: int,
+) -> None:
     """None of the calls of a response cut by the context window runs (each is answered as not
-    run), so ``max_tool_calls=1`` with two such calls does not stop the run: it ends ``done``
-    with the context window's explanation, as it does without the limit."""
-    agent, ran = _two_calls_cut_by("model_context_window_exceeded", limit=1)
+    run), the complete ones included, so ``max_tool_calls`` does not stop the run, not even at
+    0 (with 1, the truncated second call alone would hide a count of the complete one): it ends
+    ``done`` with the context window's explanation, as it does without the limit, counting no
+    call."""
+    agent, ran = _two_calls_cut_by("model_context_window_exceeded", limit=limit)
     result = await agent.run("go")
     assert ran == []
     assert result.state is State.DONE and result.counts.tool_calls == 0
@@ -849,18 +854,6 @@ async def test_max_tool_calls_names_only_the_calls_that_would_run_as_wanted() ->
     assert ran == [] and result.state is State.MAX_TURNS
     assert result.error is not None
     assert "max_tool_calls=0 was reached: 0 used, 1 more wanted" in result.error
-
-
-async def test_a_context_window_cut_with_a_complete_call_is_not_stopped_by_max_tool_calls_zero():
-    """A response cut by the context window runs none of its calls, the complete ones included:
-    ``max_tool_calls=0`` does not stop it (the run ends ``done`` with the context window's
-    explanation, counting no call)."""
-    agent, ran = _two_calls_cut_by("model_context_window_exceeded", limit=0)
-    result = await agent.run("go")
-    assert ran == []
-    assert result.state is State.DONE and result.counts.tool_calls == 0
-    assert result.error is not None
-    assert result.error.startswith("The response was cut off by the model's context window")
 
 
 async def test_a_call_to_an_unknown_tool_counts_toward_max_tool_calls_as_documented() -> None:
