@@ -158,7 +158,10 @@ class ContextMeter:
     def deferred(self, messages: Sequence[Message], window: int | None) -> ContextUsage:
         """The `ContextUsage` of ``messages`` as it is now, estimated only when it is read (a
         ``turn_end`` event's: most subscribers never look, and the estimate is the cost)."""
-        return _DeferredContextUsage.of(self, messages, window)
+        usage = _DeferredContextUsage.__new__(_DeferredContextUsage)  # (its figure is not made)
+        at = (self, messages, len(messages), self.mark, self.generation, self.reported, window)
+        _SET_AT(usage, at)
+        return usage
 
 
 class _DeferredContextUsage(ContextUsage):
@@ -168,8 +171,10 @@ class _DeferredContextUsage(ContextUsage):
     """
 
     __slots__ = ("_at", "_figure")
+    # What the figure is made of (`ContextMeter.deferred`), None once it is made; ``_figure`` is
+    # set only then.
     _at: tuple[ContextMeter, Sequence[Message], int, int, int, int, int | None] | None
-    _figure: tuple[int, int, int, int | None] | None
+    _figure: tuple[int, int, int, int | None]
 
     def __init__(
         self, tokens: int, reported: int, estimated: int, window: int | None = None
@@ -178,22 +183,10 @@ class _DeferredContextUsage(ContextUsage):
         object.__setattr__(self, "_at", None)
         object.__setattr__(self, "_figure", (tokens, reported, estimated, window))
 
-    @classmethod
-    def of(
-        cls, meter: ContextMeter, messages: Sequence[Message], window: int | None
-    ) -> _DeferredContextUsage:
-        """The figure of ``messages`` as they are now (nothing estimated yet)."""
-        self = cls.__new__(cls)
-        at = (meter, messages, len(messages), meter.mark, meter.generation, meter.reported, window)
-        object.__setattr__(self, "_at", at)
-        object.__setattr__(self, "_figure", None)
-        return self
-
     def _fields(self) -> tuple[int, int, int, int | None]:
-        figure = self._figure
-        if figure is None:
-            assert self._at is not None
-            meter, messages, size, mark, generation, reported, window = self._at
+        at = self._at
+        if at is not None:
+            meter, messages, size, mark, generation, reported, window = at
             start = mark if reported else 0
             if meter.generation == generation and (
                 meter._source is messages or meter._source is None
@@ -205,7 +198,8 @@ class _DeferredContextUsage(ContextUsage):
             figure = (reported + estimated, reported, estimated, window)
             object.__setattr__(self, "_figure", figure)
             object.__setattr__(self, "_at", None)  # the figure is final: let the rest go
-        return figure
+            return figure
+        return self._figure
 
     @property
     def tokens(self) -> int:
@@ -240,3 +234,6 @@ class _DeferredContextUsage(ContextUsage):
 
     def __reduce__(self) -> tuple[type[ContextUsage], tuple[int, int, int, int | None]]:
         return ContextUsage, self._fields()
+
+
+_SET_AT = _DeferredContextUsage.__dict__["_at"].__set__  # (`ContextMeter.deferred`: it is frozen)

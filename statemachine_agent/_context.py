@@ -24,6 +24,7 @@ from ._messages import (
     Message,
     StopReason,
     TextBlock,
+    ToolCallBlock,
     ToolResultMessage,
     UserMessage,
     text_result,
@@ -34,9 +35,15 @@ from ._protocol import (
     NO_RESULT,
     find_violations,
     is_blank,
-    is_user_side,
     without_blank_text,
 )
+
+
+def _text_only(message: AssistantMessage) -> AssistantMessage | None:
+    """An aborted or errored response as it is sent: its text only (never a partial tool call),
+    or None when no text is left."""
+    content = without_blank_text([b for b in message.content if isinstance(b, TextBlock)])
+    return message.model_copy(update={"content": content}) if content else None
 
 
 def _has_blank(blocks: Sequence[object]) -> bool:
@@ -45,19 +52,6 @@ def _has_blank(blocks: Sequence[object]) -> bool:
         if is_blank(block):
             return True
     return False
-
-
-def _clean_assistant(message: AssistantMessage, incomplete: bool) -> AssistantMessage | None:
-    content = message.content
-    if incomplete:  # aborted or errored: its text only
-        content = without_blank_text([b for b in content if isinstance(b, TextBlock)])
-    elif _has_blank(content):
-        content = without_blank_text(content)
-    else:
-        return message if content else None
-    if not content:
-        return None
-    return message.model_copy(update={"content": content})
 
 
 def _clean_user(message: UserMessage) -> UserMessage | None:
@@ -80,12 +74,9 @@ def _join(first: AssistantMessage, second: AssistantMessage) -> AssistantMessage
     )
 
 
-def project(
-    messages: Sequence[Message], start: int = 0, call_ids: set[str] | None = None
-) -> list[Message]:
+def project(messages: Sequence[Message], start: int = 0) -> list[Message]:
     """Project ``messages[start:]`` (``messages[:start]`` must end on the user side with every
-    call answered) to what a provider may receive. Unchanged messages are the same objects.
-    The ids of the projected calls are added to ``call_ids`` when it is given."""
+    call answered) to what a provider may receive. Unchanged messages are the same objects."""
     out: list[Message] = []
     n = len(messages)
     i = start
@@ -103,7 +94,23 @@ def project(
             continue
         assert isinstance(message, AssistantMessage)
         incomplete = message.stop_reason in INCOMPLETE_STOP_REASONS  # (read once: see `_messages`)
-        cleaned = _clean_assistant(message, incomplete)
+        calls: list[ToolCallBlock] = []  # the calls sent (a partial response's are not)
+        cleaned: AssistantMessage | None
+        if incomplete:
+            cleaned = _text_only(message)
+        else:
+            content = message.content
+            blank = False
+            for block in content:  # one pass: its calls, and whether a text is blank
+                if isinstance(block, ToolCallBlock):
+                    calls.append(block)
+                elif is_blank(block):
+                    blank = True
+            if blank:
+                content = without_blank_text(content)
+                cleaned = message.model_copy(update={"content": content}) if content else None
+            else:
+                cleaned = message if content else None
         if cleaned is None:
             previous_kept = out[-1] if out else None
             if (
@@ -119,6 +126,8 @@ def project(
         if incomplete and (i == n or isinstance(messages[i], AssistantMessage)):
             continue  # cut off and then replaced by what follows: never joined to a response
         if out and out[-1].role == "assistant":
+            # (A kept response with calls is followed by their results: the one before holds
+            # no call, so a joined message's calls are ``calls``.)
             previous = out.pop()
             assert isinstance(previous, AssistantMessage)
             if (
@@ -126,14 +135,30 @@ def project(
             ):  # a pause_turn continuation is joined
                 cleaned = _join(previous, cleaned)
         out.append(cleaned)
-        calls = cleaned.tool_calls
         if not calls:
             continue
-        wanted: set[str] = set()
+        # The results as the engine appends them: one for each call, in declaration order.
+        # Taken as they are when the ids are distinct: each is then its call's first result in
+        # the batch, as below (a result after them answers a call already answered: an orphan).
+        kept: list[Message] = []
+        j = i
         for call in calls:  # (a loop: see `_messages`)
+            if j == n:
+                break
+            result = messages[j]
+            if not isinstance(result, ToolResultMessage) or result.tool_call_id != call.id:
+                break
+            kept.append(_clean_result(result))
+            j += 1
+        else:
+            if len(calls) == 1 or _distinct(calls):
+                out += kept
+                i = j
+                continue
+        # Any other batch: each call's first result in it, else a synthetic error result.
+        wanted: set[str] = set()
+        for call in calls:
             wanted.add(call.id)
-        if call_ids is not None:
-            call_ids |= wanted
         found: dict[str, ToolResultMessage] = {}
         while i < n:
             result = messages[i]
@@ -146,6 +171,13 @@ def project(
         for call in calls:
             out.append(found.get(call.id) or text_result(call, NO_RESULT, is_error=True))
     return out
+
+
+def _distinct(calls: Sequence[ToolCallBlock]) -> bool:
+    ids: set[str] = set()
+    for call in calls:
+        ids.add(call.id)
+    return len(ids) == len(calls)
 
 
 class ContextProjector:
@@ -164,12 +196,23 @@ class ContextProjector:
         self._done = 0  # source messages whose projection is final
         self._last: Message | None = None
         self._out: list[Message] = []
-        self._ids: set[str] = set()
-        self._mark: int | None = None  # the engine's append count at the last full check
+        self._ids: set[str] = set()  # the call ids of ``_out[:_idsdone]``
+        self._idsdone = 0
+        self._lag: int | None = None  # the engine's append count less ``_done``, at the last check
 
     def _reset(self, history: Sequence[Message]) -> None:
         self._source, self._done, self._last = history, 0, None
-        self._out, self._ids, self._mark = [], set(), None
+        self._out, self._ids, self._idsdone, self._lag = [], set(), 0, None
+
+    def _prior_ids(self) -> set[str]:
+        """The tool-call ids of the final projection (gathered only when a check needs them)."""
+        ids, out = self._ids, self._out
+        for message in out[self._idsdone :]:
+            if isinstance(message, AssistantMessage):
+                for call in message.tool_calls:
+                    ids.add(call.id)
+        self._idsdone = len(out)
+        return ids
 
     def project(self, history: Sequence[Message], appended: int | None = None) -> list[Message]:
         """Project ``history`` for a request.
@@ -183,30 +226,27 @@ class ContextProjector:
             InvalidHistoryError: the projection still breaks the protocol (e.g. a tool-call id used
                 twice), naming every problem, instead of a 400 from the provider.
         """
+        done = self._done
         if (
             history is not self._source
-            or len(history) < self._done
-            or (self._done and history[self._done - 1] is not self._last)
+            or len(history) < done
+            or (done and history[done - 1] is not self._last)
         ):
             self._reset(history)
-        tail_ids: set[str] = set()
-        tail = project(history, self._done, tail_ids)
-        trusted = (
-            appended is not None
-            and self._mark is not None
-            and appended - self._mark == len(history) - self._done
-        )
-        if not trusted:
+            done = 0
+        tail = project(history, done)
+        size = len(history)
+        # Trusted: every message after ``done`` is one the engine appended itself.
+        if appended is None or appended - size != self._lag:
             problems = find_violations(
-                tail, request=True, prior_ids=self._ids, offset=len(self._out)
+                tail, request=True, prior_ids=self._prior_ids(), offset=len(self._out)
             )
             if problems:
                 raise InvalidHistoryError(problems)
-        if history and is_user_side(history[-1]):
-            self._out.extend(tail)
-            self._ids |= tail_ids
-            self._done, self._last = len(history), history[-1]
-            self._mark = appended
+        if size and history[-1].role != "assistant":  # on the user side (`is_user_side`)
+            self._out += tail
+            self._done, self._last = size, history[-1]
+            self._lag = None if appended is None else appended - size
             return self._out
         return [*self._out, *tail]
 

