@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -100,6 +100,9 @@ class _Model(BaseModel):
 # class: 157 bytes for 7 fields). Nothing public changes: the same fields in the same order, the
 # same ``model_dump`` output, ``model_fields_set``, equality, copies and pickles (a copy or an
 # unpickled message has its own ordinary dict and set, which pydantic then updates as usual).
+# The engine's tool results, and a tool call or response built by its constructor's usual call
+# (`ToolCallBlock.__init__`, `AssistantMessage.__init__`), are built compact at once, without
+# validating values already of their fields' types: the same message validation would build.
 
 
 class _SharedFieldsSet(set[str]):
@@ -156,23 +159,26 @@ def _holder(cls: type) -> type:
     return holder
 
 
-def _builder(cls: type[BaseModel], fields_set: tuple[str, ...]) -> Callable[..., Any]:
+def _builder(
+    cls: type[BaseModel], fields_set: tuple[str, ...], *, into: bool = False
+) -> Callable[..., Any]:
     """A function building a ``cls`` already kept compactly from the values of all its fields
     (positional, in declaration order) set as ``fields_set`` names. It does what
     ``cls.model_construct(fields_set, **values)`` does, without its per-field loop, so it is
-    only for values already of the fields' types (the engine's own tool results; anything
-    else goes through validation)."""
+    only for values already of the fields' types (the engine's own tool results, a
+    constructor's usual call; anything else goes through validation). ``into``: the function
+    fills the instance given as its first argument (an ``__init__``'s ``self``) instead."""
     names = tuple(cls.model_fields)
     lines = [
-        f"def build({', '.join(names)}):",
+        f"def build({'instance_, ' if into else ''}{', '.join(names)}):",
         "    held = Holder()",
         *(f"    held.{name} = {name}" for name in names),
-        "    model = new(cls)",
-        "    setattr_(model, '__dict__', held.__dict__)",
-        "    setattr_(model, '__pydantic_fields_set__', fields_set)",
-        "    setattr_(model, '__pydantic_extra__', None)",
-        "    setattr_(model, '__pydantic_private__', None)",
-        "    return model",
+        *(() if into else ("    instance_ = new(cls)",)),
+        "    setattr_(instance_, '__dict__', held.__dict__)",
+        "    setattr_(instance_, '__pydantic_fields_set__', fields_set)",
+        "    setattr_(instance_, '__pydantic_extra__', None)",
+        "    setattr_(instance_, '__pydantic_private__', None)",
+        "    return instance_",
     ]
     shared = _shared(fields_set)
     namespace: dict[str, Any] = {
@@ -375,6 +381,30 @@ class ToolCallBlock(_Model):
     raw_arguments: str | None = None
     truncated: bool = False
 
+    if not TYPE_CHECKING:  # (type checkers keep the fields' signature)
+
+        def __init__(self, /, **data: Any) -> None:
+            # The usual call, ``ToolCallBlock(id=..., name=..., input={...})`` with str names and
+            # a dict input holding no non-finite number, is built as validation would build it
+            # (values kept as given, the same fields set), already compact for a history.
+            if len(data) == 3 and type(self) is ToolCallBlock:  # (not a subclass's fields)
+                id_ = data.get("id")
+                name = data.get("name")
+                value = data.get("input")
+                if (
+                    type(id_) is str
+                    and type(name) is str
+                    and type(value) is dict
+                    and not (value and holds_non_finite(value))
+                ):
+                    _fill_call(self, "tool_call", id_, name, value, None, False)
+                    return
+            super().__init__(**data)
+
+        # pydantic's own flag: this ``__init__`` validates as the base one does, so validation
+        # of nested data builds these blocks without calling it (as it does without one)
+        __init__.__pydantic_base_init__ = True
+
     @model_validator(mode="before")
     @classmethod
     def _json_input(cls, data: Any) -> Any:
@@ -449,6 +479,39 @@ class AssistantMessage(_Model):
     model: str | None = None
     error: str | None = None
 
+    if not TYPE_CHECKING:  # (type checkers keep the fields' signature)
+
+        def __init__(self, /, **data: Any) -> None:
+            # The usual call, ``AssistantMessage(content=[...], stop_reason=...)`` with blocks
+            # already built and a str stop reason, is built as validation would build it (the
+            # list copied, the stop reason coerced, the same fields set), already compact with
+            # its blocks (as `keep` would leave it).
+            if len(data) == 2 and type(self) is AssistantMessage:
+                content = data.get("content")
+                reason = data.get("stop_reason")
+                if type(content) is list and type(reason) is str:
+                    for block in content:
+                        known = _BLOCK_CLASSES.get(type(block))
+                        if known is None or known[0] != block.type:
+                            break
+                        known[1](block)  # compacted (a block already compact is left as it is)
+                    else:
+                        _fill_assistant(
+                            self,
+                            "assistant",
+                            list(content),
+                            _KNOWN_STOP_REASONS.get(reason, reason),
+                            None,
+                            None,
+                            NO_USAGE,
+                            None,
+                            None,
+                        )
+                        return
+            super().__init__(**data)
+
+        __init__.__pydantic_base_init__ = True  # (see `ToolCallBlock.__init__`)
+
     @property
     def tool_calls(self) -> list[ToolCallBlock]:
         """The tool-call blocks, in declaration order."""
@@ -513,6 +576,12 @@ for _cls in _KEPT_CLASSES:
     _COMPACTORS.get(_cls) or _compactor(_cls)
 
 _text_block = _builder(TextBlock, ("text",))
+_fill_call = _builder(ToolCallBlock, ("id", "name", "input"), into=True)
+_fill_assistant = _builder(AssistantMessage, ("content", "stop_reason"), into=True)
+_BLOCK_CLASSES: dict[type, tuple[str, _Compactor]] = {
+    cls: (cls.model_fields["type"].default, _COMPACTORS[cls])
+    for cls in (TextBlock, ThinkingBlock, ImageBlock, ToolCallBlock, ProviderBlock)
+}  # each block class's tag (which validation finds a block's class by) and compaction
 _result_4 = _builder(ToolResultMessage, ("tool_call_id", "tool_name", "content", "is_error"))
 _result_5 = _builder(
     ToolResultMessage, ("tool_call_id", "tool_name", "content", "is_error", "details")

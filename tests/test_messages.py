@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+from pydantic import ValidationError
 
 from statemachine_agent import (
     HISTORY_ADAPTER,
@@ -128,3 +129,98 @@ def test_an_image_needs_one_source_and_inline_data_its_media_type() -> None:
     for bad in ({}, {"data": "aGk="}, {"data": "aGk=", "media_type": "image/png", "url": "u"}):
         with pytest.raises(ValidationError):
             ImageBlock(**bad)
+
+
+def _built_as_validated(model: object, cls: type, data: dict) -> None:
+    validated = cls.model_validate(data)  # (validation builds without calling __init__)
+    assert model == validated
+    assert list(vars(model).items()) == list(vars(validated).items())
+    assert model.model_fields_set == validated.model_fields_set
+    assert type(model.stop_reason if cls is AssistantMessage else None) is type(
+        validated.stop_reason if cls is AssistantMessage else None
+    )
+    assert repr(model) == repr(validated)
+    assert model.model_dump_json() == validated.model_dump_json()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"id": "c", "name": "f", "input": {}},
+        {"id": "c", "name": "f", "input": {"a": [1, 2.5]}},
+        {"id": "c", "name": "f", "input": {"x": math.nan}},
+        {"id": "c", "name": "f", "input": []},
+        {"id": "c", "name": "f", "input": {}, "truncated": True},
+        {"name": "f", "input": {}, "id": "c"},
+    ],
+)
+def test_a_tool_call_built_by_its_constructor_is_the_block_validation_builds(data: dict) -> None:
+    # The usual call (str id and name, a dict input) is built without validating: the same block
+    block = ToolCallBlock(**data)
+    _built_as_validated(block, ToolCallBlock, data)
+    if type(data["input"]) is dict and not non_finite_at(data["input"]):
+        assert block.input is data["input"]  # kept as given, as validation keeps an Any
+
+
+@pytest.mark.parametrize(
+    ("content", "stop_reason"),
+    [
+        ([ToolCallBlock(id="c", name="f", input={})], "tool_use"),
+        ([TextBlock(text="done")], "end_turn"),
+        ([ThinkingBlock(thinking="t"), TextBlock(text="x")], "a_new_reason"),
+        ([], "end_turn"),
+        ([TextBlock(text="x")], StopReason.MAX_TOKENS),
+    ],
+)
+def test_a_response_built_by_its_constructor_is_the_message_validation_builds(
+    content: list, stop_reason: str
+) -> None:
+    message = AssistantMessage(content=content, stop_reason=stop_reason)
+    _built_as_validated(message, AssistantMessage, {"content": content, "stop_reason": stop_reason})
+    assert message.content is not content  # a copy, as validation makes
+
+
+def test_constructors_refuse_what_validation_refuses_with_the_same_errors() -> None:
+    cases = [
+        (ToolCallBlock, {"id": 1, "name": "f", "input": {}}),
+        (ToolCallBlock, {"id": "c", "name": "f", "inputs": {}}),
+        (AssistantMessage, {"content": [{"type": "nope"}], "stop_reason": "end_turn"}),
+        (AssistantMessage, {"content": [UserMessage("hi")], "stop_reason": "end_turn"}),
+        # a block whose tag is not its class's (model_construct skips validation)
+        (
+            AssistantMessage,
+            {
+                "content": [TextBlock.model_construct(type="tool_call", text="x")],
+                "stop_reason": "x",
+            },
+        ),
+    ]
+    for cls, data in cases:
+        with pytest.raises(ValidationError) as built:
+            cls(**data)
+        with pytest.raises(ValidationError) as validated:
+            cls.model_validate(data)
+        assert built.value.errors() == validated.value.errors()
+
+
+def test_a_subclass_of_a_message_is_built_by_validation() -> None:
+    class Tagged(ToolCallBlock):
+        tag: str = "t"
+
+    class Answer(AssistantMessage):
+        note: str = "n"
+
+    call = Tagged(id="c", name="f", input={})
+    assert call.tag == "t" and call.model_fields_set == {"id", "name", "input"}
+    answer = Answer(content=[call], stop_reason="tool_use")
+    assert answer.note == "n" and answer.content == [call]
+
+
+def test_a_response_built_by_its_constructor_holds_its_blocks_compact() -> None:
+    # built compact at once, its blocks too (as a history keeps them)
+    message = AssistantMessage(
+        content=[TextBlock(text="x"), ToolCallBlock(id="c", name="f", input={})],
+        stop_reason="tool_use",
+    )
+    assert type(message.model_fields_set) is not set
+    assert all(type(block.model_fields_set) is not set for block in message.content)
