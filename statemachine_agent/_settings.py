@@ -4,6 +4,7 @@ claimed (assigning ``agent.max_turns`` or ``agent.limits`` changes later runs, n
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
@@ -84,24 +85,40 @@ class RunSettings:
         through this one.
 
         Raises:
-            AttributeError: ``config`` lacks one of the fields not given.
+            AttributeError: ``config`` lacks one of the fields without a default (one in
+                ``given`` too: each is read, in one step, before ``given`` replaces it).
+            KeyError: ``given`` names no field.
         """
-        values: dict[str, Any] = {}
-        for name, required in _FIELDS:
-            if name in given:
-                values[name] = given[name]
-            elif required or hasattr(config, name):
-                values[name] = getattr(config, name)
-        for name in _COPIED:  # shallow copies: the run keeps the containers of its claim
-            values[name] = values[name].copy()
-        return cls(**values)
+        values = [*_read_required(config)]
+        for name, default in _DEFAULTED:
+            values.append(getattr(config, name, default))
+        for name, value in given.items():
+            values[_POSITION[name]] = value
+        for i in _COPIED:  # shallow copies: the run keeps the containers of its claim
+            values[i] = values[i].copy()
+        return cls(*values)
 
 
 fast_init(RunSettings)  # one per run (benchmarks/README.md, "Why the code is shaped this way")
 
-_FIELDS = tuple((f.name, f.default is dataclasses.MISSING) for f in dataclasses.fields(RunSettings))
-"""`RunSettings`' fields in order, each with whether it has no default (listed once: a run's
-settings are read at every claim)."""
+_NAMES = tuple(f.name for f in dataclasses.fields(RunSettings))
+"""`RunSettings`' fields in order (those without a default first, as dataclasses orders them)."""
 
-_COPIED = ("tools", "tool_definitions", "model_settings")
-"""The fields holding the agent's own mutable containers (see `RunSettings.read`)."""
+_read_required = operator.attrgetter(
+    *(f.name for f in dataclasses.fields(RunSettings) if f.default is dataclasses.MISSING)
+)
+"""The fields without a default, read from a configuration in one call: a run's settings are
+read at every claim."""
+
+_DEFAULTED = tuple(
+    (f.name, f.default)
+    for f in dataclasses.fields(RunSettings)
+    if f.default is not dataclasses.MISSING
+)
+"""The fields with a default, each with it (after the others, in order)."""
+
+_POSITION = {name: i for i, name in enumerate(_NAMES)}
+"""Each field's position in the positional arguments of ``RunSettings``."""
+
+_COPIED = tuple(_POSITION[name] for name in ("tools", "tool_definitions", "model_settings"))
+"""Where the fields holding the agent's own mutable containers are (see `RunSettings.read`)."""
