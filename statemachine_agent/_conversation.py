@@ -23,6 +23,7 @@ from ._messages import (
     ToolResultMessage,
     UserMessage,
     keep,
+    user_text,
 )
 from ._responses import call_ids
 from ._states import Trigger
@@ -193,7 +194,7 @@ def as_user(message: str | UserMessage) -> UserMessage:
         return message
     if not isinstance(message, str) or not message.strip():
         raise UsageError("a prompt must be a non-empty string or a UserMessage")
-    return UserMessage(message)
+    return user_text(message)
 
 
 def held_batch(

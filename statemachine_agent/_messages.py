@@ -582,6 +582,7 @@ _BLOCK_CLASSES: dict[type, tuple[str, _Compactor]] = {
     cls: (cls.model_fields["type"].default, _COMPACTORS[cls])
     for cls in (TextBlock, ThinkingBlock, ImageBlock, ToolCallBlock, ProviderBlock)
 }  # each block class's tag (which validation finds a block's class by) and compaction
+_user_message = _builder(UserMessage, ("content",))
 _result_4 = _builder(ToolResultMessage, ("tool_call_id", "tool_name", "content", "is_error"))
 _result_5 = _builder(
     ToolResultMessage, ("tool_call_id", "tool_name", "content", "is_error", "details")
@@ -598,6 +599,19 @@ def text_block(text: str) -> TextBlock:
         block: TextBlock = _text_block("text", text, None)
         return block
     return TextBlock(text=text)
+
+
+def user_text(text: str) -> UserMessage:
+    """``UserMessage(text)`` (a prompt), built already compact for a history (issue 39): the same
+    message, fields set included.
+
+    Raises:
+        pydantic.ValidationError: ``text`` is not a str (as ``UserMessage(text)``).
+    """
+    if type(text) is str:
+        message: UserMessage = _user_message("user", [_text_block("text", text, None)])
+        return message
+    return UserMessage(text)
 
 
 def tool_result(

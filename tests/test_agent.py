@@ -330,6 +330,16 @@ async def test_events_pair_up_and_state_changes_are_reported() -> None:
     ]
 
 
+async def test_a_str_prompt_is_stored_as_the_user_message_it_stands_for() -> None:
+    agent = Agent(ScriptedModel([text_response("done")]))
+    await agent.run("go")
+    prompt, expected = agent.messages[0], UserMessage("go")
+    assert prompt == expected
+    assert prompt.model_dump() == expected.model_dump()
+    assert prompt.model_fields_set == expected.model_fields_set == {"content"}
+    assert prompt.content[0].model_fields_set == expected.content[0].model_fields_set
+
+
 async def test_async_event_iterator() -> None:
     model = ScriptedModel([text_response("hi")])
     agent = Agent(model)
