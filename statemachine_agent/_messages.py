@@ -401,10 +401,6 @@ class ToolCallBlock(_Model):
                     return
             super().__init__(**data)
 
-        # pydantic's own flag: this ``__init__`` validates as the base one does, so validation
-        # of nested data builds these blocks without calling it (as it does without one)
-        __init__.__pydantic_base_init__ = True
-
     @model_validator(mode="before")
     @classmethod
     def _json_input(cls, data: Any) -> Any:
@@ -509,8 +505,6 @@ class AssistantMessage(_Model):
                         )
                         return
             super().__init__(**data)
-
-        __init__.__pydantic_base_init__ = True  # (see `ToolCallBlock.__init__`)
 
     @property
     def tool_calls(self) -> list[ToolCallBlock]:
