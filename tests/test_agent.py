@@ -29,7 +29,7 @@ from statemachine_agent import (
     UserMessage,
     tool,
 )
-from statemachine_agent.models import FunctionModel, ModelRequest, ScriptedModel
+from statemachine_agent.models import FunctionModel, ModelRequest, ScriptedModel, ToolDefinition
 from statemachine_agent.testing import assert_valid_history
 from statemachine_agent.testing.steps import call, error_step, text_response, tool_response
 
@@ -562,3 +562,39 @@ def test_run_sync_refuses_inside_a_loop() -> None:
 
     asyncio.run(inner())
     assert agent.run_sync("go").state is State.DONE
+
+
+async def test_a_change_to_the_agents_settings_in_place_applies_from_the_next_run() -> None:
+    # The run keeps copies of the agent's model settings and tool definitions: a change made in
+    # place during the run (here by a tool) is sent from the next run on, not half-way through.
+    agent: Agent
+
+    @tool
+    def tweak() -> str:
+        """Change the agent's settings in place."""
+        agent.model_settings["temperature"] = 0.5
+        agent.tool_definitions.append(ToolDefinition("other", "Another tool.", {"type": "object"}))
+        return "ok"
+
+    model = ScriptedModel(
+        [tool_response(call("tweak")), text_response("done"), text_response("again")]
+    )
+    agent = Agent(model, tools=[tweak], model_settings={"temperature": 0.0})
+    await agent.run("go")
+    first, second = model.requests
+    assert first.settings == second.settings == {"temperature": 0.0}
+    assert len(first.tools) == len(second.tools) == 1
+    await agent.run("again")
+    assert model.requests[2].settings == {"temperature": 0.5}
+    assert len(model.requests[2].tools) == 2
+
+
+async def test_a_prompt_of_a_str_subclass_is_stored_as_a_plain_str() -> None:
+    class Prompt(str):
+        pass
+
+    agent = Agent(ScriptedModel([text_response("done")]))
+    await agent.run(Prompt("go"))
+    prompt = agent.messages[0]
+    assert prompt == UserMessage("go")
+    assert type(prompt.content[0].text) is str  # as validation stores it

@@ -388,3 +388,16 @@ def test_the_incremental_projection_is_the_plain_algorithm(
             assert raised.value.violations == exc.violations
             continue
         assert _same_projection(projector.project(history, appended), want, history)
+
+
+def test_projector_finds_an_id_reused_across_checks_of_a_grown_history() -> None:
+    # The prior ids are gathered from every message of the final projection, the first one of each
+    # part added since the last check included.
+    history: list = [UserMessage("q")]
+    projector = ContextProjector()
+    projector.project(history)
+    history += [calls("a"), result("a")]
+    projector.project(history)
+    history += [UserMessage("more"), calls("a"), result("a")]
+    with pytest.raises(InvalidHistoryError, match="appears twice"):
+        projector.project(history)

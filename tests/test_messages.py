@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from statemachine_agent import (
     HISTORY_ADAPTER,
@@ -132,7 +132,10 @@ def test_an_image_needs_one_source_and_inline_data_its_media_type() -> None:
 
 
 def _built_as_validated(model: object, cls: type, data: dict) -> None:
-    validated = cls.model_validate(data)  # (validation builds without calling __init__)
+    # The reference is validated without the class's own ``__init__`` (``model_validate`` of a
+    # class defining one calls it: it would compare the shortcut with itself).
+    validated = cls.__new__(cls)
+    BaseModel.__init__(validated, **data)
     assert model == validated
     assert list(vars(model).items()) == list(vars(validated).items())
     assert model.model_fields_set == validated.model_fields_set
@@ -224,3 +227,20 @@ def test_a_response_built_by_its_constructor_holds_its_blocks_compact() -> None:
     )
     assert type(message.model_fields_set) is not set
     assert all(type(block.model_fields_set) is not set for block in message.content)
+
+
+def test_a_response_built_by_its_constructor_holds_the_stop_reason_member() -> None:
+    # a known stop reason given as a str is the `StopReason` member, as validation makes it
+    message = AssistantMessage(content=[TextBlock(text="x")], stop_reason="end_turn")
+    assert type(message.stop_reason) is StopReason
+    assert message.stop_reason is StopReason.END_TURN
+    assert message.model_dump()["stop_reason"] is StopReason.END_TURN
+
+
+def test_a_subclass_of_a_response_holding_plain_blocks_is_built_by_validation() -> None:
+    class Answer(AssistantMessage):
+        note: str = "n"
+
+    answer = Answer(content=[TextBlock(text="x")], stop_reason="end_turn")
+    assert answer.note == "n" and answer.model_fields_set == {"content", "stop_reason"}
+    assert answer.model_dump()["note"] == "n"

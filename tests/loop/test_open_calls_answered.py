@@ -128,3 +128,38 @@ async def test_a_response_appended_after_open_calls_answers_them_first() -> None
     assert agent.messages[3].text == "A canned answer."
     assert model.calls == 1
     assert_valid_history(agent.messages)
+
+
+async def test_a_branch_back_to_the_model_answers_calls_whatever_the_stop_reason() -> None:
+    """`request_model` answers the calls a branch left open whenever the history ends with a
+    response: a response may hold calls under a stop reason other than ``tool_use``."""
+    model = ScriptedModel(
+        [
+            tool_response(call("lookup", {"key": "k"}, id="c1"), stop_reason="end_turn"),
+            text_response("answered"),
+        ]
+    )
+    agent = Agent(model, tools=[lookup])
+    agent.machine.add_transition(
+        TransitionSpec(
+            "model_replied",
+            (State.AWAITING_MODEL,),
+            State.AWAITING_MODEL,
+            (_has_calls,),
+            label="again",
+            before="tool_calls",
+        )
+    )
+    result = await agent.run("go")
+
+    assert result.state == State.DONE and result.text == "answered"
+    assert _roles(agent.messages) == ["user", "assistant", "tool_result", "assistant"]
+    answer = agent.messages[2]
+    assert isinstance(answer, ToolResultMessage)
+    assert (answer.tool_call_id, answer.is_error) == ("c1", True)
+    assert answer.text == (
+        "Not run: the run took the branch 'again' into state awaiting_model instead of running "
+        "this call."
+    )
+    assert model.requests[1].messages[-1] == answer  # sent as stored
+    assert_valid_history(agent.messages)
