@@ -18,7 +18,7 @@ is a function made and called each time (the figures: benchmarks/README.md).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from ._compact import SharedFieldsSet, builder, holder, shared
 from ._jsonable import jsonable
 from ._strict_json import holds_non_finite
 
@@ -95,7 +96,7 @@ class _Model(BaseModel):
 # A history holds many small frozen models, so their per-instance overhead is most of its memory:
 # pydantic gives each validated instance a dict of its own (a 6-field one is 272 bytes) and a
 # ``set`` of the names of the fields set (216 bytes, more when built by insertion). A message the
-# history keeps holds instead one ``_SharedFieldsSet`` shared by every instance of its class with
+# history keeps holds instead one ``SharedFieldsSet`` shared by every instance of its class with
 # the same names, and a key-sharing dict (CPython shares the keys of the instance dicts of a plain
 # class: 157 bytes for 7 fields). Nothing public changes: the same fields in the same order, the
 # same ``model_dump`` output, ``model_fields_set``, equality, copies and pickles (a copy or an
@@ -103,94 +104,6 @@ class _Model(BaseModel):
 # The engine's tool results, and a tool call or response built by its constructor's usual call
 # (`ToolCallBlock.__init__`, `AssistantMessage.__init__`), are built compact at once, without
 # validating values already of their fields' types: the same message validation would build.
-
-
-class _SharedFieldsSet(set[str]):
-    """The names of the fields set on a kept message, shared by every message of its class set
-    with the same names. A ``set``, as pydantic needs, that refuses changes (so sharing it is
-    safe); a copy is a plain ``set`` of its own."""
-
-    __slots__ = ()
-
-    def _refuse(self, *_args: Any) -> Any:
-        raise TypeError(
-            "the fields set of a message in a history is shared and cannot be changed; "
-            "use set(message.model_fields_set) for a copy"
-        )
-
-    add = discard = remove = pop = clear = update = _refuse
-    intersection_update = difference_update = symmetric_difference_update = _refuse
-    __ior__ = __iand__ = __isub__ = __ixor__ = _refuse
-
-    def __copy__(self) -> set[str]:
-        return set(self)
-
-    def __deepcopy__(self, _memo: Any) -> set[str]:
-        return set(self)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (set, (sorted(self),))
-
-    def __repr__(self) -> str:
-        return repr(set(self))
-
-
-_SHARED_SETS: dict[frozenset[str], _SharedFieldsSet] = {}  # at most 2**fields per class
-
-
-def _shared(names: Iterable[str]) -> _SharedFieldsSet:
-    """The one shared fields set of ``names``, made the first time it is asked for."""
-    key = frozenset(names)
-    shared = _SHARED_SETS.get(key)
-    if shared is None:
-        shared = _SHARED_SETS[key] = _SharedFieldsSet(key)
-    return shared
-
-
-_HOLDERS: dict[type, type] = {}
-
-
-def _holder(cls: type) -> type:
-    """The plain class whose instances' dicts share their keys, for ``cls``'s fields."""
-    holder = _HOLDERS.get(cls)
-    if holder is None:
-        namespace = {"__module__": __name__, "__doc__": None}
-        holder = _HOLDERS[cls] = type(f"_{cls.__name__}Fields", (), namespace)
-    return holder
-
-
-def _builder(
-    cls: type[BaseModel], fields_set: tuple[str, ...], *, into: bool = False
-) -> Callable[..., Any]:
-    """A function building a ``cls`` already kept compactly from the values of all its fields
-    (positional, in declaration order) set as ``fields_set`` names. It does what
-    ``cls.model_construct(fields_set, **values)`` does, without its per-field loop, so it is
-    only for values already of the fields' types (the engine's own tool results, a
-    constructor's usual call; anything else goes through validation). ``into``: the function
-    fills the instance given as its first argument (an ``__init__``'s ``self``) instead."""
-    names = tuple(cls.model_fields)
-    lines = [
-        f"def build({'instance_, ' if into else ''}{', '.join(names)}):",
-        "    held = Holder()",
-        *(f"    held.{name} = {name}" for name in names),
-        *(() if into else ("    instance_ = new(cls)",)),
-        "    setattr_(instance_, '__dict__', held.__dict__)",
-        "    setattr_(instance_, '__pydantic_fields_set__', fields_set)",
-        "    setattr_(instance_, '__pydantic_extra__', None)",
-        "    setattr_(instance_, '__pydantic_private__', None)",
-        "    return instance_",
-    ]
-    shared = _shared(fields_set)
-    namespace: dict[str, Any] = {
-        "Holder": _holder(cls),
-        "new": object.__new__,
-        "cls": cls,
-        "setattr_": object.__setattr__,
-        "fields_set": shared,
-    }
-    exec("\n".join(lines), namespace)  # generated from the field names above
-    built: Callable[..., Any] = namespace["build"]
-    return built
 
 
 _Compactor = Callable[[Any], None]
@@ -242,14 +155,14 @@ def _compactor(cls: type) -> _Compactor:
         "    setattr_(model, '__pydantic_fields_set__', usual)",
     ]
     namespace: dict[str, Any] = {
-        "Shared": _SharedFieldsSet,
-        "Holder": _holder(cls),
+        "Shared": SharedFieldsSet,
+        "Holder": holder(cls),
         "compactors": _COMPACTORS,
         "make": _compactor,
         "setattr_": object.__setattr__,
-        "shared": _shared,
+        "shared": shared,
         "shared_item": globals().get("NO_USAGE"),  # kept once, when it is made
-        "last": [_SharedFieldsSet()],  # the fields set this class's last message shared
+        "last": [SharedFieldsSet()],  # the fields set this class's last message shared
     }
     exec("\n".join(lines), namespace)  # generated from the field names above
     made: _Compactor = namespace["compact"]
@@ -260,7 +173,7 @@ def _compactor(cls: type) -> _Compactor:
 def keep(message: BaseModel) -> None:
     """Store a message the history keeps compactly, in place (a history holds many: their
     bytes, benchmarks/README.md), with the blocks and usage it holds. A message already kept is
-    left as it is; nothing public about it changes (see ``_SharedFieldsSet``).
+    left as it is; nothing public about it changes (see ``SharedFieldsSet``).
 
     Args:
         message: a message of this module (another value is left alone).
@@ -569,16 +482,16 @@ _KEPT_CLASSES: tuple[type[_Model], ...] = (
 for _cls in _KEPT_CLASSES:
     _COMPACTORS.get(_cls) or _compactor(_cls)
 
-_text_block = _builder(TextBlock, ("text",))
-_fill_call = _builder(ToolCallBlock, ("id", "name", "input"), into=True)
-_fill_assistant = _builder(AssistantMessage, ("content", "stop_reason"), into=True)
+_text_block = builder(TextBlock, ("text",))
+_fill_call = builder(ToolCallBlock, ("id", "name", "input"), into=True)
+_fill_assistant = builder(AssistantMessage, ("content", "stop_reason"), into=True)
 _BLOCK_CLASSES: dict[type, tuple[str, _Compactor]] = {
     cls: (cls.model_fields["type"].default, _COMPACTORS[cls])
     for cls in (TextBlock, ThinkingBlock, ImageBlock, ToolCallBlock, ProviderBlock)
 }  # each block class's tag (which validation finds a block's class by) and compaction
-_user_message = _builder(UserMessage, ("content",))
-_result_4 = _builder(ToolResultMessage, ("tool_call_id", "tool_name", "content", "is_error"))
-_result_5 = _builder(
+_user_message = builder(UserMessage, ("content",))
+_result_4 = builder(ToolResultMessage, ("tool_call_id", "tool_name", "content", "is_error"))
+_result_5 = builder(
     ToolResultMessage, ("tool_call_id", "tool_name", "content", "is_error", "details")
 )
 
