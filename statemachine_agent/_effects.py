@@ -358,8 +358,10 @@ def deliver_queued(run: RunLike) -> None:
 
 
 def deliver_steering(run: RunLike) -> None:
-    """After a tool batch: queued steering goes in before the next request."""
-    run.deliver_steering()
+    """After a tool batch: queued steering goes in before the next request (nothing to do, and
+    no call, when none is queued)."""
+    if run.conversation.steering:
+        run.deliver_steering()
 
 
 def note_final_answer(run: RunLike) -> None:

@@ -299,3 +299,26 @@ def turns_left(data: LoopData) -> bool:
     """The turn this response completes leaves the run under its turn cap: going on after a
     context-window stop is bounded like every other way a run goes on."""
     return data.turns + 1 < data.max_turns
+
+
+# -- what the compiled pick tests before calling a guard ---------------------------------------
+
+NECESSARY: dict[Guard, str] = {
+    is_final_turn: "data.winding_down",
+    final_turn_wanted: "data.final_turn",
+    has_queued_input: "data.queued_input",
+    terminate_requested: "data.terminate",
+    calls_pending: "data.pending",
+    result_ends_run: "data.final_result is not None",
+    usage_limit_before_request: "data.limits is not None",
+    usage_limit_on_reply: "data.limits is not None",
+    output_retries_exhausted: "data.output_expected",
+    output_missing: "data.output_expected",
+    can_retry_output: "data.output_expected",
+    hook_failed: "data.hook_error is not None",
+    compaction_on: "data.compaction",
+}
+"""For these guards, a condition without which the guard is false (a Python expression reading
+attributes of ``data``, each one the guard itself tests first): the compiled pick
+(`_machine`) tests it before calling the guard, so on a turn where the field says no (no limits,
+no final turn, no queued input...) the branch costs an attribute read instead of a call."""

@@ -38,7 +38,7 @@ from ._definition import (
     validate_definition,
 )
 from ._errors import MachineDefinitionError
-from ._guards import Guard, LoopData, MaxTokensPolicy
+from ._guards import NECESSARY, Guard, LoopData, MaxTokensPolicy
 from ._states import TERMINAL_STATES, State, Trigger
 
 __all__ = [  # re-exported for the modules that use them
@@ -562,7 +562,10 @@ def _picker(branches: _Branches) -> _Pick:
     """One function that tries ``branches`` in order: each one's guards in order, ``and``-ed
     (the first false one ends the branch, as `transitions` evaluates conditions), returning the
     first branch's `Fired` whose guards all pass, or None. The same steps as a loop over the
-    branches, without the loop's own cost (the guards run on every turn)."""
+    branches, without the loop's own cost (the guards run on every turn). A guard with a
+    condition in `NECESSARY` is called only when that condition holds (it is false otherwise):
+    most built-in branches are for what a plain turn does not have (limits, a final turn, queued
+    input, a deferred call)."""
     namespace: dict[str, Any] = {}
     lines = ["def pick(data):"]
     for i, (guards, fired) in enumerate(branches):
@@ -570,6 +573,8 @@ def _picker(branches: _Branches) -> _Pick:
         calls = []
         for j, guard in enumerate(guards):
             namespace[f"guard_{i}_{j}"] = guard
+            if (needed := NECESSARY.get(guard)) is not None:
+                calls.append(f"({needed})")  # false: the guard would be (no call)
             calls.append(f"guard_{i}_{j}(data)")
         if not calls:
             lines.append(f"    return fired_{i}")

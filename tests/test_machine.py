@@ -126,7 +126,8 @@ def test_user_guards_callbacks_and_transitions() -> None:
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from statemachine_agent import ToolResultMessage  # noqa: E402
+from statemachine_agent import ToolResultMessage, UsageLimits  # noqa: E402
+from statemachine_agent._guards import NECESSARY  # noqa: E402
 
 _STOP_REASONS = [
     "end_turn",
@@ -166,6 +167,19 @@ def loop_data(draw: st.DrawFn) -> LoopData:
         final_result=final,
         hook_error=draw(st.sampled_from([None, "hook failed"])),
         pending=draw(st.booleans()),
+        limits=draw(
+            st.sampled_from(
+                [None, UsageLimits(), UsageLimits(max_requests=1), UsageLimits(max_tool_calls=1)]
+            )
+        ),
+        requests=draw(st.integers(0, 2)),
+        tool_calls=draw(st.integers(0, 2)),
+        final_turn=draw(st.booleans()),
+        winding_down=draw(st.booleans()),
+        output_expected=draw(st.booleans()),
+        output_failures=draw(st.integers(0, 3)),
+        output_retries=draw(st.integers(0, 2)),
+        compaction=draw(st.booleans()),
     )
 
 
@@ -194,6 +208,16 @@ def test_compiled_dispatch_takes_the_same_transition_as_the_library(
 
     assert outcome(compiled.fire) == outcome(library.fire_library)
     assert compiled.state == library.state
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=loop_data())
+def test_a_guard_is_false_when_its_necessary_condition_is(data: LoopData) -> None:
+    """The compiled pick calls a guard of `NECESSARY` only when its condition holds: without
+    it, the guard is false."""
+    for guard, condition in NECESSARY.items():
+        if not eval(condition, {"data": data}):
+            assert not guard(data), (guard.__name__, condition, data)
 
 
 def test_callbacks_run_in_the_compiled_engine_in_the_library_order() -> None:
