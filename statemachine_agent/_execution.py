@@ -118,7 +118,6 @@ class BatchRun:
         self,
         calls: Sequence[ToolCallBlock],
         tools: dict[str, Tool],
-        *,
         mode: ToolExecution,
         signal: AbortSignal,
         abort_grace_seconds: float,
