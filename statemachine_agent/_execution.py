@@ -61,16 +61,9 @@ from ._tools import Tool, ToolResult, format_validation_error
 
 logger = logging.getLogger("statemachine_agent")
 
-__all__ = [  # re-exported from `_call_results` for the modules that use them
-    "OWN_CANCELLATION",
-    "BatchRun",
-    "PendingBatch",
-    "ToolExecution",
-    "awaits_decision",
-    "check_call",
-    "resolve",
-    "to_result",
-]
+# (with names re-exported from `_call_results` for the modules that use them)
+__all__ = ["OWN_CANCELLATION", "BatchRun", "PendingBatch", "ToolExecution", "awaits_decision"]
+__all__ += ["check_call", "resolve", "to_result"]
 
 
 @dataclass(slots=True)
@@ -118,7 +111,6 @@ class BatchRun:
         self,
         calls: Sequence[ToolCallBlock],
         tools: dict[str, Tool],
-        *,
         mode: ToolExecution,
         signal: AbortSignal,
         abort_grace_seconds: float,
@@ -228,40 +220,48 @@ class BatchRun:
                 it propagates.
         """
         slots = self._slots
-        if not slots:
-            return
-        # One call at a time, each in this task or in a task of its own (`_in_this_task`), or
-        # every call at once, each in a task of its own.
-        alone = len(slots) == 1 or self._one_at_a_time()
-        create_task = asyncio.get_running_loop().create_task
-        for slot in slots:
-            if alone:
+        # Every call at once, or one at a time, each in this task or in one of its own (a batch
+        # of one builds no task list, no group: what `_watch` needs only when a call suspends).
+        if len(slots) > 1 and not self._one_at_a_time():
+            await self._all_at_once(slots)
+        else:
+            create_task = asyncio.get_running_loop().create_task
+            for slot in slots:
                 if self._signal.aborted or self._terminated:
                     break
                 if self._in_this_task(slot):
                     with abort_scope(self._signal, self._grace):
                         await self.run_call(slot.index, slot.call)
                     continue
-            group = (slot,) if alone else slots
-            tasks: list[asyncio.Future[None]] = []  # (loops here, not a coroutine: every batch)
-            for each in group:  # (`_guarded`: a task ends with no exception but its cancellation)
-                tasks.append(create_task(self._guarded(each), name=CALL_TASK_NAME))
-            try:
-                await _next_pass()  # the calls' first steps: one ending there needs no wake-up
-                if not all(map(_is_done, tasks)):  # (no generator, no set)
-                    await self._watch(tasks, group)
-            except asyncio.CancelledError:
-                # The task running the batch was cancelled: so are the calls (`_watch`).
-                await self._stop(_running(tasks, group))
-                raise
-            if not alone:
-                break  # every call was started at once
+                task = create_task(self._guarded(slot), name=CALL_TASK_NAME)  # (see `_all_at_once`)
+                try:
+                    await _next_pass()  # the call's first step: one ending there needs no wake-up
+                    if not task.done():
+                        await self._watch([task], (slot,))
+                except asyncio.CancelledError:  # (as in `_all_at_once`)
+                    await self._stop(_running([task], (slot,)))
+                    raise
         if self._fatal is not None:
             raise self._fatal
 
+    async def _all_at_once(self, slots: list[_Slot]) -> None:
+        """Run every call of a parallel batch at once, each in a task of its own (see `run`)."""
+        create_task = asyncio.get_running_loop().create_task
+        tasks: list[asyncio.Future[None]] = []  # (a loop, not a comprehension: no function call)
+        for slot in slots:  # (`_guarded`: a task ends with no exception but its cancellation)
+            tasks.append(create_task(self._guarded(slot), name=CALL_TASK_NAME))
+        try:
+            await _next_pass()  # the calls' first steps: one ending there needs no wake-up
+            if not all(map(_is_done, tasks)):  # (no generator, no set)
+                await self._watch(tasks, slots)
+        except asyncio.CancelledError:
+            # The task running the batch was cancelled: so are the calls (`_watch`).
+            await self._stop(_running(tasks, slots))
+            raise
+
     def _one_at_a_time(self) -> bool:
-        """Sequential mode, a batch of one, or a call of a ``sequential=True`` tool in it."""
-        if self._mode == "sequential" or len(self._slots) == 1:
+        """Sequential mode, or a call of a ``sequential=True`` tool in the batch."""
+        if self._mode == "sequential":
             return True
         tools = self.tools
         for slot in self._slots:

@@ -543,19 +543,19 @@ class Run:
         """The `BatchRun` that runs ``calls`` (a response's tool calls, or the calls a person
         approved: they skip ``before_tool_call``): the one place a run does tool I/O."""
         settings = self.settings
-        return self.batch_class(
+        return self.batch_class(  # (positional: keywords to a class build and unpack a dict)
             calls,
             settings.tools if (table := settings.tool_table) is None else table.tools,
-            mode=settings.tool_execution,
-            signal=self.signal,
-            abort_grace_seconds=settings.abort_grace_seconds,
-            emit=self.emit,
-            listening=self.bus.listening,
-            before=None if approved else settings.before_tool_call,
-            after=settings.after_tool_call,
-            deps=settings.deps,
-            approved=approved,
-            run=self,
+            settings.tool_execution,  # mode
+            self.signal,
+            settings.abort_grace_seconds,
+            self.emit,
+            None if approved else settings.before_tool_call,  # before
+            settings.after_tool_call,  # after
+            settings.deps,
+            self.bus.listening,
+            approved,
+            self,  # run
         )
 
     async def build_request(self) -> ModelRequest:
