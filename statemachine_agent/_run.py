@@ -13,7 +13,7 @@ import asyncio
 import itertools
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import _events as ev
@@ -516,15 +516,15 @@ class Run:
             return self.fail(outcome.message)
         return outcome
 
-    async def send(
+    def send(
         self, request: ModelRequest
-    ) -> AssistantMessage | RequestAborted | RequestFailed:
-        """Send ``request`` to the model with the engine's retries: the one place a run does
-        model I/O (a durable run records it as a step)."""
+    ) -> Coroutine[Any, Any, AssistantMessage | RequestAborted | RequestFailed]:
+        """Send ``request`` to the model with the engine's retries (awaited, as an override's
+        ``async def``): the one place a run does model I/O (a durable run records it as a step)."""
         settings = self.settings
         if not request.tools and "tool_choice" in request.settings:  # (its test, inline)
             request = without_tool_choice(request, settings.model)
-        return await request_response(
+        return request_response(
             settings.model,
             request,
             signal=self.signal,
