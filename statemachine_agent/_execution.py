@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import types
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +33,7 @@ from ._call_results import (
     retrieve,
     to_result,
 )
+from ._call_tasks import CALL_TASK_NAME, next_pass, starter
 from ._cancel import (
     AbortSignal,
     abort_scope,
@@ -225,7 +225,7 @@ class BatchRun:
         if len(slots) > 1 and not self._one_at_a_time():
             await self._all_at_once(slots)
         else:
-            create_task = asyncio.get_running_loop().create_task
+            start = starter(asyncio.get_running_loop())
             for slot in slots:
                 if self._signal.aborted or self._terminated:
                     break
@@ -233,9 +233,10 @@ class BatchRun:
                     with abort_scope(self._signal, self._grace):
                         await self.run_call(slot.index, slot.call)
                     continue
-                task = create_task(self._guarded(slot), name=CALL_TASK_NAME)  # (see `_all_at_once`)
+                task = start(self._guarded(slot), name=CALL_TASK_NAME)  # (see `_all_at_once`)
                 try:
-                    await _next_pass()  # the call's first step: one ending there needs no wake-up
+                    if not task.done():  # (started at once, it may have ended: see `starter`)
+                        await next_pass()  # its first step: one ending there needs no wake-up
                     if not task.done():
                         await self._watch([task], (slot,))
                 except asyncio.CancelledError:  # (as in `_all_at_once`)
@@ -246,12 +247,13 @@ class BatchRun:
 
     async def _all_at_once(self, slots: list[_Slot]) -> None:
         """Run every call of a parallel batch at once, each in a task of its own (see `run`)."""
-        create_task = asyncio.get_running_loop().create_task
+        start = starter(asyncio.get_running_loop())
         tasks: list[asyncio.Future[None]] = []  # (a loop, not a comprehension: no function call)
         for slot in slots:  # (`_guarded`: a task ends with no exception but its cancellation)
-            tasks.append(create_task(self._guarded(slot), name=CALL_TASK_NAME))
+            tasks.append(start(self._guarded(slot), name=CALL_TASK_NAME))
         try:
-            await _next_pass()  # the calls' first steps: one ending there needs no wake-up
+            if not all(map(_is_done, tasks)):  # (started at once, each may have ended)
+                await next_pass()  # the calls' first steps: one ending there needs no wake-up
             if not all(map(_is_done, tasks)):  # (no generator, no set)
                 await self._watch(tasks, slots)
         except asyncio.CancelledError:
@@ -569,7 +571,6 @@ class BatchRun:
         return to_result(call, value)
 
 
-CALL_TASK_NAME = "statemachine_agent tool call"  # (asyncio would format a name per task)
 STOP_WAIT_SECONDS = 0.1
 """How long a batch waits for a call it cancelled (after an abort's grace period, or when the
 task running the batch is cancelled) to end: its cancellation delivered and its cleanup run. A
@@ -586,12 +587,6 @@ def _running(
     """The calls' tasks not done yet, with their slots (only after an abort or a cancellation:
     no mapping is built for a batch that ends by itself)."""
     return {task: slot for task, slot in zip(tasks, slots, strict=True) if not task.done()}
-
-
-@types.coroutine
-def _next_pass() -> Generator[None, None, None]:
-    """Give the event loop one pass (``asyncio.sleep(0)``'s own step, without its call)."""
-    yield
 
 
 _ABANDONED: set[asyncio.Future[None]] = set()

@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
         "_jsonable", "_strict_json", "_dataclasses", "_compact", "_cuts", "_cancel", "_importing", "_errors", "_states", "_messages",
         "_events", "_accounting", "_context", "_protocol", "_responses", "_hooks", "_tools",
         "_execution", "_limits", "_output", "_result", "_session_seam", "_guards",
-        "_compaction_config", "_tool_calls", "_call_results", "_call_context", "_continuing",
+        "_compaction_config", "_tool_calls", "_call_tasks", "_call_results", "_call_context", "_continuing",
         "_sources", "models", "workspace",
     ),
     ("_conversation", "_bus", "_settings"),

@@ -1,0 +1,56 @@
+"""The asyncio tasks a tool batch runs its calls in (`_execution.BatchRun`): how one is made and
+started, and the loop pass a batch gives them."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sys
+import types
+from collections.abc import Callable, Generator
+from typing import Any
+
+CALL_TASK_NAME = "statemachine_agent tool call"  # (asyncio would format a name per task)
+
+StartTask = Callable[..., "asyncio.Task[Any]"]
+"""``start(coroutine, name=...)``: makes a call's task (what `starter` returns)."""
+
+if sys.version_info >= (3, 12):
+
+    def starter(loop: asyncio.AbstractEventLoop) -> StartTask:
+        """How a call's task is made on ``loop``: started at once (``eager_start``, Python
+        3.12+), so a call that ends in its first step (an async tool that does not wait) ends
+        before its task is returned and its batch needs no event loop pass for it. With a task
+        factory of the loop's own (`loop.set_task_factory`) that factory makes it, as
+        ``loop.create_task`` does. Either way the call runs in a task of its own
+        (`asyncio.current_task` is that task, in a copy of the context).
+
+        Args:
+            loop: the running event loop.
+
+        Returns:
+            ``start(coroutine, name=...)``, returning the task (it may be done already).
+        """
+        if loop.get_task_factory() is not None:
+            return loop.create_task
+        return functools.partial(asyncio.Task, loop=loop, eager_start=True)
+
+else:
+
+    def starter(loop: asyncio.AbstractEventLoop) -> StartTask:
+        """How a call's task is made on ``loop``: ``loop.create_task`` (Python 3.11 has no
+        public way to start a task at once: its first step runs in the next loop pass).
+
+        Args:
+            loop: the running event loop.
+
+        Returns:
+            ``start(coroutine, name=...)``, returning the task.
+        """
+        return loop.create_task
+
+
+@types.coroutine
+def next_pass() -> Generator[None, None, None]:
+    """Give the event loop one pass (``asyncio.sleep(0)``'s own step, without its call)."""
+    yield
