@@ -7,15 +7,25 @@ import asyncio
 import functools
 import sys
 import types
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
 CALL_TASK_NAME = "statemachine_agent tool call"  # (asyncio would format a name per task)
 
 StartTask = Callable[..., "asyncio.Task[Any]"]
-"""``start(coroutine, name=...)``: makes a call's task (what `starter` returns)."""
+"""``start(coroutine, loop=loop, name=...)``: makes a call's task on ``loop`` (what `starter`
+returns)."""
+
+
+def _by_factory(
+    coroutine: Coroutine[Any, Any, Any], *, loop: asyncio.AbstractEventLoop, name: str
+) -> asyncio.Task[Any]:
+    """A call's task made by the loop's own task factory (through ``loop.create_task``)."""
+    return loop.create_task(coroutine, name=name)
+
 
 if sys.version_info >= (3, 12):
+    _EAGER_TASK: StartTask = functools.partial(asyncio.Task, eager_start=True)
 
     def starter(loop: asyncio.AbstractEventLoop) -> StartTask:
         """How a call's task is made on ``loop``: started at once (``eager_start``, Python
@@ -29,25 +39,32 @@ if sys.version_info >= (3, 12):
             loop: the running event loop.
 
         Returns:
-            ``start(coroutine, name=...)``, returning the task (it may be done already).
+            ``start(coroutine, loop=loop, name=...)``, returning the task (it may be done
+            already).
         """
         if loop.get_task_factory() is not None:
-            return loop.create_task
-        return functools.partial(asyncio.Task, loop=loop, eager_start=True)
+            return _by_factory
+        return _EAGER_TASK
 
 else:
 
     def starter(loop: asyncio.AbstractEventLoop) -> StartTask:
-        """How a call's task is made on ``loop``: ``loop.create_task`` (Python 3.11 has no
-        public way to start a task at once: its first step runs in the next loop pass).
+        """How a call's task is made on ``loop``: `asyncio.Task` itself, the task
+        ``loop.create_task`` makes, without that method's layer (a Python call, its check that
+        the loop is not closed, which a running loop is not, and one more keyword to the task
+        class). With a task factory of the loop's own (`loop.set_task_factory`) that factory
+        makes it, through ``loop.create_task``. Python 3.11 has no public way to start a task at
+        once: its first step runs in the next loop pass.
 
         Args:
             loop: the running event loop.
 
         Returns:
-            ``start(coroutine, name=...)``, returning the task.
+            ``start(coroutine, loop=loop, name=...)``, returning the task.
         """
-        return loop.create_task
+        if loop.get_task_factory() is not None:
+            return _by_factory
+        return asyncio.Task
 
 
 @types.coroutine

@@ -225,7 +225,8 @@ class BatchRun:
         if len(slots) > 1 and not self._one_at_a_time():
             await self._all_at_once(slots)
         else:
-            start = starter(asyncio.get_running_loop())
+            loop = asyncio.get_running_loop()
+            start = starter(loop)
             for slot in slots:
                 if self._signal.aborted or self._terminated:
                     break
@@ -233,7 +234,8 @@ class BatchRun:
                     with abort_scope(self._signal, self._grace):
                         await self.run_call(slot.index, slot.call)
                     continue
-                task = start(self._guarded(slot), name=CALL_TASK_NAME)  # (see `_all_at_once`)
+                # (`_guarded`: see `_all_at_once`)
+                task = start(self._guarded(slot), loop=loop, name=CALL_TASK_NAME)
                 try:
                     if not task.done():  # (started at once, it may have ended: see `starter`)
                         await next_pass()  # its first step: one ending there needs no wake-up
@@ -247,10 +249,11 @@ class BatchRun:
 
     async def _all_at_once(self, slots: list[_Slot]) -> None:
         """Run every call of a parallel batch at once, each in a task of its own (see `run`)."""
-        start = starter(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        start = starter(loop)
         tasks: list[asyncio.Future[None]] = []  # (a loop, not a comprehension: no function call)
         for slot in slots:  # (`_guarded`: a task ends with no exception but its cancellation)
-            tasks.append(start(self._guarded(slot), name=CALL_TASK_NAME))
+            tasks.append(start(self._guarded(slot), loop=loop, name=CALL_TASK_NAME))
         try:
             if not all(map(_is_done, tasks)):  # (started at once, each may have ended)
                 await next_pass()  # the calls' first steps: one ending there needs no wake-up
