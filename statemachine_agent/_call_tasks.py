@@ -17,11 +17,14 @@ StartTask = Callable[..., "asyncio.Task[Any]"]
 returns)."""
 
 
-def _by_factory(
+def _by_the_loop(
     coroutine: Coroutine[Any, Any, Any], *, loop: asyncio.AbstractEventLoop, name: str
 ) -> asyncio.Task[Any]:
-    """A call's task made by the loop's own task factory (through ``loop.create_task``)."""
+    """A call's task made by ``loop.create_task`` (the loop's own, or its task factory)."""
     return loop.create_task(coroutine, name=name)
+
+
+_ASYNCIO_CREATE_TASK = asyncio.BaseEventLoop.create_task
 
 
 if sys.version_info >= (3, 12):
@@ -31,9 +34,10 @@ if sys.version_info >= (3, 12):
         """How a call's task is made on ``loop``: started at once (``eager_start``, Python
         3.12+), so a call that ends in its first step (an async tool that does not wait) ends
         before its task is returned and its batch needs no event loop pass for it. With a task
-        factory of the loop's own (`loop.set_task_factory`) that factory makes it, as
-        ``loop.create_task`` does. Either way the call runs in a task of its own
-        (`asyncio.current_task` is that task, in a copy of the context).
+        factory of the loop's own (`loop.set_task_factory`), or a ``create_task`` of its own
+        (an event loop that is not asyncio's), ``loop.create_task`` makes it. Either way the
+        call runs in a task of its own (`asyncio.current_task` is that task, in a copy of the
+        context).
 
         Args:
             loop: the running event loop.
@@ -42,8 +46,11 @@ if sys.version_info >= (3, 12):
             ``start(coroutine, loop=loop, name=...)``, returning the task (it may be done
             already).
         """
-        if loop.get_task_factory() is not None:
-            return _by_factory
+        if (
+            loop.get_task_factory() is not None
+            or type(loop).create_task is not _ASYNCIO_CREATE_TASK
+        ):
+            return _by_the_loop
         return _EAGER_TASK
 
 else:
@@ -52,8 +59,9 @@ else:
         """How a call's task is made on ``loop``: `asyncio.Task` itself, the task
         ``loop.create_task`` makes, without that method's layer (a Python call, its check that
         the loop is not closed, which a running loop is not, and one more keyword to the task
-        class). With a task factory of the loop's own (`loop.set_task_factory`) that factory
-        makes it, through ``loop.create_task``. Python 3.11 has no public way to start a task at
+        class). With a task factory of the loop's own (`loop.set_task_factory`), or a
+        ``create_task`` of its own (an event loop that is not asyncio's), ``loop.create_task``
+        makes it. Python 3.11 has no public way to start a task at
         once: its first step runs in the next loop pass.
 
         Args:
@@ -62,8 +70,11 @@ else:
         Returns:
             ``start(coroutine, loop=loop, name=...)``, returning the task.
         """
-        if loop.get_task_factory() is not None:
-            return _by_factory
+        if (
+            loop.get_task_factory() is not None
+            or type(loop).create_task is not _ASYNCIO_CREATE_TASK
+        ):
+            return _by_the_loop
         return asyncio.Task
 
 

@@ -143,3 +143,31 @@ async def test_a_task_factory_of_the_loop_makes_the_call_tasks() -> None:
         loop.set_task_factory(previous)
     assert result.state is State.DONE
     assert [task.get_name() for task in made] == ["statemachine_agent tool call"] * 2
+
+
+class _RecordingLoop(asyncio.SelectorEventLoop):
+    """An event loop with a ``create_task`` of its own (as a loop that is not asyncio's has)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: list[str] = []
+
+    def create_task(self, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:  # type: ignore[override]
+        task = super().create_task(coro, **kwargs)
+        self.made.append(task.get_name())
+        return task
+
+
+def test_an_event_loop_with_a_create_task_of_its_own_makes_the_call_tasks() -> None:
+    @tool
+    async def probe(name: str) -> str:
+        """Return the name."""
+        return name
+
+    loop = _RecordingLoop()
+    try:
+        result = loop.run_until_complete(Agent(_model("c1", "c2"), tools=[probe]).run("go"))
+    finally:
+        loop.close()
+    assert result.state is State.DONE
+    assert loop.made.count("statemachine_agent tool call") == 2
