@@ -884,3 +884,15 @@ async def test_a_call_to_an_unknown_tool_counts_toward_max_tool_calls_as_documen
     assert "max_tool_calls=1 was reached: 1 used, 1 more wanted" in result.error
     texts = [r.text for r in results_of(result.messages)]
     assert "nope" in texts[0] and texts[1].startswith("Not run: the usage limit max_tool_calls=1")
+
+
+async def test_max_requests_zero_stops_the_run_before_its_first_request() -> None:
+    """``max_requests=0`` is a valid limit: the run sends no request at all (the limit holds
+    before the first request too, not only once one was sent)."""
+    model = ScriptedModel([text_response("never sent")])
+    result = await Agent(model, limits=UsageLimits(max_requests=0)).run("go")
+    assert model.calls == 0
+    assert result.state is State.MAX_TURNS
+    assert result.counts.requests == 0
+    assert result.error is not None
+    assert "the usage limit max_requests=0 was reached: 0 used, 1 more wanted" in result.error
