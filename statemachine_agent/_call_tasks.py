@@ -27,55 +27,35 @@ def _by_the_loop(
 _ASYNCIO_CREATE_TASK = asyncio.BaseEventLoop.create_task
 
 
+# The task `starter` makes when the loop makes tasks asyncio's way: on Python 3.12+ started at
+# once (``eager_start``), so a call that ends in its first step (an async tool that does not
+# wait) ends before its task is returned and its batch needs no event loop pass for it; on 3.11,
+# which has no public way to start a task at once, `asyncio.Task` itself (what
+# ``loop.create_task`` makes, without that method's layer), its first step in the next pass.
+_OWN_TASK: StartTask
 if sys.version_info >= (3, 12):
-    _EAGER_TASK: StartTask = functools.partial(asyncio.Task, eager_start=True)
-
-    def starter(loop: asyncio.AbstractEventLoop) -> StartTask:
-        """How a call's task is made on ``loop``: started at once (``eager_start``, Python
-        3.12+), so a call that ends in its first step (an async tool that does not wait) ends
-        before its task is returned and its batch needs no event loop pass for it. With a task
-        factory of the loop's own (`loop.set_task_factory`), or a ``create_task`` of its own
-        (an event loop that is not asyncio's), ``loop.create_task`` makes it. Either way the
-        call runs in a task of its own (`asyncio.current_task` is that task, in a copy of the
-        context).
-
-        Args:
-            loop: the running event loop.
-
-        Returns:
-            ``start(coroutine, loop=loop, name=...)``, returning the task (it may be done
-            already).
-        """
-        if (
-            loop.get_task_factory() is not None
-            or type(loop).create_task is not _ASYNCIO_CREATE_TASK
-        ):
-            return _by_the_loop
-        return _EAGER_TASK
-
+    _OWN_TASK = functools.partial(asyncio.Task, eager_start=True)
 else:
+    _OWN_TASK = asyncio.Task
 
-    def starter(loop: asyncio.AbstractEventLoop) -> StartTask:
-        """How a call's task is made on ``loop``: `asyncio.Task` itself, the task
-        ``loop.create_task`` makes, without that method's layer (a Python call, its check that
-        the loop is not closed, which a running loop is not, and one more keyword to the task
-        class). With a task factory of the loop's own (`loop.set_task_factory`), or a
-        ``create_task`` of its own (an event loop that is not asyncio's), ``loop.create_task``
-        makes it. Python 3.11 has no public way to start a task at
-        once: its first step runs in the next loop pass.
 
-        Args:
-            loop: the running event loop.
+def starter(loop: asyncio.AbstractEventLoop) -> StartTask:
+    """How a call's task is made on ``loop``: `asyncio.Task` called directly, started at once on
+    Python 3.12+ (``eager_start``: a call that ends in its first step needs no event loop pass);
+    with a task factory of the loop's own (`loop.set_task_factory`), or a ``create_task`` of its
+    own (an event loop that is not asyncio's), ``loop.create_task`` makes it. Either way the call
+    runs in a task of its own (`asyncio.current_task` is that task, in a copy of the context).
 
-        Returns:
-            ``start(coroutine, loop=loop, name=...)``, returning the task.
-        """
-        if (
-            loop.get_task_factory() is not None
-            or type(loop).create_task is not _ASYNCIO_CREATE_TASK
-        ):
-            return _by_the_loop
-        return asyncio.Task
+    Args:
+        loop: the running event loop.
+
+    Returns:
+        ``start(coroutine, loop=loop, name=...)``, returning the task (on 3.12+ it may be done
+        already).
+    """
+    if loop.get_task_factory() is not None or type(loop).create_task is not _ASYNCIO_CREATE_TASK:
+        return _by_the_loop
+    return _OWN_TASK
 
 
 @types.coroutine
