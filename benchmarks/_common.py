@@ -6,6 +6,7 @@ those lines). Times are medians of repeated runs; ratios compare numbers measure
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import os
@@ -95,7 +96,9 @@ def quick() -> bool:
     return "--quick" in sys.argv
 
 
-async def minimal_run(respond: Any, tool: Any, prompt: str = "go") -> list[Any]:
+async def minimal_run(
+    respond: Any, tool: Any, prompt: str = "go", *, call_tasks: bool = False
+) -> list[Any]:
     """One run of the minimal loop: the least any agent loop must do, with no engine; the
     reference the engine's figures are read against (not figure 1's bare loop over dicts).
 
@@ -109,6 +112,9 @@ async def minimal_run(respond: Any, tool: Any, prompt: str = "go") -> list[Any]:
             (``request`` is None here).
         tool: the async tool function every call runs, called with the call's input.
         prompt: the first user message's text.
+        call_tasks: await each call in an asyncio task of its own (as the engine runs an async
+            tool, so that a call ignoring its cancellation cannot hold the run open), rather
+            than in the loop's own task.
     """
     messages: list[Any] = [UserMessage(prompt)]
     while True:
@@ -120,7 +126,10 @@ async def minimal_run(respond: Any, tool: Any, prompt: str = "go") -> list[Any]:
         if not calls:
             return messages
         for call in calls:
-            output = await tool(**call.input)
+            if call_tasks:
+                output = await asyncio.create_task(tool(**call.input))
+            else:
+                output = await tool(**call.input)
             messages.append(
                 ToolResultMessage(
                     tool_call_id=call.id, tool_name=call.name, content=[TextBlock(text=output)]

@@ -43,7 +43,14 @@ JSON line `run_all.py` collects):
   README.md, "Setup"). The counts with pydantic-ai take several minutes (its import alone is about
   3.3G instructions, slowed some 50x under callgrind).
 
-Usage: ``python benchmarks/bench_instructions.py [BATCH] [--stub-accounting] [--targets]``
+``--breakdown`` counts where a turn goes (`PARTS`): the same set-up with no subscriber (the
+difference is the events), the minimal loop of `bench_turn_cpu` (the same responses and result
+messages with no engine), the same loop awaiting each call in a task of its own (the difference
+is what a call's task costs any loop) and the benchmark's model function alone (building the
+responses).
+
+Usage: ``python benchmarks/bench_instructions.py [BATCH] [--stub-accounting] [--targets |
+--breakdown]``
 """
 
 from __future__ import annotations
@@ -63,16 +70,42 @@ HERE = Path(__file__).resolve().parent
 ONE_RUN = """
 import asyncio, sys
 sys.path.insert(0, {here!r})
-from bench_turn_cpu import build
-n, batch, stub = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+from bench_turn_cpu import NOOP, build, noop, responder
+n, batch, stub, part = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
 if stub:  # the context meter does nothing (as bench_context's stubbed configuration)
     from statemachine_agent._accounting import ContextMeter, ContextUsage
     constant = ContextUsage(0, 0, 0, None)
     ContextMeter.counted = lambda self, messages, usage: None
     ContextMeter.deferred = lambda self, messages, window: constant
-agent, seen = build(n, batch)
-asyncio.run(agent.run("go"))
+if part == "engine":
+    agent, seen = build(n, batch)
+    asyncio.run(agent.run("go"))
+elif part == "no_subscriber":
+    from statemachine_agent import Agent
+    from statemachine_agent.models import FunctionModel
+    agent = Agent(FunctionModel(responder(n, batch)), tools=[NOOP], max_turns=n + 5)
+    asyncio.run(agent.run("go"))
+elif part in ("minimal", "minimal_call_tasks"):
+    from _common import minimal_run
+    tasks = part == "minimal_call_tasks"
+    asyncio.run(minimal_run(responder(n, batch), noop, call_tasks=tasks))
+else:  # "responses": the model function alone, called as often as a run asks it
+    respond = responder(n, batch)
+    for _ in range(n + 1):
+        respond(None, None)
 """
+
+PARTS = {
+    "engine": "a turn: the engine, a subscriber keeping every event (the headline set-up)",
+    "no_subscriber": "the same run with no subscriber (no event is built)",
+    "minimal": (
+        "the minimal loop (`_common.minimal_run`): the same responses and result messages, "
+        "no engine"
+    ),
+    "minimal_call_tasks": "the minimal loop awaiting each call in an asyncio task of its own",
+    "responses": "building the responses alone (the benchmark's model function)",
+}
+"""The runs `--breakdown` counts, each a turn's part of the headline set-up."""
 
 # A whole run of N turns (argv[1]; 0: the same script doing no run), built by ``bench_instructions.
 # {build}``; both sides of the pydantic-ai comparison use this script, only the builder differs.
@@ -135,13 +168,14 @@ def instructions(script: Path, turns: int, folder: Path, *args: str) -> int:
     return callgrind(script, turns, folder, *args)[0]
 
 
-def per_turn(batch: int, stub: bool = False) -> float:
-    """Instructions one turn of ``batch`` calls costs: 220 turns minus 20, over 200."""
+def per_turn(batch: int, stub: bool = False, part: str = "engine") -> float:
+    """Instructions one turn of ``batch`` calls costs: 220 turns minus 20, over 200 (``part``:
+    which run of `PARTS` is counted)."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         script = folder / "one_run.py"
         script.write_text(ONE_RUN.format(here=str(HERE)))
-        run_args = (str(batch), "1" if stub else "0")
+        run_args = (str(batch), "1" if stub else "0", part)
         short = instructions(script, 20, folder, *run_args)
         long = instructions(script, 220, folder, *run_args)
     return (long - short) / 200
@@ -302,6 +336,35 @@ def targets() -> dict[str, Any]:
     return data
 
 
+def breakdown(batch: int = 1) -> dict[str, float]:
+    """Count each run of `PARTS` and print where a turn goes: the events (a turn with a
+    subscriber less one without), the minimal loop (of which building the responses), and the
+    engine's own work besides those two. Returns the counts by part."""
+    from _common import table
+
+    counts = {part: per_turn(batch, part=part) for part in PARTS}
+    rows = [[what, f"{counts[part] / 1000:.1f}k"] for part, what in PARTS.items()]
+    events = counts["engine"] - counts["no_subscriber"]
+    own = counts["no_subscriber"] - counts["minimal"]
+    rows += [
+        [
+            "the events a subscriber receives (a turn less the run with no subscriber)",
+            f"{events / 1000:.1f}k",
+        ],
+        [
+            "a call's task (the minimal loop with call tasks less the one without)",
+            f"{(counts['minimal_call_tasks'] - counts['minimal']) / 1000:.1f}k",
+        ],
+        [
+            "the engine's own work besides events and the minimal loop (its calls' tasks included)",
+            f"{own / 1000:.1f}k",
+        ],
+    ]
+    print(f"### Where a turn goes (instructions a turn, batch {batch}, 220 minus 20 turns)")
+    print(table(["part", "instructions a turn"], rows))
+    return counts
+
+
 def main() -> None:
     if shutil.which("valgrind") is None:
         why = "valgrind is not installed (apt-get install valgrind)"
@@ -320,6 +383,9 @@ def main() -> None:
         targets()
         return
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if "--breakdown" in sys.argv:
+        breakdown(int(args[0]) if args else 1)
+        return
     batch = int(args[0]) if args else 1
     stub = "--stub-accounting" in sys.argv
     figure = per_turn(batch, stub)

@@ -195,3 +195,64 @@ def test_bench_instructions_figures_are_read_under_the_names_run_all_reads(
     assert rows[0][1:] == ["200,000 instructions", "<= 250,000 instructions", "PASS"]
     assert rows[1][1:] == ["2.50x", "<= 2.60x", "PASS"]
     assert rows[2][3].startswith("not measured: pydantic-ai is not importable in this interpreter")
+
+
+def test_bench_instructions_breakdown_reads_each_part_as_a_difference_of_two_counts(
+    run_all: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bench_instructions --breakdown` (counts stubbed): the events are a turn less the run
+    with no subscriber, a call's task the minimal loop with call tasks less the one without,
+    the engine's own work the run with no subscriber less the minimal loop."""
+    bench = importlib.import_module("bench_instructions")
+    counts = {
+        "engine": 340_000.0,
+        "no_subscriber": 270_000.0,
+        "minimal": 76_000.0,
+        "minimal_call_tasks": 124_000.0,
+        "responses": 35_000.0,
+    }
+    assert set(bench.PARTS) == set(counts)
+    monkeypatch.setattr(bench, "per_turn", lambda batch, stub=False, part="engine": counts[part])
+    assert bench.breakdown(1) == counts
+    rows = {
+        line.split("|")[1].strip(): line.split("|")[2].strip()
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("| ") and not line.startswith("| part")
+    }
+    assert rows["the events a subscriber receives (a turn less the run with no subscriber)"] == (
+        "70.0k"
+    )
+    assert rows["a call's task (the minimal loop with call tasks less the one without)"] == "48.0k"
+    assert (
+        rows[
+            "the engine's own work besides events and the minimal loop (its calls' tasks included)"
+        ]
+        == "194.0k"
+    )
+
+
+def test_the_minimal_loop_with_call_tasks_awaits_each_call_in_a_task_of_its_own(
+    run_all: ModuleType,
+) -> None:
+    """`_common.minimal_run(call_tasks=True)`: each call runs in a new task, not the loop's own;
+    without it, in the loop's own task. The history is the same either way."""
+    import asyncio
+
+    common = importlib.import_module("_common")
+    bench = importlib.import_module("bench_turn_cpu")
+    seen: list[asyncio.Task[Any] | None] = []
+
+    async def tool() -> str:
+        seen.append(asyncio.current_task())
+        return "ok"
+
+    async def both() -> tuple[list[Any], list[Any], asyncio.Task[Any] | None]:
+        plain = await common.minimal_run(bench.responder(3, 2), tool)
+        tasks = await common.minimal_run(bench.responder(3, 2), tool, call_tasks=True)
+        return plain, tasks, asyncio.current_task()
+
+    plain, tasks, own = asyncio.run(both())
+    common.check_minimal(plain, 2, 3)
+    common.check_minimal(tasks, 2, 3)
+    assert seen[:6] == [own] * 6
+    assert own not in seen[6:] and len(set(seen[6:])) == 6
