@@ -70,20 +70,15 @@ HERE = Path(__file__).resolve().parent
 ONE_RUN = """
 import asyncio, sys
 sys.path.insert(0, {here!r})
-from bench_turn_cpu import NOOP, build, noop, responder
+from bench_turn_cpu import build, noop, responder
 n, batch, stub, part = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
 if stub:  # the context meter does nothing (as bench_context's stubbed configuration)
     from statemachine_agent._accounting import ContextMeter, ContextUsage
     constant = ContextUsage(0, 0, 0, None)
     ContextMeter.counted = lambda self, messages, usage: None
     ContextMeter.deferred = lambda self, messages, window: constant
-if part == "engine":
-    agent, seen = build(n, batch)
-    asyncio.run(agent.run("go"))
-elif part == "no_subscriber":
-    from statemachine_agent import Agent
-    from statemachine_agent.models import FunctionModel
-    agent = Agent(FunctionModel(responder(n, batch)), tools=[NOOP], max_turns=n + 5)
+if part in ("engine", "no_subscriber"):
+    agent, seen = build(n, batch, subscribe=part == "engine")
     asyncio.run(agent.run("go"))
 elif part in ("minimal", "minimal_call_tasks"):
     from _common import minimal_run

@@ -70,11 +70,13 @@ def responder(n: int, batch: int) -> Any:
     return respond
 
 
-def build(n: int, batch: int) -> tuple[Agent, list[Any]]:
-    """A fresh agent for one run, with a subscriber attached."""
+def build(n: int, batch: int, *, subscribe: bool = True) -> tuple[Agent, list[Any]]:
+    """A fresh agent for one run, with a subscriber keeping every event in the list returned
+    (``subscribe=False``: none attached, the list stays empty)."""
     agent = Agent(FunctionModel(responder(n, batch)), tools=[NOOP], max_turns=n + 5)
     seen: list[Any] = []
-    agent.subscribe(seen.append)
+    if subscribe:
+        agent.subscribe(seen.append)
     return agent, seen
 
 
