@@ -331,6 +331,35 @@ def _compacting_agent(summarize: Any) -> tuple[Agent, list[Message]]:
     return agent, history
 
 
+async def test_a_call_id_that_compaction_replaced_may_be_used_again() -> None:
+    """No tool-call id twice in one history sent to a provider: once a compaction has replaced
+    the call ``h0`` (and its result), a response using ``h0`` again is acted on, and the history
+    holds the id once (found by the hypothesis explore pass, seed 4155387802)."""
+    agent, _ = _compacting_agent(lambda old: "summary")
+    agent.model = ScriptedModel(
+        [tool_response(call("lookup", {"q": "again"}, id="h0")), text_response("answer")]
+    )
+    result = await agent.run("next")
+    assert result.state == State.DONE
+    assert [m.tool_call_id for m in agent.messages if isinstance(m, ToolResultMessage)] == ["h0"]
+    assert [m.text for m in agent.messages if isinstance(m, ToolResultMessage)] == ["found again"]
+    assert_valid_history(agent.messages)
+
+
+async def test_a_call_id_still_in_the_history_may_not_be_used_again() -> None:
+    """The same response without compaction: ``h0`` is still in the history, so the run fails
+    naming it; the response is not kept (the run's error message ends the history)."""
+    agent, history = _compacting_agent(lambda old: "summary")
+    agent.compaction = None
+    agent.model = ScriptedModel([tool_response(call("lookup", {"q": "again"}, id="h0"))])
+    result = await agent.run("next")
+    assert result.state == State.FAILED
+    assert result.error is not None and "reuses tool-call id(s) h0" in result.error
+    assert agent.messages[:-1] == [*history, UserMessage("next")]
+    last = agent.messages[-1]
+    assert isinstance(last, AssistantMessage) and last.tool_calls == []
+
+
 async def test_summarizer_that_raises_ends_failed_with_its_error_history_intact() -> None:
     def summarize(old: Sequence[Message]) -> str:
         raise RuntimeError("summarizer is down")

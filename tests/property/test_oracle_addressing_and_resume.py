@@ -7,11 +7,21 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
-from statemachine_agent import ToolResultMessage
-from statemachine_agent.testing import Call, RunSpec, Scenario, Step, check_scenario, play
+from statemachine_agent import AssistantMessage, ToolCallBlock, ToolResultMessage, UserMessage
+from statemachine_agent.testing import (
+    Call,
+    Input,
+    RunSpec,
+    Scenario,
+    Step,
+    check_scenario,
+    play,
+)
 from statemachine_agent.testing._oracle import compare
 from statemachine_agent.testing._oracle.requests import expected_request, shown
+from statemachine_agent.testing._oracle.scenario_agent import render_step, still_reused
 
 
 def test_a_result_message_built_for_another_call_answers_the_call_it_came_from() -> None:
@@ -125,3 +135,57 @@ def test_a_reopened_log_keeps_a_denied_call_of_a_partly_decided_batch_answered()
         reopen=True,
     )
     check_scenario(scenario)
+
+
+def test_a_reused_id_step_after_a_compaction_reuses_an_id_the_history_still_holds() -> None:
+    """Found by the explore pass (seed 4155387802): the second run's first call ``r2_1`` is
+    compacted away (a follow-up after a token-limit stop goes on), so a ``reused_id`` step's
+    reuse of it is no clash (no id twice in one history sent). The scenario's model reuses an
+    id the history still holds instead, and the run fails on it as the oracle predicts: two
+    turns, three requests, ``r2_1`` run once."""
+    queued = (Input("follow_up", None, 0), Input("steer", None, 0))
+    scenario = Scenario(
+        runs=(
+            RunSpec(
+                (Step("pause_turn"), Step("tool_use", (Call(),)), Step("end_turn")), inputs=queued
+            ),
+            RunSpec(
+                (
+                    Step("tool_use", (Call(),)),
+                    Step("max_tokens", (Call(tool="write"),)),
+                    Step("reused_id"),
+                ),
+                inputs=queued,
+            ),
+        ),
+        max_tokens_policy="stop",
+        compaction=True,
+    )
+    obs = asyncio.run(play(scenario))
+    second = obs.runs[1]
+    assert second.compaction_cuts != []
+    assert (second.state, second.turns, second.requests) == ("failed", 2, 3)
+    assert second.ran == ["r2_1"]
+    problems, prediction = compare(scenario, obs)
+    assert problems == []
+    assert "reused_id" in prediction.labels
+
+
+def test_a_reused_id_with_no_call_left_in_the_history_repeats_the_responses_own_call() -> None:
+    """`still_reused`: the reused id kept while the history holds it, else the oldest id it
+    holds, else (no call left) the response's last call repeated, so the response always
+    clashes; a step whose calls are all new is left as it is."""
+    first = render_step(Step("tool_use", (Call(),)), ("r1_1",), 1, [])
+    step = render_step(Step("reused_id"), (), 2, ["r1_1"])
+
+    def ids(step: dict[str, Any], history: list[Any]) -> list[str]:
+        return [b["id"] for b in still_reused(step, [None, first], history)["content"][1:]]
+
+    def holding(call_id: str) -> AssistantMessage:
+        return AssistantMessage(content=[ToolCallBlock(id=call_id, name="job", input={})])
+
+    assert ids(step, [holding("r1_1")]) == ["r1_1"]
+    assert ids(step, [UserMessage("x"), holding("r1_2"), holding("r1_3")]) == ["r1_2"]
+    assert ids(step, [UserMessage("x")]) == ["r1_1", "r1_1"]
+    fresh = render_step(Step("tool_use", (Call(),)), ("r1_4",), 2, ["r1_1"])
+    assert still_reused(fresh, [first], [UserMessage("x")]) is fresh
