@@ -39,7 +39,7 @@ from .._tools import Tool, ToolContext, ToolResult, tool
 from ..models._base import ModelRequest, StreamEvent
 from ..models._offline import ScriptedModel
 from ._compaction import CompactionWatch
-from ._oracle import ORACLE_TOOLS, RunTree, ScenarioHooks, cut_stream, queue_input
+from ._oracle import ORACLE_TOOLS, RunTree, ScenarioHooks, cut_stream, queue_input, still_reused
 from .strategies import AbortPoint, Behaviour, DeliveryMode, QueuedInput
 
 
@@ -139,8 +139,7 @@ class ScriptPlayer:
     request it received."""
 
     def __init__(self) -> None:
-        self._current = ScriptedModel([])
-        self._cuts: set[int] = set()
+        self._steps: list[dict[str, Any] | None] = []
         self._played = 0
         self.requests: list[ModelRequest] = []
 
@@ -152,20 +151,20 @@ class ScriptPlayer:
     def load(self, steps: Sequence[dict[str, Any] | None]) -> None:
         """Play ``steps`` from now on (an exhausted script fails the request; a None step is a
         stream that ends before its stop event)."""
-        self._cuts = {i for i, step in enumerate(steps) if step is None}
+        ScriptedModel([step for step in steps if step is not None])  # its errors, now
+        self._steps = list(steps)
         self._played = 0
-        self._current = ScriptedModel(
-            [step for step in steps if step is not None], record_requests=False
-        )
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Record the request and play the next step."""
         self.requests.append(request)
         index = self._played
         self._played += 1
-        if index in self._cuts:
+        step = self._steps[index] if index < len(self._steps) else {}
+        if step is None:
             return cut_stream()
-        return self._current.stream(request)
+        played = [still_reused(step, self._steps[:index], request.messages)] if step else []
+        return ScriptedModel(played, record_requests=False).stream(request)
 
 
 class ChildPlayer(ScriptPlayer):

@@ -19,9 +19,31 @@ from statemachine_agent.testing import (
     check_scenario,
     play,
 )
+from statemachine_agent.testing._kit import ScriptPlayer
 from statemachine_agent.testing._oracle import compare
 from statemachine_agent.testing._oracle.requests import expected_request, shown
 from statemachine_agent.testing._oracle.scenario_agent import render_step, still_reused
+
+_QUEUED = (Input("follow_up", None, 0), Input("steer", None, 0))
+# The explore pass's seed 4155387802 case: the second run's first call is compacted away before
+# its reused_id step.
+COMPACTED_REUSE = Scenario(
+    runs=(
+        RunSpec(
+            (Step("pause_turn"), Step("tool_use", (Call(),)), Step("end_turn")), inputs=_QUEUED
+        ),
+        RunSpec(
+            (
+                Step("tool_use", (Call(),)),
+                Step("max_tokens", (Call(tool="write"),)),
+                Step("reused_id"),
+            ),
+            inputs=_QUEUED,
+        ),
+    ),
+    max_tokens_policy="stop",
+    compaction=True,
+)
 
 
 def test_a_result_message_built_for_another_call_answers_the_call_it_came_from() -> None:
@@ -143,24 +165,7 @@ def test_a_reused_id_step_after_a_compaction_reuses_an_id_the_history_still_hold
     reuse of it is no clash (no id twice in one history sent). The scenario's model reuses an
     id the history still holds instead, and the run fails on it as the oracle predicts: two
     turns, three requests, ``r2_1`` run once."""
-    queued = (Input("follow_up", None, 0), Input("steer", None, 0))
-    scenario = Scenario(
-        runs=(
-            RunSpec(
-                (Step("pause_turn"), Step("tool_use", (Call(),)), Step("end_turn")), inputs=queued
-            ),
-            RunSpec(
-                (
-                    Step("tool_use", (Call(),)),
-                    Step("max_tokens", (Call(tool="write"),)),
-                    Step("reused_id"),
-                ),
-                inputs=queued,
-            ),
-        ),
-        max_tokens_policy="stop",
-        compaction=True,
-    )
+    scenario = COMPACTED_REUSE
     obs = asyncio.run(play(scenario))
     second = obs.runs[1]
     assert second.compaction_cuts != []
@@ -171,15 +176,15 @@ def test_a_reused_id_step_after_a_compaction_reuses_an_id_the_history_still_hold
     assert "reused_id" in prediction.labels
 
 
-def test_a_reused_id_with_no_call_left_in_the_history_repeats_the_responses_own_call() -> None:
-    """`still_reused`: the reused id kept while the history holds it, else the oldest id it
+def test_a_reused_id_with_no_call_left_in_the_request_repeats_the_responses_own_call() -> None:
+    """`still_reused`: the reused id kept while the request holds it, else the oldest id it
     holds, else (no call left) the response's last call repeated, so the response always
     clashes; a step whose calls are all new is left as it is."""
     first = render_step(Step("tool_use", (Call(),)), ("r1_1",), 1, [])
     step = render_step(Step("reused_id"), (), 2, ["r1_1"])
 
-    def ids(step: dict[str, Any], history: list[Any]) -> list[str]:
-        return [b["id"] for b in still_reused(step, [None, first], history)["content"][1:]]
+    def ids(step: dict[str, Any], sent: list[Any]) -> list[str]:
+        return [b["id"] for b in still_reused(step, [None, first], sent)["content"][1:]]
 
     def holding(call_id: str) -> AssistantMessage:
         return AssistantMessage(content=[ToolCallBlock(id=call_id, name="job", input={})])
@@ -189,3 +194,13 @@ def test_a_reused_id_with_no_call_left_in_the_history_repeats_the_responses_own_
     assert ids(step, [UserMessage("x")]) == ["r1_1", "r1_1"]
     fresh = render_step(Step("tool_use", (Call(),)), ("r1_4",), 2, ["r1_1"])
     assert still_reused(fresh, [first], [UserMessage("x")]) is fresh
+
+
+def test_the_kits_script_player_reuses_an_id_the_request_still_holds() -> None:
+    """The users' kit plays scenario steps through `ScriptPlayer`, not `ScenarioModel`: the same
+    compacting scenario played by it also fails on the reused id as the oracle predicts."""
+    obs = asyncio.run(play(COMPACTED_REUSE, model=ScriptPlayer()))
+    second = obs.runs[1]
+    assert second.compaction_cuts != []
+    assert (second.state, second.turns, second.requests, second.ran) == ("failed", 2, 3, ["r2_1"])
+    assert compare(COMPACTED_REUSE, obs)[0] == []

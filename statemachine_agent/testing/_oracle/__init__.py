@@ -81,6 +81,7 @@ from .scenario_agent import (
     render_step,
     rendered_steps,
     run_steps,
+    still_reused,
 )
 from .texts import (
     CONTEXT_WINDOW,
@@ -184,6 +185,7 @@ __all__ = [
     "run_ids",
     "run_steps",
     "scenario_ids",
+    "still_reused",
     "text_problems",
     "tokens_of",
     "write",

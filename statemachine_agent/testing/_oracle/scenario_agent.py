@@ -77,20 +77,21 @@ class ScenarioModel:
         if index < len(self._steps) and self._steps[index] is None:
             return cut_stream()
         steps = [self._steps[index]] if index < len(self._steps) else []
-        if steps and self.agent is not None:
-            steps = [still_reused(steps[0], self._steps[:index], self.agent.messages)]  # type: ignore[arg-type]
+        if steps and steps[0] is not None:
+            steps = [still_reused(steps[0], self._steps[:index], request.messages)]
         return ScriptedModel(steps, record_requests=False).stream(request)  # type: ignore[arg-type]
 
 
 def still_reused(
-    step: dict[str, Any], earlier: Sequence[dict[str, Any] | None], history: Sequence[Message]
+    step: dict[str, Any], earlier: Sequence[dict[str, Any] | None], sent: Sequence[Message]
 ) -> dict[str, Any]:
-    """``step`` as it is sent after the ``earlier`` steps of its run, on ``history``: a response
-    whose last call reuses an earlier step's id (a ``reused_id`` step) reuses one ``history``
-    still holds. Invariant 3 forbids an id twice in one history sent to a provider, so an id a
-    compaction has since replaced is free again: reusing it is no error. The reused call takes
-    the oldest id the history holds, or, with none left, repeats itself (two blocks with one id).
-    Any other step is returned as it is (every other call id of a scenario is new)."""
+    """``step`` as it answers a request of ``sent`` messages, after the ``earlier`` steps of its
+    run. Invariant 3 forbids an id twice in one history sent to a provider, so an id that a
+    compaction has since replaced is free again: reusing it is no error. A response whose last
+    call reuses an earlier step's id (a ``reused_id`` step) therefore reuses one the request
+    still holds (the oldest), or, with none left, repeats itself (two blocks with one id): it
+    clashes whatever was compacted. Any other step is returned as it is (every other call id
+    of a scenario is new)."""
     content = step.get("content") or []
     last = content[-1] if content else None
     if not isinstance(last, dict) or last.get("type") != "tool_use":
@@ -102,7 +103,7 @@ def still_reused(
         for block in s.get("content") or ()
         if isinstance(block, dict)
     }
-    held = [c.id for m in history if isinstance(m, AssistantMessage) for c in m.tool_calls]
+    held = [c.id for m in sent if isinstance(m, AssistantMessage) for c in m.tool_calls]
     if last["id"] not in earlier_ids or last["id"] in held:
         return step
     again = [{**last, "id": held[0]}] if held else [last, last]
@@ -134,7 +135,7 @@ def render_step(
     content: list[dict[str, Any]] = [{"type": "text", "text": f"step {n}"}]
     content += [call_block(c, i) for c, i in zip(step.calls, call_ids, strict=True)]
     stop = step.kind
-    if stop == "reused_id":  # (`ScenarioModel` checks the history still holds ``used[0]``)
+    if stop == "reused_id":  # (the players check the request still holds it: `still_reused`)
         reused = used[0] if used else "dup"
         content.append(call_block(Call(), reused))
         if not used:
