@@ -39,7 +39,15 @@ from .._tools import Tool, ToolContext, ToolResult, tool
 from ..models._base import ModelRequest, StreamEvent
 from ..models._offline import ScriptedModel
 from ._compaction import CompactionWatch
-from ._oracle import ORACLE_TOOLS, RunTree, ScenarioHooks, cut_stream, queue_input, still_reused
+from ._oracle import (
+    ORACLE_TOOLS,
+    RunTree,
+    ScenarioHooks,
+    cut_stream,
+    exhausted_stream,
+    queue_input,
+    still_reused,
+)
 from .strategies import AbortPoint, Behaviour, DeliveryMode, QueuedInput
 
 
@@ -160,11 +168,13 @@ class ScriptPlayer:
         self.requests.append(request)
         index = self._played
         self._played += 1
-        step = self._steps[index] if index < len(self._steps) else {}
+        if index >= len(self._steps):
+            return exhausted_stream("the kit's script", index + 1, len(self._steps))
+        step = self._steps[index]
         if step is None:
             return cut_stream()
-        played = [still_reused(step, self._steps[:index], request.messages)] if step else []
-        return ScriptedModel(played, record_requests=False).stream(request)
+        played = still_reused(step, self._steps[:index], request.messages)
+        return ScriptedModel([played], record_requests=False).stream(request)
 
 
 class ChildPlayer(ScriptPlayer):

@@ -177,21 +177,26 @@ def test_a_reused_id_step_after_a_compaction_reuses_an_id_the_history_still_hold
 
 
 def test_a_reused_id_with_no_call_left_in_the_request_repeats_the_responses_own_call() -> None:
-    """`still_reused`: the reused id kept while the request holds it, else the oldest id it
-    holds, else (no call left) the response's last call repeated, so the response always
-    clashes; a step whose calls are all new is left as it is."""
+    """`still_reused`: the reused id kept while the request holds it, else the oldest of the
+    run's own ids it holds (never another id, such as an earlier run's), else (none left) the
+    response's last call repeated, so the response always clashes; a step whose calls are all
+    new is left as it is."""
     first = render_step(Step("tool_use", (Call(),)), ("r1_1",), 1, [])
-    step = render_step(Step("reused_id"), (), 2, ["r1_1"])
-
-    def ids(step: dict[str, Any], sent: list[Any]) -> list[str]:
-        return [b["id"] for b in still_reused(step, [None, first], sent)["content"][1:]]
 
     def holding(call_id: str) -> AssistantMessage:
         return AssistantMessage(content=[ToolCallBlock(id=call_id, name="job", input={})])
 
+    second = render_step(Step("tool_use", (Call(), Call())), ("r1_2", "r1_3"), 2, ["r1_1"])
+    step = render_step(Step("reused_id"), (), 3, ["r1_1", "r1_2", "r1_3"])
+
+    def ids(step: dict[str, Any], sent: list[Any]) -> list[str]:
+        return [b["id"] for b in still_reused(step, [first, None, second], sent)["content"][1:]]
+
     assert ids(step, [holding("r1_1")]) == ["r1_1"]
-    assert ids(step, [UserMessage("x"), holding("r1_2"), holding("r1_3")]) == ["r1_2"]
-    assert ids(step, [UserMessage("x")]) == ["r1_1", "r1_1"]
+    assert ids(step, [UserMessage("x"), holding("r0_9"), holding("r1_3"), holding("r1_2")]) == [
+        "r1_3"
+    ]
+    assert ids(step, [UserMessage("x"), holding("r0_9")]) == ["r1_1", "r1_1"]
     fresh = render_step(Step("tool_use", (Call(),)), ("r1_4",), 2, ["r1_1"])
     assert still_reused(fresh, [first], [UserMessage("x")]) is fresh
 

@@ -19,6 +19,7 @@ from ... import (
     Defer,
     Deny,
     Message,
+    ScriptExhaustedError,
     TextBlock,
     ToolCallBlock,
     ToolCallInfo,
@@ -76,38 +77,53 @@ class ScenarioModel:
         self._next += 1
         if index < len(self._steps) and self._steps[index] is None:
             return cut_stream()
-        steps = [self._steps[index]] if index < len(self._steps) else []
-        if steps and steps[0] is not None:
-            steps = [still_reused(steps[0], self._steps[:index], request.messages)]
-        return ScriptedModel(steps, record_requests=False).stream(request)  # type: ignore[arg-type]
+        if index >= len(self._steps):
+            return exhausted_stream("the scenario's model", index + 1, len(self._steps))
+        step = still_reused(self._steps[index], self._steps[:index], request.messages)
+        return ScriptedModel([step], record_requests=False).stream(request)
 
 
-def still_reused(
-    step: dict[str, Any], earlier: Sequence[dict[str, Any] | None], sent: Sequence[Message]
-) -> dict[str, Any]:
-    """``step`` as it answers a request of ``sent`` messages, after the ``earlier`` steps of its
-    run. Invariant 3 forbids an id twice in one history sent to a provider, so an id that a
-    compaction has since replaced is free again: reusing it is no error. A response whose last
-    call reuses an earlier step's id (a ``reused_id`` step) therefore reuses one the request
-    still holds (the oldest), or, with none left, repeats itself (two blocks with one id): it
-    clashes whatever was compacted. Any other step is returned as it is (every other call id
-    of a scenario is new)."""
-    content = step.get("content") or []
+def still_reused(step: Any, earlier: Sequence[Any], sent: Sequence[Message]) -> Any:
+    """``step`` (a `ScriptedModel` step) as it answers a request of ``sent`` messages, after the
+    ``earlier`` steps of its run. Invariant 3 forbids an id twice in one history sent to a
+    provider, so an id that a compaction has since replaced is free again: reusing it is no
+    error. A response whose last call reuses an earlier step's id (a ``reused_id`` step)
+    therefore reuses one of the run's own ids that the request still holds (the oldest), or,
+    with none left, repeats itself (two blocks with one id): it clashes whatever was compacted.
+    (Only the run's own ids: a ``transform_context`` hook may show the model a call the history
+    does not hold, and the engine checks the history.) Any other step, a message step
+    included, is returned as it is (every other call id of a scenario is new)."""
+    content = (step.get("content") or []) if isinstance(step, dict) else []
     last = content[-1] if content else None
     if not isinstance(last, dict) or last.get("type") != "tool_use":
         return step
     earlier_ids = {
         block.get("id")
         for s in earlier
-        if s
+        if isinstance(s, dict)
         for block in s.get("content") or ()
         if isinstance(block, dict)
     }
     held = [c.id for m in sent if isinstance(m, AssistantMessage) for c in m.tool_calls]
     if last["id"] not in earlier_ids or last["id"] in held:
         return step
-    again = [{**last, "id": held[0]}] if held else [last, last]
+    mine = [i for i in held if i in earlier_ids]
+    again = [{**last, "id": mine[0]}] if mine else [last, last]
     return {**step, "content": [*content[:-1], *again]}
+
+
+def exhausted_stream(who: str, number: int, holds: int) -> AsyncIterator[StreamEvent]:
+    """The stream of a request after a script's last step: raises `ScriptExhaustedError` naming
+    the request's ``number`` (from 1) and how many steps the script ``holds``."""
+
+    async def stream() -> AsyncIterator[StreamEvent]:
+        raise ScriptExhaustedError(
+            f"{who} has no step {number}: the script holds {holds} step(s). Add a step (for "
+            "example a final end_turn answer)."
+        )
+        yield  # an async generator  # pragma: no cover
+
+    return stream()
 
 
 def queue_input(agent: Agent, kind: str, text: str) -> None:
