@@ -44,9 +44,8 @@ from ._oracle import (
     RunTree,
     ScenarioHooks,
     cut_stream,
-    exhausted_stream,
+    play_step,
     queue_input,
-    still_reused,
 )
 from .strategies import AbortPoint, Behaviour, DeliveryMode, QueuedInput
 
@@ -168,13 +167,7 @@ class ScriptPlayer:
         self.requests.append(request)
         index = self._played
         self._played += 1
-        if index >= len(self._steps):
-            return exhausted_stream("the kit's script", index + 1, len(self._steps))
-        step = self._steps[index]
-        if step is None:
-            return cut_stream()
-        played = still_reused(step, self._steps[:index], request.messages)
-        return ScriptedModel([played], record_requests=False).stream(request)
+        return play_step("the kit's script", self._steps, index, request)
 
 
 class ChildPlayer(ScriptPlayer):

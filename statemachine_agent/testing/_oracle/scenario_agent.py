@@ -75,12 +75,22 @@ class ScenarioModel:
             self.sent.append((list(self.agent.messages), list(request.messages)))
         index = self._next
         self._next += 1
-        if index < len(self._steps) and self._steps[index] is None:
-            return cut_stream()
-        if index >= len(self._steps):
-            return exhausted_stream("the scenario's model", index + 1, len(self._steps))
-        step = still_reused(self._steps[index], self._steps[:index], request.messages)
-        return ScriptedModel([step], record_requests=False).stream(request)
+        return play_step("the scenario's model", self._steps, index, request)
+
+
+def play_step(
+    who: str, steps: Sequence[Any], index: int, request: ModelRequest
+) -> AsyncIterator[StreamEvent]:
+    """The stream of step ``index`` of a run's ``steps`` answering ``request``: a None step is
+    cut short (`cut_stream`), one past the last fails (`exhausted_stream`, naming ``who``), any
+    other is played by a `ScriptedModel` as `still_reused` leaves it."""
+    if index >= len(steps):
+        return exhausted_stream(who, index + 1, len(steps))
+    step = steps[index]
+    if step is None:
+        return cut_stream()
+    played = still_reused(step, steps[:index], request.messages)
+    return ScriptedModel([played], record_requests=False).stream(request)
 
 
 def still_reused(step: Any, earlier: Sequence[Any], sent: Sequence[Message]) -> Any:
